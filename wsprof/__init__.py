@@ -1,0 +1,99 @@
+"""wsprof: weight-sync profiler and leak detector for distributed RL post-training.
+
+In-process use::
+
+    import wsprof
+    wsprof.patch()                 # hooks every collective; trace in $WSPROF_OUT or ./wsprof-out
+    for step in range(n):
+        wsprof.step()
+        with wsprof.phase("rollout"):
+            ...
+        with wsprof.phase("weight_sync"):
+            ...
+
+Nothing is patched on import. Analysis (``wsprof.analysis``) never imports torch.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from typing import Any
+
+from wsprof.capture.markers import close_step, counter, phase, step
+
+__version__ = "0.1.0"
+__all__ = ["__version__", "counter", "flush", "patch", "phase", "step", "trace_path", "unpatch"]
+
+_recorder: Any = None
+
+
+def patch(out: str | None = None, *, flush_interval_s: float = 0.5) -> str | None:
+    """Hook every collective of ``torch.distributed`` and start recording.
+
+    Calling it twice is the same as calling it once. ``WSPROF_DISABLE=1`` turns it into a no-op.
+
+    Args:
+        out: run folder; default ``$WSPROF_OUT``, else ``./wsprof-out/<timestamp>``. The trace is
+            ``<out>/<host>-<pid>.wsprof``.
+        flush_interval_s: seconds between background writes (the most a SIGKILL can lose).
+
+    Returns:
+        The trace file path, or None when disabled or when the trace cannot be created (a one-line
+        warning goes to stderr; training goes on unprofiled).
+    """
+    global _recorder
+    if os.environ.get("WSPROF_DISABLE") == "1":
+        return None
+    if _recorder is not None:
+        return str(_recorder.path)
+    from wsprof.capture import collectives
+    from wsprof.capture.markers import STATE
+    from wsprof.capture.recorder import Recorder, default_out_dir
+
+    try:
+        rec = Recorder(out or default_out_dir(), flush_interval_s=flush_interval_s)
+    except OSError as e:
+        sys.stderr.write(f"wsprof: not profiling: cannot create trace in {out!r}: {e}\n")
+        return None
+    _recorder = rec
+    STATE.recorder = rec
+    collectives.install(rec)
+    atexit.register(_at_exit)
+    return str(rec.path)
+
+
+def unpatch() -> None:
+    """Restore every original collective, close the open step and write everything recorded."""
+    global _recorder
+    from wsprof.capture import collectives
+    from wsprof.capture.markers import STATE
+
+    if _recorder is None:
+        return
+    collectives.uninstall()
+    close_step()
+    _recorder.close()
+    STATE.recorder = None
+    STATE.step = -1
+    STATE.step_start_ns = None
+    _recorder = None
+    atexit.unregister(_at_exit)
+
+
+def flush() -> None:
+    """Write everything recorded so far to the trace file now."""
+    if _recorder is not None:
+        _recorder.flush()
+
+
+def trace_path() -> str | None:
+    """The current trace file, or None when not patched."""
+    return None if _recorder is None else str(_recorder.path)
+
+
+def _at_exit() -> None:
+    if _recorder is not None:
+        close_step()
+        _recorder.close()

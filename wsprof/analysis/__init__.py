@@ -1,0 +1,1 @@
+"""Analysis: pure functions from traces or series to verdicts and findings. Never imports torch."""

@@ -1,0 +1,226 @@
+"""Results of analysis: what every renderer (HTML, text, JSON) reads. Pure data, no torch.
+
+Units are in field names (``_s`` seconds, ``_ns`` nanoseconds, ``_bytes`` bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Every shape a per-step series can get (see :mod:`wsprof.analysis.growth`).
+SHAPES = (
+    "flat",
+    "warmup_then_flat",
+    "step_change",
+    "linear",
+    "superlinear",
+    "exponential",
+    "sawtooth",
+)
+
+#: Shapes that mean "grows step after step".
+GROWING_SHAPES = frozenset({"linear", "superlinear", "exponential"})
+
+#: Finding severities, lowest first.
+SEVERITIES = ("info", "warning", "critical")
+
+
+@dataclass(frozen=True)
+class Series:
+    """A per-step series: ``values[i]`` was measured at step ``steps[i]``.
+
+    ``config`` (optional, same length) names the configuration each step ran with; a change
+    of config splits the series before fitting.
+    """
+
+    name: str
+    unit: str
+    steps: tuple[int, ...]
+    values: tuple[float, ...]
+    config: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The fitted model's value at a future step."""
+
+    step: int
+    value: float
+
+
+@dataclass(frozen=True)
+class GrowthVerdict:
+    """The shape of a series and whether it is an accumulating problem.
+
+    Attributes:
+        shape: one of :data:`SHAPES`.
+        accumulating: True when the series grows step after step (and keeps growing).
+        confidence: 0..1, how sure the classifier is of ``accumulating``.
+        slope_per_step: robust (Theil-Sen) slope, series unit per step.
+        growth_factor_per_step: ratio per step of the exponential fit (or of the last points for
+            very short series); None when the series is not positive.
+        change_point: index of the first point after a level change (step_change / warmup).
+        fitted: the chosen model evaluated at every point (for plots), same length as the input.
+        projection: the chosen model at ``projection.step`` (growing shapes only).
+        budget_step: first step at which the projection crosses the given budget, if any.
+        evidence: the numbers the verdict rests on (test statistics, p-values, criteria).
+    """
+
+    shape: str
+    accumulating: bool
+    confidence: float
+    slope_per_step: float
+    growth_factor_per_step: float | None
+    change_point: int | None
+    fitted: tuple[float, ...]
+    projection: Projection | None
+    budget_step: int | None = None
+    evidence: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SeriesResult:
+    """A series and its verdict."""
+
+    series: Series
+    verdict: GrowthVerdict
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing worth acting on.
+
+    Attributes:
+        kind: rule name (``accumulating_slowdown``, ``between_layers``, ...).
+        severity: 'info' | 'warning' | 'critical'.
+        title: one line, with the number that matters.
+        evidence: the numbers behind it.
+        where: a place (``file:line``, a function, a rank) or None.
+        next_step: what to do about it.
+    """
+
+    kind: str
+    severity: str
+    title: str
+    evidence: dict[str, Any]
+    where: str | None
+    next_step: str
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One training step of one process. Phase times are None where no marker gave them.
+
+    ``weight_sync_s`` comes from a ``weight_sync`` phase, else from the detected sync burst.
+    """
+
+    step: int
+    t_start_ns: int
+    t_end_ns: int
+    step_s: float
+    rollout_s: float | None
+    train_s: float | None
+    weight_sync_s: float | None
+    other_s: float
+    n_calls: int
+    collective_s: float
+    between_layers_s: float
+
+    @property
+    def rollout_share(self) -> float | None:
+        """rollout_s / step_s, or None."""
+        if self.rollout_s is None or self.step_s <= 0:
+            return None
+        return self.rollout_s / self.step_s
+
+
+@dataclass(frozen=True)
+class OpStats:
+    """Per canonical op (and the names it was called by) over the whole run of one process."""
+
+    op: str
+    apis: tuple[str, ...]
+    n_calls: int
+    total_s: float
+    median_us: float
+    p99_us: float
+    between_layers_median_us: float
+    bytes_total: int
+
+
+@dataclass(frozen=True)
+class CallPoints:
+    """Per-call latency points for plotting, downsampled keeping extremes.
+
+    Arrays as tuples of equal length: call index in the process, latency (µs), time between
+    layers (µs), step, canonical op.
+    """
+
+    index: tuple[int, ...]
+    latency_us: tuple[float, ...]
+    between_layers_us: tuple[float, ...]
+    step: tuple[int, ...]
+    op: tuple[str, ...]
+    n_total: int
+
+
+@dataclass(frozen=True)
+class CounterTrack:
+    """A counter sampled over time and, where calls exist, paired with per-step latency."""
+
+    name: str
+    t_s: tuple[float, ...]  # seconds since the process's first record
+    value: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class HotFrame:
+    """A frame and its share of py-spy samples in one window (or the whole run)."""
+
+    frame: str
+    samples: int
+    total: int
+
+    @property
+    def share(self) -> float:
+        return self.samples / self.total if self.total else 0.0
+
+
+@dataclass(frozen=True)
+class ProcessAnalysis:
+    """Everything analysis derived for one process (one rank)."""
+
+    label: str
+    rank: int | None
+    pid: int | None
+    step_source: str  # 'markers' | 'bursts' | 'none'
+    steps: tuple[StepRow, ...]
+    ops: tuple[OpStats, ...]
+    calls: CallPoints
+    counters: tuple[CounterTrack, ...]
+    hot_frames: tuple[HotFrame, ...]  # leaf frames, most samples first
+    hot_stacks: tuple[tuple[tuple[str, ...], int], ...]  # (stack root-first, samples)
+    n_samples: int
+    meta: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The whole result of ``wsprof analyze``: what every renderer reads.
+
+    ``series`` are the headline per-step series (from the primary process, or from a CSV/log);
+    ``findings`` are sorted most severe first.
+    """
+
+    source: str
+    kind: str  # 'run' | 'series'
+    processes: tuple[ProcessAnalysis, ...]
+    series: tuple[SeriesResult, ...]
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def primary(self) -> ProcessAnalysis | None:
+        """The process the headline series come from (rank 0 when known)."""
+        return self.processes[0] if self.processes else None

@@ -1,0 +1,1 @@
+"""Capture: collective hooks, counters and the py-spy driver. Capture never analyses."""

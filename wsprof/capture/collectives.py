@@ -1,0 +1,305 @@
+"""Collective hooks at two layers.
+
+* API layer: whatever ``torch.distributed.X`` (and ``distributed_c10d.X``) is at patch time,
+  which may already be a framework's wrapper, for every name in the alias table.
+* Backend layer: ``ProcessGroup`` methods on the class, plus ``Work.wait``, so calls made
+  through references captured before ``patch()`` are still seen.
+
+A thread-local open-call record lets backend time be attributed to the API call that caused
+it; ``between_layers_ns = api time - backend time`` is the time spent in wrappers between the
+name called and the backend. Nested API calls (a collective implemented through another) are
+counted once, by the outermost name.
+
+A hook never changes arguments, results, exceptions or async work handles: the original is
+called with exactly what the caller passed and its result (or exception) is passed back
+untouched; recording errors are caught and counted by the recorder.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from wsprof.capture import aliases
+from wsprof.capture.markers import STATE
+from wsprof.capture.recorder import Recorder
+from wsprof.capture.sites import SiteTable
+
+_now = time.monotonic_ns
+_get_ident = threading.get_ident
+_TLS = threading.local()
+
+# Open-call record layout (a list, for speed): [backend_ns, n_backend, inside_backend, pg]
+_BACKEND_NS, _N_BACKEND, _INSIDE, _PG = 0, 1, 2, 3
+
+
+class _Installed:
+    """What :func:`install` changed, so that :func:`uninstall` can put it back."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.recorder: Recorder | None = None
+        self.sites: SiteTable | None = None
+        # (owner, attribute name, original value as stored on the owner, our wrapper)
+        self.patches: list[tuple[Any, str, Any, Any]] = []
+        self.dtype_names: dict[Any, str] = {}
+        self.group_names: dict[int, str | None] = {}
+
+
+_STATE = _Installed()
+
+
+def _payload(args: tuple[Any, ...], tensor_type: type) -> tuple[int, str | None]:
+    """Bytes and dtype of the first tensor (or tensor list) among the first two arguments."""
+    for a in args[:2]:
+        if isinstance(a, tensor_type):
+            dt = a.dtype
+            name = _STATE.dtype_names.get(dt)
+            if name is None:
+                name = _STATE.dtype_names[dt] = str(dt).replace("torch.", "")
+            return int(a.nbytes), name
+        if isinstance(a, (list, tuple)) and a:
+            first = a[0]
+            if isinstance(first, tensor_type):
+                dt = first.dtype
+                name = _STATE.dtype_names.get(dt)
+                if name is None:
+                    name = _STATE.dtype_names[dt] = str(dt).replace("torch.", "")
+                return sum(int(t.nbytes) for t in a if isinstance(t, tensor_type)), name
+    return -1, None
+
+
+def _group_name(pg: Any) -> str | None:
+    if pg is None:
+        return None
+    key = id(pg)
+    names = _STATE.group_names
+    if key in names:
+        return names[key]
+    try:
+        name: str | None = str(pg.group_name)
+    except Exception:  # noqa: BLE001 - some groups have no name
+        name = None
+    names[key] = name
+    return name
+
+
+def _record(
+    rec: Recorder,
+    t0: int,
+    t1: int,
+    c: list[Any],
+    op: str,
+    api: str,
+    layer: str,
+    args: tuple[Any, ...],
+    ret: Any,
+    step: int,
+    phase: str | None,
+    error: str | None,
+    tensor_type: type,
+) -> None:
+    try:
+        if len(rec.calls) >= rec.max_pending:
+            rec.dropped_calls += 1
+            return
+        nbytes, dtype = _payload(args, tensor_type)
+        sites = _STATE.sites
+        site = sites.site_of(sys._getframe(2)) if sites is not None else -1
+        rec.calls.append(
+            (
+                t0,
+                t1,
+                c[_BACKEND_NS],
+                c[_N_BACKEND],
+                _get_ident(),
+                op,
+                api,
+                layer,
+                nbytes,
+                dtype,
+                _group_name(c[_PG]),
+                1 if (ret is not None and op not in _NO_HANDLE) else 0,
+                site,
+                step,
+                phase,
+                error,
+            )
+        )
+    except Exception as e:  # noqa: BLE001 - never raise into training
+        rec.internal_error("record", e)
+
+
+#: Ops whose non-None return value is not an async work handle.
+_NO_HANDLE = frozenset()
+
+
+def _api_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: type) -> Any:
+    inst = _STATE
+    tls = _TLS
+
+    @functools.wraps(orig)
+    def wsprof_api_hook(*args: Any, **kwargs: Any) -> Any:
+        rec = inst.recorder
+        if rec is None or not inst.active or getattr(tls, "call", None) is not None:
+            return orig(*args, **kwargs)
+        c = [0, 0, False, None]
+        tls.call = c
+        step = STATE.step
+        phase = STATE.phase
+        t0 = _now()
+        try:
+            ret = orig(*args, **kwargs)
+        except BaseException as e:
+            t1 = _now()
+            tls.call = None
+            _record(rec, t0, t1, c, op, api, "api", args, None, step, phase,
+                    type(e).__name__, tensor_type)
+            raise
+        t1 = _now()
+        tls.call = None
+        _record(rec, t0, t1, c, op, api, "api", args, ret, step, phase, None, tensor_type)
+        return ret
+
+    wsprof_api_hook.__wsprof_hook__ = True  # type: ignore[attr-defined]
+    return wsprof_api_hook
+
+
+def _backend_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: type) -> Any:
+    inst = _STATE
+    tls = _TLS
+
+    @functools.wraps(orig)
+    def wsprof_backend_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
+        c = getattr(tls, "call", None)
+        if c is None:
+            rec = inst.recorder
+            if rec is None or not inst.active:
+                return orig(self, *args, **kwargs)
+            # No open API call: something called the backend directly or through a reference
+            # taken before patch(). Time it as a backend-layer call of its own.
+            c = [0, 1, True, self]
+            tls.call = c
+            step = STATE.step
+            phase = STATE.phase
+            t0 = _now()
+            try:
+                ret = orig(self, *args, **kwargs)
+            except BaseException as e:
+                t1 = _now()
+                tls.call = None
+                c[_BACKEND_NS] = t1 - t0
+                _record(rec, t0, t1, c, op, api, "backend", args, None, step, phase,
+                        type(e).__name__, tensor_type)
+                raise
+            t1 = _now()
+            tls.call = None
+            c[_BACKEND_NS] = t1 - t0
+            _record(rec, t0, t1, c, op, api, "backend", args, ret, step, phase, None,
+                    tensor_type)
+            return ret
+        if c[_INSIDE]:
+            return orig(self, *args, **kwargs)
+        c[_INSIDE] = True
+        c[_PG] = self
+        t0 = _now()
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            c[_BACKEND_NS] += _now() - t0
+            c[_N_BACKEND] += 1
+            c[_INSIDE] = False
+
+    wsprof_backend_hook.__wsprof_hook__ = True  # type: ignore[attr-defined]
+    return wsprof_backend_hook
+
+
+def _wait_wrapper(orig: Callable[..., Any]) -> Any:
+    tls = _TLS
+
+    @functools.wraps(orig)
+    def wsprof_wait_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
+        c = getattr(tls, "call", None)
+        if c is None or c[_INSIDE]:
+            return orig(self, *args, **kwargs)
+        # A synchronous collective waits on its work handle inside the API function: that wait
+        # is backend time, not wrapper time.
+        c[_INSIDE] = True
+        t0 = _now()
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            c[_BACKEND_NS] += _now() - t0
+            c[_INSIDE] = False
+
+    wsprof_wait_hook.__wsprof_hook__ = True  # type: ignore[attr-defined]
+    return wsprof_wait_hook
+
+
+def is_hook(obj: Any) -> bool:
+    """True if ``obj`` is one of wsprof's wrappers."""
+    return bool(getattr(obj, "__wsprof_hook__", False))
+
+
+def install(recorder: Recorder) -> None:
+    """Wrap every collective name of the installed torch. Installing twice is a no-op.
+
+    Args:
+        recorder: receives call rows and sites.
+    """
+    if _STATE.active:
+        return
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    tensor_type = torch.Tensor
+    table = aliases.build(dist)
+    _STATE.recorder = recorder
+    _STATE.sites = SiteTable(recorder.sites)
+    patches: list[tuple[Any, str, Any, Any]] = []
+    for module, prefix in ((dist, "dist."), (c10d, "distributed_c10d.")):
+        for name, op in table.api:
+            current = module.__dict__.get(name)
+            if current is None or is_hook(current):
+                continue
+            hook = _api_wrapper(current, op, prefix + name, tensor_type)
+            patches.append((module, name, current, hook))
+    pg_cls = dist.ProcessGroup
+    for name, op in table.backend:
+        descriptor = pg_cls.__dict__[name]
+        bound_get = getattr(pg_cls, name)
+        hook = _backend_wrapper(bound_get, op, "ProcessGroup." + name, tensor_type)
+        patches.append((pg_cls, name, descriptor, hook))
+    work_cls = getattr(dist, "Work", None)
+    if work_cls is not None and "wait" in work_cls.__dict__:
+        patches.append((work_cls, "wait", work_cls.__dict__["wait"], _wait_wrapper(work_cls.wait)))
+    for owner, name, _orig, hook in patches:
+        setattr(owner, name, hook)
+    _STATE.patches = patches
+    _STATE.active = True
+    recorder.event("patched", f"{len(table.api)} API names, {len(table.backend)} backend methods")
+
+
+def uninstall() -> None:
+    """Put every original back. Where something re-wrapped one of our hooks after us, the
+    hook is left in place (removing it would remove the other wrapper too) but goes inert."""
+    _STATE.active = False
+    for owner, name, orig, hook in reversed(_STATE.patches):
+        current = (owner.__dict__ if isinstance(owner, type) else vars(owner)).get(name)
+        if current is hook:
+            setattr(owner, name, orig)
+        elif _STATE.recorder is not None:
+            _STATE.recorder.event("rewrapped", f"{getattr(owner, '__name__', owner)}.{name}")
+    _STATE.patches = []
+    _STATE.recorder = None
+    _STATE.sites = None
+
+
+def installed() -> bool:
+    """True while hooks are installed."""
+    return _STATE.active

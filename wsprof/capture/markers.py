@@ -1,0 +1,114 @@
+"""Step and phase markers and user counters: ``wsprof.step()``, ``wsprof.phase()``,
+``wsprof.counter()``.
+
+The current step and phase live in one module-level object read by the hooks (two attribute
+reads per call). Markers are no-ops costing a function call while wsprof is not patched.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wsprof.capture.recorder import Recorder
+
+_now = time.monotonic_ns
+
+
+class MarkerState:
+    """What the hooks stamp on every call: the step number and the innermost phase."""
+
+    def __init__(self) -> None:
+        self.recorder: Recorder | None = None
+        self.step = -1
+        self.step_start_ns: int | None = None
+        self.phase: str | None = None
+        self.phase_stack: list[str] = []
+
+
+STATE = MarkerState()
+
+
+def step(number: int | None = None) -> int:
+    """Mark the start of a training step (and the end of the previous one).
+
+    Call it at the top of each step of the training loop. Calls before the first ``step()``
+    are stamped step -1.
+
+    Args:
+        number: the step's number; default: previous + 1 (0 for the first).
+
+    Returns:
+        The number of the step that starts now.
+    """
+    t = _now()
+    rec = STATE.recorder
+    if rec is not None and STATE.step_start_ns is not None:
+        rec.spans.append(
+            ("step", str(STATE.step), STATE.step_start_ns, t, STATE.step, threading.get_ident())
+        )
+    STATE.step = number if number is not None else STATE.step + 1
+    STATE.step_start_ns = t
+    return STATE.step
+
+
+def close_step() -> None:
+    """End the open step span (at unpatch or exit) without starting another."""
+    rec = STATE.recorder
+    if rec is not None and STATE.step_start_ns is not None:
+        rec.spans.append(
+            ("step", str(STATE.step), STATE.step_start_ns, _now(), STATE.step, threading.get_ident())
+        )
+    STATE.step_start_ns = None
+
+
+class phase:  # noqa: N801 - used like a function: ``with wsprof.phase("rollout"):``
+    """Context manager marking a phase of the current step.
+
+    Standard names: ``rollout``, ``train``, ``weight_sync``; any name is accepted.
+
+    Args:
+        name: the phase name.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._t0 = 0
+
+    def __enter__(self) -> phase:
+        STATE.phase_stack.append(self.name)
+        STATE.phase = self.name
+        self._t0 = _now()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        t = _now()
+        stack = STATE.phase_stack
+        if stack and stack[-1] == self.name:
+            stack.pop()
+        elif self.name in stack:
+            stack.remove(self.name)
+        STATE.phase = stack[-1] if stack else None
+        rec = STATE.recorder
+        if rec is not None:
+            rec.spans.append(("phase", self.name, self._t0, t, STATE.step, threading.get_ident()))
+
+
+def counter(name: str, value: float) -> None:
+    """Record a user counter sample (e.g. ``wsprof.counter("segments", n)``).
+
+    Args:
+        name: counter name; use units in the name (``staging_bytes``, ``queue_len``).
+        value: the value now.
+    """
+    rec = STATE.recorder
+    if rec is not None:
+        rec.counters.append((_now(), name, float(value)))

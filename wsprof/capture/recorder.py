@@ -1,0 +1,178 @@
+"""The recorder: bounded in-memory queues drained to the trace file by a background thread.
+
+Hooks append plain tuples to ``collections.deque`` objects (``append`` and ``popleft`` are
+atomic under the GIL, so producers never take a lock). A daemon thread drains them every
+``flush_interval_s`` into :class:`~wsprof.trace.writer.TraceWriter` in one transaction, so a
+killed process loses at most one interval. When the queue of calls holds ``max_pending``
+rows, new rows are dropped and counted (``dropped_calls``), never silently.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from wsprof.trace.model import TRACE_SUFFIX
+from wsprof.trace.writer import TraceWriter
+
+_now = time.monotonic_ns
+
+
+def default_out_dir() -> str:
+    """``$WSPROF_OUT``, else ``./wsprof-out/<YYYYmmdd-HHMMSS>``."""
+    env = os.environ.get("WSPROF_OUT")
+    if env:
+        return env
+    return os.path.join("wsprof-out", time.strftime("%Y%m%d-%H%M%S"))
+
+
+def trace_path(out_dir: str, pid: int | None = None) -> str:
+    """``<out_dir>/<host>-<pid>.wsprof``."""
+    return os.path.join(out_dir, f"{socket.gethostname()}-{pid or os.getpid()}{TRACE_SUFFIX}")
+
+
+class Recorder:
+    """Owns the queues, the trace writer and the writer thread of one process.
+
+    Args:
+        out_dir: run folder; the trace is ``<out_dir>/<host>-<pid>.wsprof``.
+        source: how records are captured: 'patch' | 'attach' | 'run'.
+        flush_interval_s: seconds between background flushes.
+        max_pending: most call rows held in memory before new ones are dropped.
+
+    Raises:
+        OSError: the trace file cannot be created.
+    """
+
+    def __init__(
+        self,
+        out_dir: str,
+        source: str = "patch",
+        flush_interval_s: float = 0.5,
+        max_pending: int = 2_000_000,
+    ) -> None:
+        self.out_dir = out_dir
+        self.path = trace_path(out_dir)
+        self.flush_interval_s = flush_interval_s
+        self.max_pending = max_pending
+        self.calls: deque[tuple[Any, ...]] = deque()
+        self.spans: deque[tuple[Any, ...]] = deque()
+        self.counters: deque[tuple[Any, ...]] = deque()
+        self.events: deque[tuple[Any, ...]] = deque()
+        self.sites: deque[tuple[Any, ...]] = deque()
+        self.dropped_calls = 0
+        self.internal_errors = 0
+        self.write_errors = 0
+        self.flush_ns_total = 0
+        self._rank_known = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._writer = TraceWriter(self.path)
+        self._writer.set_meta(self._static_meta(source))
+        self._thread = threading.Thread(target=self._run, name="wsprof-writer", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    @staticmethod
+    def _static_meta(source: str) -> dict[str, Any]:
+        from wsprof import __version__
+
+        torch_version = None
+        torch_mod = sys.modules.get("torch")
+        if torch_mod is not None:
+            torch_version = getattr(torch_mod, "__version__", None)
+        alloc_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+        return {
+            "wsprof_version": __version__,
+            "torch_version": torch_version,
+            "python_version": sys.version.split()[0],
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "argv": sys.argv,
+            "source": source,
+            # The allocator configuration is recorded because it decides how segments grow;
+            # no other environment value is ever recorded.
+            "pytorch_cuda_alloc_conf": alloc_conf,
+            "expandable_segments": "expandable_segments:true" in alloc_conf.lower(),
+            "anchor": {"monotonic_ns": _now(), "unix_ns": time.time_ns()},
+        }
+
+    def internal_error(self, where: str, exc: BaseException) -> None:
+        """Count an error inside wsprof and keep the first of each kind as an event."""
+        self.internal_errors += 1
+        if self.internal_errors <= 100:
+            self.events.append((_now(), "internal_error", f"{where}: {type(exc).__name__}: {exc}"))
+
+    def event(self, kind: str, detail: str) -> None:
+        """Record a fact (wrapper found, sampler status, warning)."""
+        self.events.append((_now(), kind, detail))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.flush_interval_s):
+            self.flush()
+
+    def _identity(self) -> dict[str, Any]:
+        dist = sys.modules.get("torch.distributed")
+        if dist is None:
+            return {}
+        try:
+            if not dist.is_initialized():
+                return {}
+            self._rank_known = True
+            return {
+                "rank": dist.get_rank(),
+                "world_size": dist.get_world_size(),
+                "backend": str(dist.get_backend()),
+            }
+        except Exception:  # noqa: BLE001 - identity is best effort
+            return {}
+
+    def flush(self) -> None:
+        """Write everything queued so far. Never raises: failures are counted and recorded."""
+        with self._lock:
+            t0 = _now()
+            batches: dict[str, list[tuple[Any, ...]]] = {}
+            for name in ("sites", "calls", "spans", "counters", "events"):
+                q: deque[tuple[Any, ...]] = getattr(self, name)
+                n = len(q)
+                batches[name] = [q.popleft() for _ in range(n)]
+            try:
+                meta: dict[str, Any] = {}
+                if not self._rank_known:
+                    meta.update(self._identity())
+                meta["self"] = {
+                    "dropped_calls": self.dropped_calls,
+                    "internal_errors": self.internal_errors,
+                    "write_errors": self.write_errors,
+                    "flush_ns_total": self.flush_ns_total,
+                }
+                self._writer.write(batches)
+                self._writer.set_meta(meta)
+            except Exception as e:  # noqa: BLE001 - never raise into training
+                self.write_errors += 1
+                if self.write_errors == 1:
+                    sys.stderr.write(f"wsprof: cannot write {self.path}: {e}\n")
+            self.flush_ns_total += _now() - t0
+
+    def close(self) -> None:
+        """Stop the writer thread, flush what is left and close the file. Idempotent."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.flush()
+        try:
+            self._writer.close()
+        except Exception:  # noqa: BLE001
+            pass
+        atexit.unregister(self.close)
+
+    def meta_json(self) -> str:
+        return json.dumps({"path": self.path})

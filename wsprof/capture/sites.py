@@ -1,0 +1,64 @@
+"""Caller sites: the first frame outside torch and wsprof's own capture code, interned.
+
+Whether a code object is internal is cached per code object, and a site id per
+(code object, line), so the cost per call is a short frame walk and two dict lookups.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import deque
+from types import CodeType, FrameType
+from typing import Any
+
+_WSPROF_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_DEMO_DIR = os.path.join(_WSPROF_DIR, "demo")
+
+
+def _torch_dirs() -> tuple[str, ...]:
+    torch_mod = sys.modules.get("torch")
+    path = getattr(torch_mod, "__file__", None)
+    return (os.path.dirname(path),) if path else ()
+
+
+class SiteTable:
+    """Interns caller sites; new sites are queued as rows for the ``sites`` table.
+
+    Args:
+        out: queue receiving ``(id, file, line, function)`` rows for new sites.
+    """
+
+    def __init__(self, out: deque[tuple[Any, ...]]) -> None:
+        self._out = out
+        self._internal: dict[CodeType, bool] = {}
+        self._ids: dict[tuple[CodeType, int], int] = {}
+        self._torch = _torch_dirs()
+        self.extra_internal: set[CodeType] = set()
+
+    def _is_internal(self, code: CodeType) -> bool:
+        fn = code.co_filename
+        if fn.startswith(_WSPROF_DIR) and not fn.startswith(_DEMO_DIR):
+            return True
+        if code in self.extra_internal:
+            return True
+        return any(fn.startswith(d) for d in self._torch)
+
+    def site_of(self, frame: FrameType | None) -> int:
+        """Site id of the first non-internal frame at or above ``frame``; -1 if none."""
+        internal = self._internal
+        while frame is not None:
+            code = frame.f_code
+            flag = internal.get(code)
+            if flag is None:
+                flag = internal[code] = self._is_internal(code)
+            if not flag:
+                key = (code, frame.f_lineno)
+                sid = self._ids.get(key)
+                if sid is None:
+                    sid = self._ids[key] = len(self._ids)
+                    self._out.append((sid, code.co_filename, frame.f_lineno, code.co_qualname
+                                      if hasattr(code, "co_qualname") else code.co_name))
+                return sid
+            frame = frame.f_back
+        return -1

@@ -1,0 +1,1 @@
+"""Command line (click); one module per command."""

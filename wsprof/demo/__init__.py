@@ -1,0 +1,1 @@
+"""The embedded workload behind ``wsprof demo``."""

@@ -1,0 +1,1 @@
+"""Importers: per-step series from CSV files, framework logs and metric exports."""

@@ -1,0 +1,1 @@
+"""Rendering: HTML report, terminal text, JSON. Renderers only read analysis results."""

@@ -1,0 +1,1 @@
+"""The trace: data model, writer and reader (one SQLite file per process)."""

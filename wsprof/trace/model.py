@@ -1,0 +1,184 @@
+"""The trace data model: what capture writes and analysis reads.
+
+One trace file per process (``<run>/<host>-<pid>.wsprof``, SQLite). Times are
+``time.monotonic_ns()`` of the writing process; ``meta['anchor']`` pairs one monotonic
+reading with one wall-clock reading so that traces of several processes can be aligned.
+
+Capture builds rows as plain tuples in the column order given here (speed on the hot path);
+the reader returns them as the columnar :class:`CallTable` plus frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+#: Bumped whenever a table or column changes meaning; the reader refuses other versions.
+SCHEMA_VERSION = 1
+
+#: File name suffix of a trace.
+TRACE_SUFFIX = ".wsprof"
+
+#: Column order of a ``calls`` row, as capture appends it.
+CALL_COLUMNS = (
+    "t_start_ns",  # int, monotonic ns when the outermost hooked name was entered
+    "t_end_ns",  # int, monotonic ns when it returned (or raised)
+    "backend_ns",  # int, ns spent inside ProcessGroup methods and Work.wait during the call
+    "n_backend",  # int, number of backend-layer calls made during the call
+    "thread",  # int, threading.get_ident()
+    "op",  # str, canonical op (broadcast, all_gather, ...)
+    "api",  # str, the name actually called (dist.broadcast, ProcessGroup._allgather_base, ...)
+    "layer",  # str, 'api' | 'backend' (a backend call with no open API call) | 'extra'
+    "bytes",  # int, payload bytes of the first tensor argument (or tensor list); -1 unknown
+    "dtype",  # str | None
+    "grp",  # str | None, process-group name
+    "is_async",  # int 0/1, an async work handle was returned
+    "site",  # int, id in ``sites``; -1 unknown
+    "step",  # int, step number current at call start; -1 before the first step
+    "phase",  # str | None, innermost phase current at call start
+    "error",  # str | None, exception type name if the call raised
+)
+
+SPAN_COLUMNS = ("kind", "name", "t_start_ns", "t_end_ns", "step", "thread")
+COUNTER_COLUMNS = ("t_ns", "name", "value")
+EVENT_COLUMNS = ("t_ns", "kind", "detail")
+SITE_COLUMNS = ("id", "file", "line", "function")
+SAMPLE_COLUMNS = ("t_start_ns", "t_end_ns", "pid", "tid", "stack", "count")
+STACK_COLUMNS = ("id", "frames")
+
+
+@dataclass(frozen=True)
+class Site:
+    """A caller location: the first frame outside torch and wsprof."""
+
+    id: int
+    file: str
+    line: int
+    function: str
+
+    def label(self) -> str:
+        """``function (file:line)``."""
+        return f"{self.function} ({self.file}:{self.line})"
+
+
+@dataclass(frozen=True)
+class Span:
+    """A step or phase interval. ``kind`` is 'step' or 'phase'; times in monotonic ns."""
+
+    kind: str
+    name: str
+    t_start_ns: int
+    t_end_ns: int
+    step: int
+    thread: int
+
+
+@dataclass(frozen=True)
+class Event:
+    """A fact recorded by wsprof: an internal error, a wrapper found, a sampler status."""
+
+    t_ns: int
+    kind: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class SampleWindow:
+    """py-spy samples of one stack over one sampling window (``count`` samples)."""
+
+    t_start_ns: int
+    t_end_ns: int
+    pid: int
+    tid: int
+    frames: tuple[str, ...]  # root first; each 'function (file:line)'
+    count: int
+
+
+@dataclass
+class CallTable:
+    """Collective calls as columns; every array has shape ``(n_calls,)``.
+
+    Numeric columns are numpy arrays; string columns are numpy object arrays.
+    """
+
+    t_start_ns: npt.NDArray[np.int64]
+    t_end_ns: npt.NDArray[np.int64]
+    backend_ns: npt.NDArray[np.int64]
+    n_backend: npt.NDArray[np.int64]
+    thread: npt.NDArray[np.int64]
+    op: npt.NDArray[np.object_]
+    api: npt.NDArray[np.object_]
+    layer: npt.NDArray[np.object_]
+    bytes: npt.NDArray[np.int64]
+    dtype: npt.NDArray[np.object_]
+    grp: npt.NDArray[np.object_]
+    is_async: npt.NDArray[np.bool_]
+    site: npt.NDArray[np.int64]
+    step: npt.NDArray[np.int64]
+    phase: npt.NDArray[np.object_]
+    error: npt.NDArray[np.object_]
+
+    def __len__(self) -> int:
+        return int(self.t_start_ns.shape[0])
+
+    @property
+    def duration_ns(self) -> npt.NDArray[np.int64]:
+        """Host time of each call at the outermost hooked layer, ns."""
+        return self.t_end_ns - self.t_start_ns
+
+    @property
+    def between_layers_ns(self) -> npt.NDArray[np.int64]:
+        """Time inside the hooked API name but outside the backend, ns; 0 where unknown."""
+        d = self.duration_ns - self.backend_ns
+        return np.where(self.n_backend > 0, np.maximum(d, 0), 0)
+
+    def take(self, index: npt.NDArray[Any]) -> CallTable:
+        """A new table with the rows selected by ``index`` (mask or indices)."""
+        return CallTable(**{name: getattr(self, name)[index] for name in CALL_COLUMNS})
+
+    @classmethod
+    def empty(cls) -> CallTable:
+        return cls.from_rows([])
+
+    @classmethod
+    def from_rows(cls, rows: list[tuple[Any, ...]]) -> CallTable:
+        """Build from rows in :data:`CALL_COLUMNS` order."""
+        cols = list(zip(*rows)) if rows else [() for _ in CALL_COLUMNS]
+        out: dict[str, Any] = {}
+        for name, col in zip(CALL_COLUMNS, cols):
+            if name in ("op", "api", "layer", "dtype", "grp", "phase", "error"):
+                out[name] = np.array(col, dtype=object)
+            elif name == "is_async":
+                out[name] = np.array(col, dtype=bool)
+            else:
+                out[name] = np.array([(-1 if v is None else v) for v in col], dtype=np.int64)
+        return cls(**out)
+
+
+@dataclass
+class ProcessTrace:
+    """Everything one process recorded."""
+
+    path: str
+    meta: dict[str, Any]
+    calls: CallTable
+    sites: dict[int, Site]
+    spans: list[Span]
+    counters: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]
+    events: list[Event]
+    samples: list[SampleWindow] = field(default_factory=list)
+
+    @property
+    def rank(self) -> int | None:
+        r = self.meta.get("rank")
+        return int(r) if r is not None else None
+
+    @property
+    def label(self) -> str:
+        """``rank N`` or ``pid N``: how reports name this process."""
+        if self.rank is not None:
+            return f"rank {self.rank}"
+        return f"pid {self.meta.get('pid', '?')}"
