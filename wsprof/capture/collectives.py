@@ -18,6 +18,8 @@ untouched; recording errors are caught and counted by the recorder.
 from __future__ import annotations
 
 import functools
+import json
+import os
 import sys
 import threading
 import time
@@ -240,6 +242,35 @@ def _wait_wrapper(orig: Callable[..., Any]) -> Any:
     return wsprof_wait_hook
 
 
+def foreign_wrapper(obj: Any, torch_file: str) -> dict[str, Any] | None:
+    """Describe ``obj`` if it is a wrapper defined outside torch and wsprof, else None.
+
+    Returns:
+        ``{"qualname", "module", "file", "line", "wraps"}``: who wrapped the collective and where
+        (from ``__code__``), and what it wraps (the ``__wrapped__`` chain, outermost first).
+    """
+    if obj is None or is_hook(obj):
+        return None
+    code = getattr(obj, "__code__", None)
+    if code is None:
+        return None
+    torch_dir = os.path.dirname(torch_file)
+    if code.co_filename.startswith(torch_dir):
+        return None
+    chain: list[str] = []
+    inner = getattr(obj, "__wrapped__", None)
+    while inner is not None and len(chain) < 8:
+        chain.append(f"{getattr(inner, '__module__', '?')}.{getattr(inner, '__qualname__', '?')}")
+        inner = getattr(inner, "__wrapped__", None)
+    return {
+        "qualname": getattr(obj, "__qualname__", code.co_name),
+        "module": getattr(obj, "__module__", None),
+        "file": code.co_filename,
+        "line": code.co_firstlineno,
+        "wraps": chain,
+    }
+
+
 def is_hook(obj: Any) -> bool:
     """True if ``obj`` is one of wsprof's wrappers."""
     return bool(getattr(obj, "__wsprof_hook__", False))
@@ -278,6 +309,11 @@ def install(recorder: Recorder) -> None:
     work_cls = getattr(dist, "Work", None)
     if work_cls is not None and "wait" in work_cls.__dict__:
         patches.append((work_cls, "wait", work_cls.__dict__["wait"], _wait_wrapper(work_cls.wait)))
+    for module, prefix in ((dist, "dist."), (c10d, "distributed_c10d.")):
+        for name, _op in table.api:
+            fact = foreign_wrapper(module.__dict__.get(name), torch.__file__)
+            if fact is not None:
+                recorder.event("wrapper", json.dumps({"api": prefix + name, **fact}))
     for owner, name, _orig, hook in patches:
         setattr(owner, name, hook)
     _STATE.patches = patches

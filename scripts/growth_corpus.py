@@ -1,0 +1,348 @@
+"""Labelled synthetic corpus for :func:`wsprof.analysis.growth.classify`: how often is it right?
+
+Generates a seeded corpus of per-step series over every shape, runs the classifier on each, and
+prints precision and recall of ``accumulating`` and shape accuracy, by noise band and length band,
+plus the row the bar applies to (noise <= 10% and >= 5 points). Exits 1 when that row misses
+precision >= 0.98 or recall >= 0.95.
+
+The corpus is defined here from what the shapes look like in practice, independently of the
+classifier's thresholds:
+
+* **Noise.** Multiplicative Gaussian, ``y = f * (1 + sigma * e)``, sigma drawn uniformly within a
+  noise band (1-5%, 5-10%, 10-25%, each band equally often).
+* **Length.** A length band (3-4, 5-10, 11-50, 51-200, equally often), then uniform within it.
+  Sawtooth series need at least three periods, so they are drawn from the two longer bands.
+* **Level.** Log-uniform 0.5 .. 5000 (the classifier must not care).
+* **Growth** (linear, superlinear, exponential): the total relative rise over the series ``G``
+  is log-uniform between ``max(10%, 3 sigma)`` and 900% (a 10x rise, like the motivating
+  143 s -> 1596 s). The floor is the fairness rule: a rise under ~3 noise standard deviations over
+  the whole series cannot be told from noise by any method (a flat series produces such
+  excursions by chance), and under 10% it is not a problem worth a finding. Superlinear is
+  ``1 + G u^p`` with ``p`` in 1.5..3; exponential is ``(1 + G)^u`` (``u`` = position / (n-1)).
+* **Plateau** (growth that stops; not accumulating): the same rise over the first 20-50% of the
+  points, then flat.
+* **Warm-up:** the first 1-3 points 20-300% off the level (log-uniform; up 70% of the time, as
+  first steps are usually slower), later warm-up points decaying by a factor 0.3-1 each.
+* **Step change:** level ratio 1.3-8 (log-uniform, up or down), change in the middle half; half of
+  them carry a ``config`` column that changes at the step.
+* **Sawtooth:** period 4-20 points at a random phase, rise within a period log-uniform between
+  ``max(20%, 3 sigma)`` and 200%, flat peaks.
+
+A shape counts as right when it is in the acceptable set of its kind: superlinear and
+exponential are interchangeable; a straight line and a curve are interchangeable when the
+curvature is not visible (its noncentrality, the true curve's distance from the best straight
+line or exponential summed in noise units, is under 3); a warm-up may be called a step change
+(and flat when every warm-up point is within 3 sigma); a step change at index <= 3 may be called
+a warm-up (and flat when the shift is under 3 sigma); a plateau may be called warm-up or step
+change.
+
+Run: ``python scripts/growth_corpus.py [--n 1200] [--seed 20240917]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize
+
+from wsprof.analysis.growth import classify
+
+SEED = 20240917
+N_SERIES = 1200
+#: Noise bands, relative sigma (fraction of the level).
+NOISE_BANDS = ((0.01, 0.05), (0.05, 0.10), (0.10, 0.25))
+#: Length bands, points (inclusive).
+LENGTH_BANDS = ((3, 4), (5, 10), (11, 50), (51, 200))
+KINDS = (
+    "flat",
+    "warmup_then_flat",
+    "step_change",
+    "linear",
+    "superlinear",
+    "exponential",
+    "sawtooth",
+    "plateau",
+)
+GROWING = frozenset({"linear", "superlinear", "exponential"})
+#: Growth floor: the rise must be at least this many noise sigmas ...
+GROWTH_MIN_SIGMAS = 3.0
+#: ... and at least this fraction of the level.
+GROWTH_MIN = 0.10
+#: Largest total rise (9 = a 10x rise).
+GROWTH_MAX = 9.0
+#: Curvature is visible when its noncentrality (noise units) is at least this.
+CURVATURE_VISIBLE = 3.0
+#: Sawtooth period range, points.
+SAW_MIN_PERIOD = 4
+SAW_MAX_PERIOD = 20
+#: Bar for the row "noise <= 10% and >= 5 points".
+BAR_PRECISION = 0.98
+BAR_RECALL = 0.95
+
+
+@dataclass(frozen=True)
+class Case:
+    """One labelled series."""
+
+    kind: str
+    values: tuple[float, ...]
+    config: tuple[str, ...] | None
+    noise: float
+    accumulating: bool
+    acceptable: frozenset[str]
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+
+def _log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
+    return float(math.exp(rng.uniform(math.log(lo), math.log(max(hi, lo)))))
+
+
+def _line_distance(f: np.ndarray, sigma: float) -> float:
+    """Noncentrality of f's curvature: distance from its best straight line in noise units."""
+    t = np.arange(f.size, dtype=float)
+    line = np.polyval(np.polyfit(t, f, 1), t)
+    return float(np.sqrt(np.sum(((f - line) / (sigma * f)) ** 2)))
+
+
+def _exp_distance(f: np.ndarray, sigma: float) -> float:
+    """Distance of a straight line f from its best exponential, in noise units."""
+    t = np.arange(f.size, dtype=float)
+    b0, a0 = np.polyfit(t, np.log(f), 1)
+
+    def model(q: np.ndarray, a: float, b: float) -> np.ndarray:
+        return a * np.exp(b * q)
+
+    try:
+        p, _ = optimize.curve_fit(model, t, f, p0=(math.exp(a0), b0), maxfev=2000)
+    except RuntimeError:
+        p = (math.exp(a0), b0)
+    return float(np.sqrt(np.sum(((f - model(t, *p)) / (sigma * f)) ** 2)))
+
+
+def _growth_rise(rng: np.random.Generator, sigma: float) -> float:
+    return _log_uniform(rng, max(GROWTH_MIN, GROWTH_MIN_SIGMAS * sigma), GROWTH_MAX)
+
+
+def _gen_growing(
+    kind: str, rng: np.random.Generator, n: int, sigma: float
+) -> tuple[np.ndarray, frozenset[str]]:
+    g = _growth_rise(rng, sigma)
+    u = np.arange(n) / (n - 1)
+    if kind == "linear":
+        f = 1 + g * u
+        curved = n >= 3 and _exp_distance(f, sigma) >= CURVATURE_VISIBLE
+        ok = {"linear"} if curved else {"linear", "superlinear", "exponential"}
+        return f, frozenset(ok)
+    f = 1 + g * u ** rng.uniform(1.5, 3.0) if kind == "superlinear" else (1 + g) ** u
+    curved = _line_distance(f, sigma) >= CURVATURE_VISIBLE
+    ok = {"superlinear", "exponential"} | (set() if curved else {"linear"})
+    return f, frozenset(ok)
+
+
+def _gen_warmup(rng: np.random.Generator, n: int, sigma: float) -> tuple[np.ndarray, frozenset[str]]:
+    k = int(rng.integers(1, min(3, max(1, n - 2)) + 1))
+    off = _log_uniform(rng, 0.2, 3.0) * rng.uniform(0.3, 1.0) ** np.arange(k)
+    up = rng.random() < 0.7
+    f = np.ones(n)
+    f[:k] = 1 + off if up else 1 / (1 + off)
+    tiny = bool(np.all(np.abs(f[:k] - 1) < GROWTH_MIN_SIGMAS * sigma * np.maximum(f[:k], 1)))
+    ok = {"warmup_then_flat", "step_change"} | ({"flat"} if tiny else set())
+    return f, frozenset(ok)
+
+
+def _gen_step(
+    rng: np.random.Generator, n: int, sigma: float
+) -> tuple[np.ndarray, frozenset[str], tuple[str, ...] | None]:
+    ratio = _log_uniform(rng, 1.3, 8.0)
+    ratio = ratio if rng.random() < 0.5 else 1 / ratio
+    cp = int(rng.integers(max(1, math.ceil(n / 4)), max(2, math.floor(3 * n / 4)) + 1))
+    cp = min(max(cp, 1), n - 1)
+    f = np.where(np.arange(n) < cp, 1.0, ratio)
+    ok = {"step_change"}
+    if cp <= 3:
+        ok.add("warmup_then_flat")
+    if abs(ratio - 1) < GROWTH_MIN_SIGMAS * sigma * max(ratio, 1):
+        ok.add("flat")
+    config = None
+    if rng.random() < 0.5:
+        config = tuple("tp=8" if i < cp else "tp=16" for i in range(n))
+    return f, frozenset(ok), config
+
+
+def _gen_sawtooth(rng: np.random.Generator, n: int, sigma: float) -> np.ndarray:
+    period = int(rng.integers(SAW_MIN_PERIOD, min(SAW_MAX_PERIOD, n // 3) + 1))
+    amp = _log_uniform(rng, max(0.2, GROWTH_MIN_SIGMAS * sigma), 2.0)
+    phase = (np.arange(n) + int(rng.integers(0, period))) % period
+    return 1 + amp * phase / (period - 1)
+
+
+def _gen_plateau(rng: np.random.Generator, n: int, sigma: float) -> np.ndarray:
+    g = _growth_rise(rng, sigma)
+    m = max(1, round(rng.uniform(0.2, 0.5) * n))
+    return 1 + g * np.minimum(1.0, np.arange(n) / m)
+
+
+def make_case(rng: np.random.Generator) -> Case:
+    """Draw one labelled series (see the module docstring for the distributions)."""
+    kind = KINDS[int(rng.integers(len(KINDS)))]
+    lo_s, hi_s = NOISE_BANDS[int(rng.integers(len(NOISE_BANDS)))]
+    sigma = float(rng.uniform(lo_s, hi_s))
+    bands = LENGTH_BANDS[2:] if kind == "sawtooth" else LENGTH_BANDS
+    lo_n, hi_n = bands[int(rng.integers(len(bands)))]
+    if kind == "sawtooth":
+        lo_n = max(lo_n, 3 * SAW_MIN_PERIOD)  # at least three periods
+    n = int(rng.integers(lo_n, hi_n + 1))
+    config = None
+    if kind in GROWING:
+        f, ok = _gen_growing(kind, rng, n, sigma)
+    elif kind == "warmup_then_flat":
+        f, ok = _gen_warmup(rng, n, sigma)
+    elif kind == "step_change":
+        f, ok, config = _gen_step(rng, n, sigma)
+    elif kind == "sawtooth":
+        f, ok = _gen_sawtooth(rng, n, sigma), frozenset({"sawtooth"})
+    elif kind == "plateau":
+        f, ok = _gen_plateau(rng, n, sigma), frozenset({"warmup_then_flat", "step_change"})
+    else:
+        f, ok = np.ones(n), frozenset({"flat"})
+    level = _log_uniform(rng, 0.5, 5000.0)
+    y = level * f * (1 + sigma * rng.standard_normal(n))
+    return Case(kind, tuple(float(v) for v in y), config, sigma, kind in GROWING, ok)
+
+
+def make_corpus(n: int = N_SERIES, seed: int = SEED) -> list[Case]:
+    """The seeded corpus."""
+    rng = np.random.default_rng(seed)
+    return [make_case(rng) for _ in range(n)]
+
+
+@dataclass
+class Tally:
+    """Counts for one row of the table."""
+
+    n: int = 0
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+    shape_ok: int = 0
+
+    def add(self, truth: bool, said: bool, shape_ok: bool) -> None:
+        self.n += 1
+        self.tp += truth and said
+        self.fp += said and not truth
+        self.fn += truth and not said
+        self.shape_ok += shape_ok
+
+    @property
+    def precision(self) -> float:
+        return self.tp / (self.tp + self.fp) if self.tp + self.fp else math.nan
+
+    @property
+    def recall(self) -> float:
+        return self.tp / (self.tp + self.fn) if self.tp + self.fn else math.nan
+
+    def row(self, label: str) -> str:
+        shape = self.shape_ok / self.n if self.n else math.nan
+        return (
+            f"{label:<28}{self.n:>6}{self.tp + self.fn:>6}{self.tp:>6}{self.fp:>6}{self.fn:>6}"
+            f"{self.precision:>8.3f}{self.recall:>8.3f}{shape:>8.3f}"
+        )
+
+
+def _noise_band(s: float) -> str:
+    return "noise <=5%" if s <= 0.05 else "noise 5-10%" if s <= 0.10 else "noise 10-25%"
+
+
+def _length_band(n: int) -> str:
+    for lo, hi in LENGTH_BANDS:
+        if lo <= n <= hi:
+            return f"len {lo}-{hi}"
+    return "len ?"
+
+
+def evaluate(
+    corpus: Sequence[Case], run: Callable[[Case], tuple[bool, str]]
+) -> tuple[dict[str, Tally], list[tuple[Case, bool, str]]]:
+    """Classify every case; tally by band, kind and overall."""
+    rows: dict[str, Tally] = {}
+    results = []
+    for case in corpus:
+        said, shape = run(case)
+        results.append((case, said, shape))
+        keys = [
+            "all",
+            _noise_band(case.noise),
+            _length_band(case.n),
+            f"{_noise_band(case.noise)}, {_length_band(case.n)}",
+            f"kind {case.kind}",
+        ]
+        if case.noise <= 0.10 and case.n >= 5:
+            keys.append("BAR noise<=10%, n>=5")
+        for k in keys:
+            rows.setdefault(k, Tally()).add(case.accumulating, said, shape in case.acceptable)
+    return rows, results
+
+
+def _run(case: Case) -> tuple[bool, str]:
+    v = classify(case.values, config=case.config)
+    return v.accumulating, v.shape
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the table; return 1 when the bar is missed."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--n", type=int, default=N_SERIES, help="number of series")
+    ap.add_argument("--seed", type=int, default=SEED, help="random seed")
+    ap.add_argument("--show-errors", type=int, default=0, help="print up to this many misses")
+    args = ap.parse_args(argv)
+    corpus = make_corpus(args.n, args.seed)
+    t0 = time.perf_counter()
+    rows, results = evaluate(corpus, _run)
+    elapsed = time.perf_counter() - t0
+    head = f"{'rows':<28}{'n':>6}{'pos':>6}{'TP':>6}{'FP':>6}{'FN':>6}{'prec':>8}{'recall':>8}{'shape':>8}"
+    print(f"growth corpus: {args.n} series, seed {args.seed}")
+    print(head)
+    print("-" * len(head))
+    order = (
+        ["all"]
+        + [_noise_band(hi) for _, hi in NOISE_BANDS]
+        + [f"len {lo}-{hi}" for lo, hi in LENGTH_BANDS]
+        + [f"{_noise_band(s)}, len {lo}-{hi}" for _, s in NOISE_BANDS for lo, hi in LENGTH_BANDS]
+        + [f"kind {k}" for k in KINDS]
+    )
+    for key in order:
+        if key in rows:
+            print(rows[key].row(key))
+    bar = rows.get("BAR noise<=10%, n>=5", Tally())
+    print("-" * len(head))
+    print(bar.row("BAR noise<=10%, n>=5"))
+    print(f"runtime: {elapsed:.2f} s ({1000 * elapsed / max(len(corpus), 1):.2f} ms/series)")
+    ok = bar.precision >= BAR_PRECISION and bar.recall >= BAR_RECALL
+    print(
+        f"bar precision >= {BAR_PRECISION}, recall >= {BAR_RECALL}: {'met' if ok else 'MISSED'}"
+    )
+    shown = 0
+    for case, said, shape in results:
+        if shown >= args.show_errors:
+            break
+        if said != case.accumulating or shape not in case.acceptable:
+            shown += 1
+            vals = ", ".join(f"{v:.4g}" for v in case.values[:40])
+            print(
+                f"MISS kind={case.kind} n={case.n} noise={case.noise:.3f} said={said}/{shape} "
+                f"ok={sorted(case.acceptable)} cfg={case.config is not None}\n  [{vals}]"
+            )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

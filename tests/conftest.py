@@ -1,0 +1,32 @@
+"""Shared fixtures: guard global state, locate the repo and the shared cases."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+
+def _collective_state() -> dict[str, object]:
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return {}
+    from wsprof.capture import aliases
+
+    state: dict[str, object] = {}
+    for name in aliases.API_OPS:
+        state[f"dist.{name}"] = dist.__dict__.get(name)
+    for name in aliases.BACKEND_OPS:
+        state[f"pg.{name}"] = dist.ProcessGroup.__dict__.get(name)
+    return state
+
+
+@pytest.fixture(autouse=True)
+def collectives_untouched() -> Iterator[None]:
+    """Every collective is the original before and after each test (no leaked patch)."""
+    before = _collective_state()
+    yield
+    after = _collective_state()
+    changed = [k for k in before if before[k] is not after.get(k)]
+    assert not changed, f"test left collectives patched: {changed[:5]}"

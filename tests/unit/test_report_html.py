@@ -1,0 +1,316 @@
+"""The HTML report: sections, escaping of hostile names, self-containment, size."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from matplotlib.figure import Figure
+
+from tests.report_fixtures import call_points, make_run_analysis, make_series_analysis
+from wsprof.analysis.model import Analysis, CallPoints, CounterTrack, SeriesResult
+from wsprof.report import figures
+from wsprof.report.html import (
+    SECTIONS,
+    fmt_bytes,
+    fmt_duration,
+    fmt_pct,
+    render_html,
+    step_table,
+    write_html,
+)
+
+HOSTILE = (
+    "<script>alert(1)</script>",
+    '"><img src=x onerror=alert(1)>',
+    "{{7*7}}",
+)
+PAYLOAD = "".join(HOSTILE) + r" $\frac{1}{0}$ ${x}"
+
+
+class _Tags(HTMLParser):
+    """Every start tag with its attributes, and section ids."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+        self.data: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs))
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs))
+
+    def handle_data(self, data: str) -> None:
+        self.data.append(data)
+
+
+def _parse(html: str) -> _Tags:
+    p = _Tags()
+    p.feed(html)
+    p.close()
+    return p
+
+
+def _section_ids(html: str) -> list[str]:
+    return [
+        dict(attrs).get("id") or ""
+        for tag, attrs in _parse(html).tags
+        if tag == "section"
+    ]
+
+
+def _assert_self_contained(html: str) -> None:
+    tags = _parse(html).tags
+    for tag, attrs in tags:
+        assert tag not in ("script", "iframe", "object", "embed", "link", "img", "base"), tag
+        for name, value in attrs:
+            assert not name.startswith("on"), (tag, name, value)
+            if name in ("src", "href", "xlink:href", "action", "srcset", "poster", "data"):
+                v = (value or "").strip().lower()
+                assert not v.startswith(("http:", "https:", "//", "ftp:", "javascript:")), (
+                    tag,
+                    name,
+                    v[:80],
+                )
+                assert v.startswith(("#", "data:image/png;base64,")), (tag, name, v[:80])
+    lowered = html.lower()
+    assert "@import" not in lowered
+    # Only local references (SVG clip paths) in url(...).
+    assert not re.search(r"""url\(\s*(?!['"]?#)""", lowered)
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", lowered)
+
+
+@pytest.fixture(scope="module")
+def run_html() -> str:
+    return render_html(make_run_analysis())
+
+
+@pytest.fixture(scope="module")
+def hostile_html() -> str:
+    return render_html(make_run_analysis(payload=PAYLOAD))
+
+
+def test_run_report_has_every_section_in_order(run_html: str) -> None:
+    assert _section_ids(run_html) == list(SECTIONS)
+    assert run_html.count("How to read this:") == len(SECTIONS)
+    assert run_html.lstrip().startswith("<!DOCTYPE html>")
+
+
+def test_verdict_comes_first_with_findings(run_html: str) -> None:
+    verdict = run_html.index('id="verdict"')
+    assert verdict < run_html.index('id="two-numbers"')
+    title = "Weight sync grows 0.44 s per step"
+    assert verdict < run_html.index(title) < run_html.index('id="two-numbers"')
+    for text in ("accumulating_slowdown", "critical", "fsdp_vllm.py:160", "slope_s_per_step"):
+        assert text in run_html
+    # Most severe first.
+    assert run_html.index('class="finding critical"') < run_html.index('class="finding warning"')
+    assert run_html.index('class="finding warning"') < run_html.index('class="finding info"')
+
+
+def test_run_report_content(run_html: str) -> None:
+    # Two numbers: median rollout share and weight sync of rank 0.
+    assert "53%" in run_html
+    assert "2.4 s" in run_html
+    # Figures: weight sync growth, stacked bars, per-op, between layers, counters, hot frames.
+    assert run_html.count("<svg") >= 6
+    assert 'aria-label="weight_sync_s per step with fitted superlinear curve"' in run_html
+    assert 'aria-label="stacked time per step' in run_html
+    assert 'aria-label="per-call collective latency over call index"' in run_html
+    assert 'aria-label="time between layers per call over call index"' in run_html
+    assert 'aria-label="counter segment.all.current"' in run_html
+    assert 'aria-label="hottest leaf frames by share of samples"' in run_html
+    # Tables: ops, series verdicts, steps, metadata.
+    for text in ("all_gather_into_tensor", "torch.distributed._all_gather_base", "superlinear"):
+        assert text in run_html
+    assert "12.8 s at step 15" in run_html  # projection of weight_sync_s
+    assert "expandable_segments:True" in run_html
+    assert "rank 2: 3 calls after the last step" in run_html
+    # The empty counter gets no figure.
+    assert 'aria-label="counter empty_counter"' not in run_html
+    _assert_self_contained(run_html)
+
+
+def test_series_report_renders_without_processes() -> None:
+    html = render_html(make_series_analysis())
+    assert _section_ids(html) == list(SECTIONS)
+    assert "Not applicable: this report was built from a series" in html
+    assert "No py-spy samples" in html
+    assert 'aria-label="weight_sync_s per step with fitted exponential curve"' in html
+    assert "61%" in html  # median of the rollout_share series
+    assert "gen_tokens_per_s" in html
+    _assert_self_contained(html)
+
+
+def test_empty_analysis_renders() -> None:
+    html = render_html(Analysis(source="empty", kind="run", processes=(), series=(), findings=()))
+    assert _section_ids(html) == list(SECTIONS)
+    assert "No findings" in html
+    _assert_self_contained(html)
+
+
+def test_process_without_data_renders() -> None:
+    a = make_run_analysis(n_processes=1)
+    p = dataclasses.replace(
+        a.processes[0],
+        steps=(),
+        ops=(),
+        calls=CallPoints((), (), (), (), (), 0),
+        counters=(CounterTrack("x", (), ()),),
+        hot_frames=(),
+        hot_stacks=(),
+        n_samples=0,
+        meta={},
+    )
+    html = render_html(dataclasses.replace(a, processes=(p,), series=(), findings=()))
+    assert _section_ids(html) == list(SECTIONS)
+    assert "No collective calls recorded" in html
+    assert "No counters were recorded" in html
+    assert "No py-spy samples" in html
+
+
+def test_hostile_names_are_escaped(hostile_html: str) -> None:
+    parsed = _parse(hostile_html)
+    _assert_self_contained(hostile_html)
+    assert not [t for t, _ in parsed.tags if t == "script"]
+    assert not [t for t, _ in parsed.tags if t == "img"]
+    # The payload is shown as text, escaped in the source.
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in hostile_html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in hostile_html
+    assert "<script>" not in hostile_html
+    assert "<img" not in hostile_html
+    # Jinja never evaluates data.
+    assert "{{7*7}}" in hostile_html
+    text = "".join(parsed.data)
+    for piece in HOSTILE:
+        assert piece in text
+    # In findings, op/frame names, paths, metadata keys and values, series, notes and figures.
+    assert text.count("<script>alert(1)</script>") >= 15
+
+
+def test_hostile_text_inside_figures(hostile_html: str) -> None:
+    # Op names reach the legend, frame names the bar labels, counter names the axis labels.
+    svgs = "".join(re.findall(r"<svg\b.*?</svg>", hostile_html, flags=re.DOTALL))
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in svgs
+    assert "<script" not in svgs
+
+
+def test_no_network_references_in_svg(run_html: str) -> None:
+    assert "<!DOCTYPE svg" not in run_html
+    assert "<?xml" not in run_html
+    assert "w3.org/Graphics" not in run_html
+
+
+def test_report_size_with_100k_points(tmp_path: Path) -> None:
+    a = make_run_analysis(n_processes=1)
+    big = call_points(n_per_step=12_500, n_steps=8)  # 100k points
+    assert len(big.index) == 100_000
+    p = dataclasses.replace(a.processes[0], calls=big)
+    path = write_html(dataclasses.replace(a, processes=(p,)), tmp_path / "big.html")
+    size = Path(path).stat().st_size
+    assert size < 5 * 1024 * 1024, size
+
+
+def test_write_html_creates_parent_dirs(tmp_path: Path) -> None:
+    out = tmp_path / "a" / "b" / "report.html"
+    path = write_html(make_series_analysis(), out)
+    assert path == str(out)
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+def test_figures_are_freed() -> None:
+    a = make_run_analysis(n_processes=1)
+    render_html(a)
+    gc.collect()
+    before = sum(isinstance(o, Figure) for o in gc.get_objects())
+    render_html(a)
+    gc.collect()
+    after = sum(isinstance(o, Figure) for o in gc.get_objects())
+    assert after <= before
+
+
+def test_rendering_leaves_matplotlib_global_state_alone() -> None:
+    import sys
+
+    import matplotlib
+
+    backend = matplotlib.get_backend()
+    rc = dict(matplotlib.rcParams)
+    render_html(make_run_analysis(n_processes=1))
+    assert matplotlib.get_backend() == backend
+    assert dict(matplotlib.rcParams) == rc
+    assert "matplotlib.pyplot" not in sys.modules or backend == matplotlib.get_backend()
+
+
+def test_cap_indices_keeps_the_slowest() -> None:
+    import numpy as np
+
+    values = np.arange(100_000, dtype=np.float64)
+    values[12_345] = 1e12
+    idx = figures.cap_indices(values, cap=1000)
+    assert len(idx) <= 1000
+    assert 12_345 in idx
+    assert list(idx) == sorted(idx)
+
+
+def test_counter_per_step_takes_last_value_before_step_end() -> None:
+    a = make_run_analysis(n_processes=1)
+    p = a.processes[0]
+    t0 = p.meta["t0_ns"]
+    track = CounterTrack(
+        "c",
+        tuple((r.t_end_ns - t0) / 1e9 - 0.001 for r in p.steps),
+        tuple(float(r.step * 10) for r in p.steps),
+    )
+    per_step = figures.counter_per_step(track, p.steps, t0)
+    assert per_step == {r.step: r.step * 10.0 for r in p.steps}
+
+
+def test_counter_without_alignment_is_drawn_over_time() -> None:
+    a = make_run_analysis(n_processes=1)
+    p = a.processes[0]
+    assert figures.counter_latency_pairs(p.counters[0], p.steps, p.calls, None) == []
+    svg = figures.counter_figure(p.counters[0], p.steps, p.calls, None)
+    assert svg is not None and "per step: counter vs latency" not in svg
+    svg = figures.counter_figure(p.counters[0], p.steps, p.calls, p.meta["t0_ns"])
+    assert svg is not None and "per step: counter vs latency" in svg
+
+
+def test_growth_figure_without_fit_or_projection() -> None:
+    r = make_series_analysis().series[1]
+    bare = SeriesResult(
+        r.series, dataclasses.replace(r.verdict, fitted=(), projection=None, change_point=3)
+    )
+    assert figures.growth_figure(bare) is not None
+    empty = SeriesResult(
+        dataclasses.replace(r.series, steps=(), values=()),
+        dataclasses.replace(r.verdict, fitted=()),
+    )
+    assert figures.growth_figure(empty) is None
+
+
+def test_formatters() -> None:
+    assert fmt_duration(None) == "—"
+    assert fmt_duration(0.0) == "0 s"
+    assert fmt_duration(12e-6) == "12 µs"
+    assert fmt_duration(0.0456) == "45.6 ms"
+    assert fmt_duration(2.5) == "2.5 s"
+    assert fmt_pct(0.534) == "53%"
+    assert fmt_pct(0.05) == "5.0%"
+    assert fmt_bytes(3 * 2**30) == "3 GiB"
+    assert fmt_bytes(512) == "512 B"
+
+
+def test_step_table_folds_long_runs() -> None:
+    steps = make_run_analysis(n_processes=1).processes[0].steps
+    assert step_table(steps).gap_after is None
+    long = tuple(dataclasses.replace(steps[0], step=i) for i in range(100))
+    t = step_table(long, max_rows=20)
+    assert len(t.rows) == 20 and t.gap_after == 10 and t.n_total == 100
+    assert [r.step for r in t.rows][9:11] == [9, 90]

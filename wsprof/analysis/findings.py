@@ -1,0 +1,444 @@
+"""Findings: small rule classes, each naming its numbers, a place and a next step.
+
+Modelled on ``torch.profiler._pattern_matcher``: a rule has a ``kind``, a ``description`` and
+``match(facts) -> list[Finding]``. Thresholds are module constants with their reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from wsprof.analysis.model import (
+    SEVERITIES,
+    Finding,
+    ProcessAnalysis,
+    SeriesResult,
+)
+
+#: Growth over the observed steps at or above which an accumulating slowdown is critical: the
+#: time has at least doubled, as in the motivating case (143 s -> 1596 s in 4 steps).
+CRITICAL_GROWTH_RATIO = 2.0
+#: Share of the weight-sync growth explained by time between layers above which the wrapper is
+#: named as the cause (more than half of the growth).
+BETWEEN_LAYERS_SHARE = 0.5
+#: |Spearman rho| at or above which a counter is said to track a slowdown.
+CORRELATION_RHO = 0.9
+#: Fewest steps for a correlation to be reported.
+CORRELATION_MIN_STEPS = 4
+#: Share of py-spy samples in one leaf frame for it to be called hot (the motivating case had
+#: 6 of 6 samples in one place).
+HOT_FRAME_SHARE = 0.3
+
+TIME_SERIES = ("weight_sync_s", "step_s", "rollout_s")
+LABELS = {
+    "weight_sync_s": "weight-sync time",
+    "step_s": "step time",
+    "rollout_s": "rollout time",
+    "between_layers_s": "time between the API name and the backend",
+    "collective_calls": "collective calls per step",
+}
+
+
+@dataclass
+class Facts:
+    """What the rules look at: headline series by name, processes, recorded facts."""
+
+    series: dict[str, SeriesResult]
+    processes: Sequence[ProcessAnalysis]
+    wrappers: list[dict[str, Any]] = field(default_factory=list)
+    internal_errors: list[str] = field(default_factory=list)
+    #: Series judged as times per step (slowdowns) and as counters (growth).
+    time_series: tuple[str, ...] = TIME_SERIES
+    counter_series: tuple[str, ...] | None = None
+
+    def counters(self) -> list[str]:
+        if self.counter_series is not None:
+            return list(self.counter_series)
+        return [n for n in self.series if n.startswith("counter:")]
+
+    @property
+    def primary(self) -> ProcessAnalysis | None:
+        return self.processes[0] if self.processes else None
+
+
+def _fmt(v: float, unit: str) -> str:
+    if unit == "s":
+        if abs(v) < 1.0:
+            return f"{v * 1e3:.0f} ms"
+        return f"{v:.2f} s" if abs(v) < 100 else f"{v:.0f} s"
+    if unit == "us":
+        return f"{v:.1f} µs"
+    return f"{v:.4g}{(' ' + unit) if unit else ''}"
+
+
+def _wrapper_where(facts: Facts) -> str | None:
+    if not facts.wrappers:
+        return None
+    w = facts.wrappers[0]
+    return f"{w.get('qualname')} ({w.get('file')}:{w.get('line')})"
+
+
+def _wrapped_names(facts: Facts) -> str:
+    names = sorted({str(w.get("api", "?")) for w in facts.wrappers})
+    return ", ".join(names)
+
+
+class Rule:
+    """A finding rule."""
+
+    kind = "rule"
+    description = ""
+
+    def match(self, facts: Facts) -> list[Finding]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class AccumulatingSlowdown(Rule):
+    """A time per step (weight sync, step, rollout) grows step after step."""
+
+    kind = "accumulating_slowdown"
+    description = "a per-step time grows step after step; judge the curve, not the value"
+
+    def match(self, facts: Facts) -> list[Finding]:
+        out: list[Finding] = []
+        for name in facts.time_series:
+            res = facts.series.get(name)
+            if res is None or not res.verdict.accumulating:
+                continue
+            v, s = res.verdict, res.series
+            first, last = s.values[0], s.values[-1]
+            ratio = last / first if first > 0 else float("inf")
+            proj = v.projection
+            proj_txt = f"; projected {_fmt(proj.value, s.unit)} at step {proj.step}" if proj else ""
+            title = (
+                f"{LABELS.get(name, name)} grows ({v.shape}): {_fmt(first, s.unit)} -> "
+                f"{_fmt(last, s.unit)} over {len(s.values)} steps "
+                f"({_fmt(v.slope_per_step, s.unit)}/step){proj_txt}"
+            )
+            severity = "critical" if ratio >= CRITICAL_GROWTH_RATIO else "warning"
+            evidence: dict[str, Any] = {
+                "series": name,
+                "shape": v.shape,
+                "first": first,
+                "last": last,
+                "growth_ratio": ratio,
+                "slope_per_step": v.slope_per_step,
+                "growth_factor_per_step": v.growth_factor_per_step,
+                "confidence": v.confidence,
+            }
+            if proj:
+                evidence["projection"] = {"step": proj.step, "value": proj.value}
+            out.append(
+                Finding(
+                    self.kind,
+                    severity,
+                    title,
+                    evidence,
+                    _wrapper_where(facts),
+                    "find where the added time goes: see the between-layers and per-call findings; "
+                    "sample the slow phase with py-spy (wsprof attach PID), fix, then re-sample: "
+                    "overhead moves to the next slowest place",
+                )
+            )
+        return out
+
+
+class BetweenLayers(Rule):
+    """Time between the collective name called and the process-group backend grows: a wrapper
+    around the collectives (not the communication) is the cost."""
+
+    kind = "between_layers"
+    description = "time spent in wrappers between the collective name and the backend grows"
+
+    def match(self, facts: Facts) -> list[Finding]:
+        bl = facts.series.get("between_layers_s")
+        sync = facts.series.get("weight_sync_s")
+        if bl is None or not bl.verdict.accumulating:
+            return []
+        share = None
+        if sync is not None and sync.verdict.slope_per_step > 0:
+            share = bl.verdict.slope_per_step / sync.verdict.slope_per_step
+        if share is not None and share < BETWEEN_LAYERS_SHARE:
+            return []
+        vals = bl.series.values
+        wrapped = _wrapped_names(facts)
+        where = _wrapper_where(facts)
+        title = (
+            f"time between the collective API and the backend grows "
+            f"{_fmt(bl.verdict.slope_per_step, 's')}/step ({_fmt(vals[0], 's')} -> "
+            f"{_fmt(vals[-1], 's')} per step)"
+        )
+        if share is not None:
+            title += f": {min(share, 1.0):.0%} of the weight-sync growth"
+        if where:
+            title += f"; wrapper {where.split(' (')[0]} around {wrapped}"
+        return [
+            Finding(
+                self.kind,
+                "critical",
+                title,
+                {
+                    "slope_s_per_step": bl.verdict.slope_per_step,
+                    "share_of_sync_growth": share,
+                    "wrapped_names": wrapped,
+                    "first_s": vals[0],
+                    "last_s": vals[-1],
+                },
+                where,
+                "the wrapper does work per collective whose cost grows (in the motivating case a "
+                "free-memory probe walking allocator segments): remove it from the per-call path "
+                "or run it once per sync, for every name it wraps, then re-measure",
+            )
+        ]
+
+
+class PerCallVsCallCount(Rule):
+    """Is each call slower, or are there more calls?"""
+
+    kind = "per_call_growth"
+    description = "each collective gets slower (per_call_growth) or there are more (call_count)"
+
+    def match(self, facts: Facts) -> list[Finding]:
+        out: list[Finding] = []
+        count = facts.series.get("collective_calls")
+        if count is not None and count.verdict.accumulating:
+            out.append(
+                Finding(
+                    "call_count_growth",
+                    "warning",
+                    f"collective calls per step grow {count.verdict.slope_per_step:.1f}/step "
+                    f"({count.series.values[0]:.0f} -> {count.series.values[-1]:.0f})",
+                    {"slope_per_step": count.verdict.slope_per_step},
+                    None,
+                    "more calls each step: look for per-tensor sync of a growing set of tensors; "
+                    "bucket tensors into fewer, larger collectives",
+                )
+            )
+        for name, res in facts.series.items():
+            if not name.startswith("median_us:") or not res.verdict.accumulating:
+                continue
+            op = name.split(":", 1)[1]
+            vals = res.series.values
+            out.append(
+                Finding(
+                    self.kind,
+                    "warning",
+                    f"each {op} call gets slower: median {vals[0]:.0f} µs -> {vals[-1]:.0f} µs "
+                    f"(+{res.verdict.slope_per_step:.1f} µs/step)",
+                    {"op": op, "first_us": vals[0], "last_us": vals[-1],
+                     "slope_us_per_step": res.verdict.slope_per_step},
+                    None,
+                    "per-call cost grows: compare the time between layers (wrappers) with the "
+                    "backend time to see whether communication or the code around it slows down",
+                )
+            )
+        return out
+
+
+class CounterCorrelation(Rule):
+    """A counter rises and falls with the slowdown (Spearman rank correlation, scipy)."""
+
+    kind = "counter_correlation"
+    description = "a counter tracks the slowdown"
+
+    def match(self, facts: Facts) -> list[Finding]:
+        target = facts.series.get("weight_sync_s")
+        if target is None or not target.verdict.accumulating:
+            return []
+        out: list[Finding] = []
+        y_by_step = dict(zip(target.series.steps, target.series.values))
+        for name, res in facts.series.items():
+            if not name.startswith("counter:"):
+                continue
+            pairs = [(v, y_by_step[s]) for s, v in zip(res.series.steps, res.series.values)
+                     if s in y_by_step]
+            if len(pairs) < CORRELATION_MIN_STEPS:
+                continue
+            x = np.array([p[0] for p in pairs])
+            y = np.array([p[1] for p in pairs])
+            if np.ptp(x) == 0 or np.ptp(y) == 0:
+                continue
+            rho = float(stats.spearmanr(x, y).statistic)
+            if abs(rho) < CORRELATION_RHO:
+                continue
+            fit = stats.linregress(x, y)
+            per_1000_ms = float(fit.slope) * 1000 * 1e3
+            cname = name.split(":", 1)[1]
+            out.append(
+                Finding(
+                    self.kind,
+                    "warning",
+                    f"weight-sync time tracks {cname} (Spearman rho {rho:.2f}): "
+                    f"+{per_1000_ms:.1f} ms per 1,000 {cname}",
+                    {"counter": cname, "spearman_rho": rho, "ms_per_1000": per_1000_ms,
+                     "r_squared": float(fit.rvalue**2)},
+                    cname,
+                    f"find what walks or scales with {cname} on the sync path (probes, snapshots, "
+                    "memory statistics) and take it off the per-call path",
+                )
+            )
+        return out
+
+
+class CounterGrowth(Rule):
+    """A counter (memory, segments, user counter) grows step after step."""
+
+    kind = "memory_growth"
+    description = "a counter grows linearly or faster; a one-time step or plateau is not growth"
+
+    def match(self, facts: Facts) -> list[Finding]:
+        out: list[Finding] = []
+        for name in facts.counters():
+            res = facts.series.get(name)
+            if res is None or not res.verdict.accumulating:
+                continue
+            cname = name.split(":", 1)[-1]
+            vals = res.series.values
+            out.append(
+                Finding(
+                    self.kind,
+                    "warning",
+                    f"{cname} grows {res.verdict.slope_per_step:.4g}/step "
+                    f"({vals[0]:.4g} -> {vals[-1]:.4g}, {res.verdict.shape})",
+                    {"counter": cname, "slope_per_step": res.verdict.slope_per_step,
+                     "first": vals[0], "last": vals[-1]},
+                    cname,
+                    "something is kept each step: find who allocates it (memory snapshot, gc "
+                    "referrers) and release it",
+                )
+            )
+        return out
+
+
+class RolloutShare(Rule):
+    """The two numbers a user wants first: rollout share and weight-sync time."""
+
+    kind = "rollout_share"
+    description = "rollout share of each step and weight-sync share"
+
+    def match(self, facts: Facts) -> list[Finding]:
+        pa = facts.primary
+        if pa is None or not pa.steps:
+            return []
+        shares = [r.rollout_share for r in pa.steps if r.rollout_share is not None]
+        syncs = [r.weight_sync_s for r in pa.steps if r.weight_sync_s is not None]
+        step_s = [r.step_s for r in pa.steps]
+        parts = []
+        ev: dict[str, Any] = {"steps": len(pa.steps), "median_step_s": float(np.median(step_s))}
+        if shares:
+            ev["median_rollout_share"] = float(np.median(shares))
+            parts.append(f"rollout {np.median(shares):.0%} of each step")
+        if syncs:
+            last = pa.steps[-1]
+            sync_share = [
+                r.weight_sync_s / r.step_s for r in pa.steps if r.weight_sync_s and r.step_s > 0
+            ]
+            ev["median_weight_sync_s"] = float(np.median(syncs))
+            ev["last_weight_sync_s"] = last.weight_sync_s
+            if sync_share:
+                ev["median_weight_sync_share"] = float(np.median(sync_share))
+            parts.append(
+                f"weight sync {_fmt(float(np.median(syncs)), 's')} median "
+                f"({_fmt(syncs[-1], 's')} last step)"
+            )
+        if not parts:
+            return []
+        return [
+            Finding(
+                self.kind,
+                "info",
+                "; ".join(parts) + f" ({pa.label}, steps from {pa.step_source})",
+                ev,
+                pa.label,
+                "a low rollout share with a large weight-sync share means the GPUs that generate "
+                "wait on the sync",
+            )
+        ]
+
+
+class HotFrame(Rule):
+    """Most py-spy samples in one place."""
+
+    kind = "hot_frame"
+    description = "a frame holds a large share of stack samples"
+
+    def match(self, facts: Facts) -> list[Finding]:
+        out: list[Finding] = []
+        for pa in facts.processes:
+            if not pa.hot_frames:
+                continue
+            top = pa.hot_frames[0]
+            if top.share < HOT_FRAME_SHARE:
+                continue
+            out.append(
+                Finding(
+                    self.kind,
+                    "info",
+                    f"{top.samples} of {top.total} samples in {top.frame} ({pa.label})",
+                    {"samples": top.samples, "total": top.total, "share": top.share},
+                    top.frame,
+                    "this is where the process spends its time; after fixing it, sample again",
+                )
+            )
+        return out
+
+
+class SelfOverhead(Rule):
+    """wsprof's own cost and anything it dropped or failed to do."""
+
+    kind = "self_overhead"
+    description = "wsprof's own cost, dropped records and internal errors"
+
+    def match(self, facts: Facts) -> list[Finding]:
+        flush_s = 0.0
+        dropped = internal = write = 0
+        for pa in facts.processes:
+            own = pa.meta.get("self") or {}
+            flush_s += float(own.get("flush_ns_total", 0)) / 1e9
+            dropped += int(own.get("dropped_calls", 0))
+            internal += int(own.get("internal_errors", 0))
+            write += int(own.get("write_errors", 0))
+        if not facts.processes:
+            return []
+        bad = dropped or internal or write
+        title = f"wsprof wrote its traces in {flush_s:.2f} s of background time"
+        if bad:
+            title += f"; dropped {dropped} calls, {internal} internal errors, {write} write errors"
+        return [
+            Finding(
+                self.kind,
+                "warning" if bad else "info",
+                title,
+                {"flush_s": flush_s, "dropped_calls": dropped, "internal_errors": internal,
+                 "write_errors": write, "first_errors": facts.internal_errors[:5]},
+                None,
+                "report internal errors to wsprof; training was not affected"
+                if bad else "nothing to do",
+            )
+        ]
+
+
+RULES: tuple[Rule, ...] = (
+    AccumulatingSlowdown(),
+    BetweenLayers(),
+    PerCallVsCallCount(),
+    CounterCorrelation(),
+    CounterGrowth(),
+    RolloutShare(),
+    HotFrame(),
+    SelfOverhead(),
+)
+
+
+def run_rules(facts: Facts, rules: Sequence[Rule] = RULES) -> list[Finding]:
+    """Every rule's findings, most severe first (stable within a severity)."""
+    found: list[Finding] = []
+    for rule in rules:
+        found.extend(rule.match(facts))
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    return sorted(found, key=lambda f: -order.get(f.severity, 0))

@@ -1,0 +1,162 @@
+"""Per-process analysis: steps, per-op statistics, plotted points, counters, hot frames."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from wsprof.analysis.model import CallPoints, CounterTrack, OpStats, ProcessAnalysis, StepRow
+from wsprof.analysis.samples import hot_frames, hot_stacks
+from wsprof.analysis.steps import steps_from_bursts, steps_from_markers
+from wsprof.trace.model import CallTable, ProcessTrace, SampleWindow
+
+#: Most call points kept for plots per process; beyond it each bucket keeps its min and max.
+MAX_PLOT_POINTS = 6_000
+#: Most counter points kept per counter track.
+MAX_COUNTER_POINTS = 2_000
+
+
+def downsample_extremes(values: npt.NDArray[np.float64], max_points: int) -> npt.NDArray[np.int64]:
+    """Indices to plot: all when few, else per bucket the index of the min and of the max.
+
+    Args:
+        values: shape (n,).
+        max_points: at most this many indices are returned.
+
+    Returns:
+        Sorted unique indices, shape (<= max_points,).
+    """
+    n = len(values)
+    if n <= max_points:
+        return np.arange(n, dtype=np.int64)
+    buckets = max(1, max_points // 2)
+    edges = np.linspace(0, n, buckets + 1).astype(np.int64)
+    keep: list[int] = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        if b <= a:
+            continue
+        seg = values[a:b]
+        keep.append(int(a + np.argmin(seg)))
+        keep.append(int(a + np.argmax(seg)))
+    return np.unique(np.array(keep, dtype=np.int64))
+
+
+def op_stats(calls: CallTable) -> list[OpStats]:
+    """Per canonical op statistics, most total time first."""
+    out: list[OpStats] = []
+    if len(calls) == 0:
+        return out
+    dur = calls.duration_ns
+    between = calls.between_layers_ns
+    for op in sorted(set(calls.op.tolist())):
+        m = calls.op == op
+        d = dur[m]
+        apis = tuple(sorted(set(calls.api[m].tolist())))
+        nbytes = calls.bytes[m]
+        out.append(
+            OpStats(
+                op=str(op),
+                apis=apis,
+                n_calls=int(m.sum()),
+                total_s=float(d.sum()) / 1e9,
+                median_us=float(np.median(d)) / 1e3,
+                p99_us=float(np.percentile(d, 99)) / 1e3,
+                between_layers_median_us=float(np.median(between[m])) / 1e3,
+                bytes_total=int(nbytes[nbytes > 0].sum()),
+            )
+        )
+    out.sort(key=lambda s: -s.total_s)
+    return out
+
+
+def call_points(calls: CallTable) -> CallPoints:
+    """Per-call latency and time between layers over call index, downsampled keeping extremes."""
+    lat = calls.duration_ns.astype(np.float64) / 1e3
+    idx = downsample_extremes(lat, MAX_PLOT_POINTS)
+    return CallPoints(
+        index=tuple(int(i) for i in idx),
+        latency_us=tuple(float(v) for v in lat[idx]),
+        between_layers_us=tuple(float(v) / 1e3 for v in calls.between_layers_ns[idx]),
+        step=tuple(int(v) for v in calls.step[idx]),
+        op=tuple(str(v) for v in calls.op[idx]),
+        n_total=len(calls),
+    )
+
+
+def counter_tracks(trace: ProcessTrace, t0_ns: int) -> list[CounterTrack]:
+    """Every counter over time (seconds since ``t0_ns``), downsampled keeping extremes."""
+    tracks: list[CounterTrack] = []
+    for name in sorted(trace.counters):
+        t, v = trace.counters[name]
+        idx = downsample_extremes(v, MAX_COUNTER_POINTS)
+        tracks.append(
+            CounterTrack(
+                name=name,
+                t_s=tuple(float(x) for x in (t[idx] - t0_ns) / 1e9),
+                value=tuple(float(x) for x in v[idx]),
+            )
+        )
+    return tracks
+
+
+def counter_per_step(
+    trace: ProcessTrace, steps: Sequence[StepRow]
+) -> dict[str, list[float | None]]:
+    """Each counter's last value at or before each step's end (None before its first sample)."""
+    out: dict[str, list[float | None]] = {}
+    for name, (t, v) in trace.counters.items():
+        vals: list[float | None] = []
+        for row in steps:
+            i = int(np.searchsorted(t, row.t_end_ns, side="right")) - 1
+            vals.append(float(v[i]) if i >= 0 else None)
+        out[name] = vals
+    return out
+
+
+def first_record_ns(trace: ProcessTrace) -> int:
+    """Monotonic ns of the process's first record (anchor when nothing was recorded)."""
+    cands: list[int] = []
+    if len(trace.calls):
+        cands.append(int(trace.calls.t_start_ns.min()))
+    cands += [s.t_start_ns for s in trace.spans[:1]]
+    cands += [int(t[0]) for t, _ in trace.counters.values() if len(t)]
+    if cands:
+        return min(cands)
+    anchor = trace.meta.get("anchor") or {}
+    return int(anchor.get("monotonic_ns", 0))
+
+
+def last_record_ns(trace: ProcessTrace) -> int:
+    cands: list[int] = [0]
+    if len(trace.calls):
+        cands.append(int(trace.calls.t_end_ns.max()))
+    cands += [s.t_end_ns for s in trace.spans]
+    cands += [int(t[-1]) for t, _ in trace.counters.values() if len(t)]
+    return max(cands)
+
+
+def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -> ProcessAnalysis:
+    """Everything derived from one process's trace (plus py-spy windows sampled from it)."""
+    calls = trace.calls
+    steps = steps_from_markers(calls, trace.spans)
+    source = "markers"
+    if not steps:
+        steps = steps_from_bursts(calls, last_record_ns(trace))
+        source = "bursts" if steps else "none"
+    windows = list(samples) + list(trace.samples)
+    return ProcessAnalysis(
+        label=trace.label,
+        rank=trace.rank,
+        pid=trace.meta.get("pid"),
+        step_source=source,
+        steps=tuple(steps),
+        ops=tuple(op_stats(calls)),
+        calls=call_points(calls),
+        counters=tuple(counter_tracks(trace, first_record_ns(trace))),
+        hot_frames=tuple(hot_frames(windows)),
+        hot_stacks=tuple(hot_stacks(windows)),
+        n_samples=sum(w.count for w in windows),
+        meta=dict(trace.meta),
+    )

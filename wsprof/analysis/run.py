@@ -1,0 +1,179 @@
+"""Whole-run analysis: traces or series in, :class:`~wsprof.analysis.model.Analysis` out."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from wsprof.analysis.findings import Facts, run_rules
+from wsprof.analysis.growth import classify
+from wsprof.analysis.model import Analysis, ProcessAnalysis, Series, SeriesResult, StepRow
+from wsprof.analysis.process import analyze_process, counter_per_step
+from wsprof.trace.model import ProcessTrace, SampleWindow
+
+#: Fewest steps for a per-op median latency series (fewer: not a curve).
+MIN_STEPS_FOR_OP_SERIES = 3
+
+
+def _series(name: str, unit: str, rows: Sequence[StepRow], values: Sequence[float | None]) -> (
+    Series | None
+):
+    pts = [(r.step, v) for r, v in zip(rows, values) if v is not None and np.isfinite(v)]
+    if not pts:
+        return None
+    return Series(name, unit, tuple(p[0] for p in pts), tuple(float(p[1]) for p in pts))
+
+
+def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
+    """The per-step series of one process, named as the findings expect.
+
+    ``weight_sync_s``, ``step_s``, ``rollout_s``, ``rollout_share``, ``between_layers_s``,
+    ``collective_calls``, ``median_us:<op>`` (median host latency of each op present in every
+    step, µs) and ``counter:<name>`` (each counter's value at each step's end).
+    """
+    rows = list(pa.steps)
+    if not rows:
+        return []
+    # From bursts the last step has no following burst: its step time is cut short.
+    full = rows[:-1] if pa.step_source == "bursts" and len(rows) > 1 else rows
+    out = [
+        _series("weight_sync_s", "s", rows, [r.weight_sync_s for r in rows]),
+        _series("step_s", "s", full, [r.step_s for r in full]),
+        _series("rollout_s", "s", rows, [r.rollout_s for r in rows]),
+        _series("rollout_share", "", rows, [r.rollout_share for r in rows]),
+        _series("between_layers_s", "s", rows, [r.between_layers_s for r in rows]),
+        _series("collective_calls", "", rows, [float(r.n_calls) for r in rows]),
+    ]
+    calls = trace.calls
+    if len(calls) and len(rows) >= MIN_STEPS_FOR_OP_SERIES:
+        dur = calls.duration_ns
+        for op in sorted(set(calls.op.tolist())):
+            meds: list[float | None] = []
+            for r in rows:
+                if pa.step_source == "markers":
+                    m = (calls.op == op) & (calls.step == r.step)
+                else:
+                    m = (calls.op == op) & (calls.t_start_ns >= r.t_start_ns) & (
+                        calls.t_start_ns < r.t_end_ns
+                    )
+                meds.append(float(np.median(dur[m])) / 1e3 if m.any() else None)
+            if all(v is not None for v in meds):
+                out.append(_series(f"median_us:{op}", "us", rows, meds))
+    for name, vals in sorted(counter_per_step(trace, rows).items()):
+        out.append(_series(f"counter:{name}", "", rows, vals))
+    return [s for s in out if s is not None]
+
+
+def _classify(series: Sequence[Series]) -> list[SeriesResult]:
+    return [SeriesResult(s, classify(s.values, config=s.config)) for s in series]
+
+
+def _samples_by_pid(traces: Sequence[ProcessTrace]) -> dict[int, list[SampleWindow]]:
+    by_pid: dict[int, list[SampleWindow]] = {}
+    for t in traces:
+        for w in t.samples:
+            by_pid.setdefault(w.pid, []).append(w)
+    return by_pid
+
+
+def _is_sampler_only(t: ProcessTrace) -> bool:
+    return len(t.calls) == 0 and not t.spans and not t.counters and bool(t.samples or
+                                                                          t.meta.get("targets"))
+
+
+def analyze_run(traces: Sequence[ProcessTrace], source: str) -> Analysis:
+    """Analyse the traces of one run.
+
+    py-spy sample windows recorded by a sampler trace are joined to the process whose pid they
+    sampled. The headline series come from the primary process: rank 0 when ranks are known,
+    else the first trace with collective calls.
+
+    Args:
+        traces: every trace of the run (see :func:`wsprof.trace.reader.read_run`).
+        source: the path analysed (for the report).
+    """
+    samples = _samples_by_pid(traces)
+    procs = [t for t in traces if not _is_sampler_only(t)]
+    if not procs:
+        procs = list(traces)
+    procs.sort(key=lambda t: (t.rank if t.rank is not None else 1 << 30, -len(t.calls)))
+    analyses: list[ProcessAnalysis] = []
+    for t in procs:
+        pid = t.meta.get("pid")
+        own = [] if t.samples else samples.get(int(pid), []) if pid is not None else []
+        analyses.append(analyze_process(t, own))
+    series = step_series(analyses[0], procs[0]) if analyses else []
+    results = _classify(series)
+    wrappers: list[dict[str, object]] = []
+    errors: list[str] = []
+    for t in procs[:1]:
+        for e in t.events:
+            if e.kind == "wrapper":
+                try:
+                    wrappers.append(json.loads(e.detail))
+                except ValueError:
+                    continue
+    for t in procs:
+        errors += [e.detail for e in t.events if e.kind == "internal_error"]
+    facts = Facts({r.series.name: r for r in results}, analyses, wrappers, errors)
+    notes: list[str] = []
+    if analyses and analyses[0].step_source == "bursts":
+        notes.append("no step markers: steps were found as bursts of collectives separated by "
+                     "idle time; rollout and train times are unknown")
+    if analyses and analyses[0].step_source == "none":
+        notes.append("no steps found: add wsprof.step() at the top of each training step")
+    if not any(pa.n_samples for pa in analyses):
+        notes.append("no py-spy samples in this run")
+    if not any(c.name.startswith(("cuda.", "nvml.")) for pa in analyses for c in pa.counters):
+        notes.append("no CUDA allocator or NVML counters (no CUDA device in the traced processes)")
+    return Analysis(
+        source=source,
+        kind="run",
+        processes=tuple(analyses),
+        series=tuple(results),
+        findings=tuple(run_rules(facts)),
+        notes=tuple(notes),
+    )
+
+
+def analyze_series(series: Sequence[Series], source: str) -> Analysis:
+    """Analyse per-step series from a CSV file or a log (no trace).
+
+    Every series in seconds is judged as a time per step (slowdown); every other as a counter.
+    """
+    results = _classify(series)
+    facts = Facts(
+        {r.series.name: r for r in results},
+        [],
+        time_series=tuple(r.series.name for r in results if r.series.unit == "s"),
+        counter_series=tuple(r.series.name for r in results if r.series.unit != "s"),
+    )
+    return Analysis(source=source, kind="series", processes=(), series=tuple(results),
+                    findings=tuple(run_rules(facts)))
+
+
+def analyze_path(path: str) -> Analysis:
+    """Analyse a run folder, a trace file or a CSV series file.
+
+    Raises:
+        wsprof.errors.InputError: the path cannot be read as any of those.
+    """
+    from wsprof.errors import InputError
+    from wsprof.trace.reader import read_run
+
+    if os.path.isfile(path) and path.lower().endswith((".csv", ".tsv")):
+        from wsprof.importers.csv_series import load_series_csv
+
+        return analyze_series(load_series_csv(path), path)
+    if os.path.isfile(path):
+        with open(path, "rb") as fh:
+            head = fh.read(16)
+        if head and head != b"SQLite format 3\x00":
+            raise InputError(
+                f"{path}: neither a wsprof trace nor a CSV series (first column 'step'); "
+                "give a run folder, a .wsprof trace or a .csv file"
+            )
+    return analyze_run(read_run(path), path)

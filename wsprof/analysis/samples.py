@@ -1,0 +1,233 @@
+"""Views of py-spy samples: hot frames, hot stacks and frame shares per window.
+
+Pure functions of :class:`~wsprof.trace.model.SampleWindow` lists (as the reader returns them);
+nothing here touches a live process or imports torch.
+
+Frames are py-spy's ``function (file:line)``, root first. Two kinds of frames are not code and
+are dropped before counting: pseudo-frames (``thread (TID): name`` from ``--threads`` and
+``process PID:"cmdline"`` from ``--subprocesses``). Samples whose leaf is a known blocking
+call (a wait, a sleep, a select; see :data:`IDLE_NATIVE_FUNCTIONS` and
+:data:`IDLE_PYTHON_FUNCTIONS`) are idle and are left out of every count and total, so shares
+are shares of *active* samples.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from wsprof.analysis.model import HotFrame
+from wsprof.trace.model import SampleWindow
+
+#: Prefix of the thread pseudo-frame py-spy adds with ``--threads``.
+THREAD_FRAME_PREFIX = "thread ("
+#: Prefix of the process pseudo-frames py-spy adds with ``--subprocesses``.
+PROCESS_FRAME_RE = re.compile(r'^process \d+:"')
+#: ``function (file:line)``, ``function (file)`` (native frames, no line) or bare ``function``.
+FRAME_RE = re.compile(r"^(?P<function>.+?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
+
+#: Native leaf functions (``--native``) that block: the thread is waiting, not working.
+IDLE_NATIVE_FUNCTIONS = frozenset(
+    {
+        "epoll_wait",
+        "epoll_pwait",
+        "poll",
+        "__poll",
+        "ppoll",
+        "select",
+        "__select",
+        "pselect6",
+        "nanosleep",
+        "__nanosleep",
+        "clock_nanosleep",
+        "__clock_nanosleep",
+        "pthread_cond_wait",
+        "pthread_cond_timedwait",
+        "pthread_cond_clockwait",
+        "___pthread_cond_wait",
+        "___pthread_cond_timedwait",
+        "sem_wait",
+        "sem_timedwait",
+        "sem_clockwait",
+        "do_futex_wait",
+        "__futex_abstimed_wait_common",
+        "__futex_abstimed_wait_common64",
+        "accept",
+        "accept4",
+        "recv",
+        "recvfrom",
+        "recvmsg",
+        "wait4",
+        "waitpid",
+        "pause",
+        "sigtimedwait",
+        "sigwaitinfo",
+    }
+)
+
+# Matched without leading underscores: glibc versions differ in how many they add.
+_IDLE_NATIVE_BARE = frozenset(f.lstrip("_") for f in IDLE_NATIVE_FUNCTIONS)
+
+#: (file name, function) of Python leaf frames that sit in a blocking call.
+IDLE_PYTHON_FUNCTIONS = frozenset(
+    {
+        ("threading.py", "wait"),  # Condition.wait, Event.wait, Semaphore.acquire -> wait
+        ("threading.py", "_wait_for_tstate_lock"),  # Thread.join
+        ("selectors.py", "select"),  # asyncio's idle event loop
+        ("socket.py", "accept"),
+        ("connection.py", "_recv"),  # multiprocessing pipes
+        ("connection.py", "_poll"),
+        ("subprocess.py", "_try_wait"),
+        ("popen_fork.py", "poll"),
+    }
+)
+
+
+@dataclass(frozen=True)
+class WindowShares:
+    """Frame shares of active samples in one sampling window (all pids sampled in it)."""
+
+    t_start_ns: int
+    t_end_ns: int
+    frames: tuple[HotFrame, ...]  # most samples first
+
+    @property
+    def total(self) -> int:
+        """Active samples in the window."""
+        return self.frames[0].total if self.frames else 0
+
+
+def is_pseudo_frame(frame: str) -> bool:
+    """True for py-spy's thread and process frames, which are not code."""
+    return frame.startswith(THREAD_FRAME_PREFIX) or PROCESS_FRAME_RE.match(frame) is not None
+
+
+def split_frame(frame: str) -> tuple[str, str | None, int | None]:
+    """``(function, file, line)`` of a frame; file and line None where py-spy gave none."""
+    m = FRAME_RE.match(frame)
+    if m is None:
+        return frame, None, None
+    line = m.group("line")
+    return m.group("function"), m.group("file"), int(line) if line is not None else None
+
+
+def is_idle_frame(frame: str) -> bool:
+    """True when the frame is a known blocking call (see the module docstring)."""
+    function, file, line = split_frame(frame)
+    name = function.rsplit(".", 1)[-1]
+    if line is None and name.lstrip("_") in _IDLE_NATIVE_BARE:
+        return True
+    if file is None:
+        return False
+    base = file.replace("\\", "/").rsplit("/", 1)[-1]
+    return (base, name) in IDLE_PYTHON_FUNCTIONS
+
+
+def code_frames(frames: Sequence[str]) -> tuple[str, ...]:
+    """The frames of a stack without pseudo-frames, root first."""
+    return tuple(f for f in frames if not is_pseudo_frame(f))
+
+
+def _idle_leaf(frames: Sequence[str]) -> bool:
+    # Native unwinding may end in unnamed addresses ('0x7f... (libc.so.6)') below the wait.
+    for frame in reversed(frames):
+        if not frame.startswith("0x"):
+            return is_idle_frame(frame)
+    return False
+
+
+def _strip_line(frame: str) -> str:
+    function, file, _ = split_frame(frame)
+    return f"{function} ({file})" if file is not None else function
+
+
+def _active(windows: Iterable[SampleWindow], lines: bool) -> Iterable[tuple[tuple[str, ...], int]]:
+    """(code frames, count) of every active sample group."""
+    for w in windows:
+        frames = code_frames(w.frames)
+        if not frames or w.count <= 0 or _idle_leaf(frames):
+            continue
+        if not lines:
+            frames = tuple(_strip_line(f) for f in frames)
+        yield frames, w.count
+
+
+def _ranked(counts: Counter[str], total: int) -> list[HotFrame]:
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [HotFrame(frame, n, total) for frame, n in ranked]
+
+
+def hot_frames(
+    windows: Iterable[SampleWindow], *, inclusive: bool = False, lines: bool = True
+) -> list[HotFrame]:
+    """Frames by active samples, most first.
+
+    Args:
+        windows: sample groups (any pids, threads, windows).
+        inclusive: count a frame in every sample whose stack holds it (once per sample), not
+            only where it is the leaf.
+        lines: keep line numbers; False merges ``f (a.py:3)`` and ``f (a.py:7)`` into
+            ``f (a.py)``.
+
+    Returns:
+        One :class:`HotFrame` per frame; ``total`` is the number of active samples.
+    """
+    counts: Counter[str] = Counter()
+    total = 0
+    for frames, n in _active(windows, lines):
+        total += n
+        if inclusive:
+            for frame in set(frames):
+                counts[frame] += n
+        else:
+            counts[frames[-1]] += n
+    return _ranked(counts, total)
+
+
+def hot_stacks(
+    windows: Iterable[SampleWindow], top: int = 20, *, lines: bool = True
+) -> list[tuple[tuple[str, ...], int]]:
+    """Whole stacks (root first, pseudo-frames dropped) by active samples, most first.
+
+    Args:
+        windows: sample groups.
+        top: most stacks returned.
+        lines: keep line numbers (see :func:`hot_frames`).
+
+    Returns:
+        ``(stack, samples)`` pairs, at most ``top``.
+    """
+    counts: Counter[tuple[str, ...]] = Counter()
+    for frames, n in _active(windows, lines):
+        counts[frames] += n
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return ranked[: max(top, 0)]
+
+
+def frame_shares_by_window(
+    windows: Iterable[SampleWindow], *, inclusive: bool = True, lines: bool = False
+) -> list[WindowShares]:
+    """Frame shares per sampling window, in time order, to compare early and late windows.
+
+    Sample groups with the same ``(t_start_ns, t_end_ns)`` form one window (the sampler
+    stamps every pid of a window alike).
+
+    Args:
+        windows: sample groups.
+        inclusive: see :func:`hot_frames` (default True: "share of samples inside f").
+        lines: see :func:`hot_frames` (default False: per function and file).
+
+    Returns:
+        One :class:`WindowShares` per window with at least one active sample.
+    """
+    groups: dict[tuple[int, int], list[SampleWindow]] = {}
+    for w in windows:
+        groups.setdefault((w.t_start_ns, w.t_end_ns), []).append(w)
+    out: list[WindowShares] = []
+    for (t0, t1), group in sorted(groups.items()):
+        frames = hot_frames(group, inclusive=inclusive, lines=lines)
+        if frames:
+            out.append(WindowShares(t0, t1, tuple(frames)))
+    return out

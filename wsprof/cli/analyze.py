@@ -1,0 +1,32 @@
+"""``wsprof analyze PATH``: verdicts and findings as text or JSON."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from wsprof.cli.options import fails
+from wsprof.errors import EXIT_FINDINGS, EXIT_OK
+
+
+@click.command()
+@click.argument("path", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="text for people, json for machines")
+@click.option("--fail-on", type=click.Choice(["warning", "critical"]), default=None,
+              help="exit 1 when a finding at or above this severity exists")
+def analyze(path: str, fmt: str, fail_on: str | None) -> int:
+    """Analyse PATH: a run folder, a .wsprof trace or a CSV series (first column 'step')."""
+    from wsprof.analysis.run import analyze_path
+
+    analysis = analyze_path(path)
+    if fmt == "json":
+        from wsprof.report.jsonout import render_json
+
+        click.echo(render_json(analysis))
+    else:
+        from wsprof.report.text import render_text
+
+        click.echo(render_text(analysis, colour=sys.stdout.isatty()), nl=False)
+    return EXIT_FINDINGS if fails(analysis, fail_on) else EXIT_OK

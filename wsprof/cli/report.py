@@ -1,0 +1,23 @@
+"""``wsprof report PATH -o FILE.html``: the self-contained HTML growth-curve report."""
+
+from __future__ import annotations
+
+import click
+
+from wsprof.cli.options import default_report_path
+from wsprof.errors import EXIT_OK
+
+
+@click.command()
+@click.argument("path", type=click.Path())
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="HTML file to write (default: reports/wsprof-<host>-<run>-<time>.html)")
+def report(path: str, output: str | None) -> int:
+    """Write the HTML report for PATH (run folder, .wsprof trace or CSV series)."""
+    from wsprof.analysis.run import analyze_path
+    from wsprof.report.html import write_html
+
+    analysis = analyze_path(path)
+    out = write_html(analysis, output or default_report_path(path))
+    click.echo(out)
+    return EXIT_OK

@@ -1,0 +1,89 @@
+"""A framework-style collective wrapper with a free-memory probe: the motivating bug, in small.
+
+In the motivating case an RL framework wrapped every low-level NCCL call (``broadcast``,
+``all_gather``, ``_allgather_base``) with a "free memory" probe. With expandable segments the
+caching allocator's segment count grew over training, every probe walked all segments, and
+weight sync went 143 s, 363 s, 966 s, 1596 s. Tens of GB were free, so the probe's clean-up
+never ran: pure overhead.
+
+:class:`SegmentPool` plays the allocator: it gains segments every step. :func:`install` wraps
+``torch.distributed`` collectives the way such frameworks do (module attribute replaced by a
+wrapper that probes, then calls the original). With ``fault="none"`` the probe reads a cached
+total instead of walking the pool: the same workload, healthy.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+#: Segments the pool gains per training step under ``fault="probe"``; with ~120 collectives per
+#: sync this makes weight sync grow by roughly 0.1-0.2 s per step on a laptop core.
+SEGMENTS_PER_STEP = 12_000
+
+#: Free bytes below which the probe would empty the cache (never reached: tens of GB free).
+LOW_MEMORY_BYTES = 1 << 20
+
+
+class SegmentPool:
+    """An allocator-like pool: a list of (size_bytes, in_use) segments that only grows."""
+
+    def __init__(self, fault: str) -> None:
+        self.fault = fault
+        self.segments: list[tuple[int, bool]] = [(2 << 20, False)] * 1_000
+        self.total_free_bytes = sum(s for s, used in self.segments if not used)
+
+    def grow(self, n: int) -> None:
+        """Add ``n`` free 2 MiB segments (what a leak of mappings looks like to a probe)."""
+        self.segments.extend([(2 << 20, False)] * n)
+        self.total_free_bytes += n * (2 << 20)
+
+    def free_bytes(self) -> int:
+        """The probe. ``fault="probe"``: walk every segment (cost grows with the pool)."""
+        if self.fault != "probe":
+            return self.total_free_bytes
+        free = 0
+        for size, used in self.segments:
+            if not used:
+                free += size
+        return free
+
+    def empty_cache(self) -> None:
+        """The clean-up the probe guards; never runs in the demo because memory is plentiful."""
+        self.segments = [s for s in self.segments if s[1]]
+
+
+POOL: SegmentPool | None = None
+
+#: The names such frameworks wrap: every one the installed torch has (the bug hid under all).
+WRAPPED = ("broadcast", "all_gather", "all_gather_into_tensor", "_all_gather_base", "all_reduce")
+
+
+def _probed(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def with_memory_probe(*args: Any, **kwargs: Any) -> Any:
+        pool = POOL
+        if pool is not None and pool.free_bytes() < LOW_MEMORY_BYTES:
+            pool.empty_cache()
+        return fn(*args, **kwargs)
+
+    return with_memory_probe
+
+
+def install(fault: str) -> SegmentPool:
+    """Wrap the collectives of ``torch.distributed`` with the probe (as a framework would at
+    import time) and return the pool.
+
+    Args:
+        fault: 'probe' (the probe walks the growing pool) or 'none' (cached total, healthy).
+    """
+    global POOL
+    import torch.distributed as dist
+
+    POOL = SegmentPool(fault)
+    for name in WRAPPED:
+        fn = getattr(dist, name, None)
+        if fn is not None:
+            setattr(dist, name, _probed(fn))
+    return POOL

@@ -1,0 +1,644 @@
+"""Figures of the HTML report: matplotlib figures rendered to inline SVG strings.
+
+Every function takes analysis results (never a trace) and returns an ``<svg>`` element as a
+string, ready to be inlined into HTML, or None when there is nothing to plot. Figures are built
+as :class:`matplotlib.figure.Figure` objects with an explicit Agg canvas: pyplot is never
+imported, no global backend is selected, and each figure is cleared as soon as it is rendered.
+
+Text is written as SVG ``<text>`` (escaped by matplotlib), dense scatters are rasterized into an
+embedded ``data:`` PNG so that a report stays small, and every user-supplied label (op names,
+frame names, series names) is escaped for mathtext so that a ``$`` in a name cannot break a
+figure.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import matplotlib
+import numpy as np
+import numpy.typing as npt
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import Normalize
+from matplotlib.figure import Figure
+from matplotlib.axes import Axes
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter
+
+from wsprof.analysis.model import (
+    CallPoints,
+    CounterTrack,
+    HotFrame,
+    SeriesResult,
+    StepRow,
+)
+
+#: Most points one figure draws; more are thinned (keeping the slowest calls).
+MAX_POINTS = 20_000
+#: Scatters with more points than this are rasterized (a PNG inside the SVG) to keep it small.
+RASTERIZE_ABOVE = 2_000
+#: Resolution of rasterized parts, dots per inch.
+RASTER_DPI = 150
+#: Longest label drawn in a figure; longer ones are shortened with an ellipsis.
+MAX_LABEL_CHARS = 60
+#: Bars in the hot-frames chart.
+MAX_HOT_FRAMES = 15
+#: Above this many steps the per-bar rollout-share labels are left out (they would overlap).
+MAX_ANNOTATED_BARS = 40
+
+#: Figure width in inches (the page scales SVGs to its column width).
+WIDTH_IN = 9.0
+#: Width of figures shown two per row.
+HALF_WIDTH_IN = 6.0
+
+# Colours shared with the HTML template (report.html.j2).
+_C_ROLLOUT = "#4e79a7"
+_C_TRAIN = "#59a14f"
+_C_SYNC = "#e15759"
+_C_OTHER = "#bab0ac"
+_C_POINTS = "#4e79a7"
+_C_FIT = "#e15759"
+_C_PROJ = "#f28e2b"
+
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
+
+_RC = {
+    "svg.fonttype": "none",  # text as <text>, escaped by matplotlib; small and selectable
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans", "Liberation Sans", "Arial", "Helvetica"],
+    "font.size": 9.0,
+    "axes.titlesize": 10.0,
+    "axes.labelsize": 9.0,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "axes.axisbelow": True,
+    "grid.color": "#e5e5e5",
+    "grid.linewidth": 0.6,
+    "legend.frameon": False,
+    "legend.fontsize": 8.0,
+}
+
+# SVG metadata entries set to None are left out (no RDF block, no date: stable output).
+_SVG_METADATA: dict[str, str | None] = {
+    "Creator": None,
+    "Date": None,
+    "Format": None,
+    "Type": None,
+}
+
+# rc_context changes matplotlib's rcParams for the duration of a render; the lock keeps two
+# threads of this module from interleaving, and the context restores the values afterwards.
+_LOCK = threading.Lock()
+
+_PROLOG = re.compile(r"\A\s*(<\?xml[^>]*\?>\s*)?(<!DOCTYPE[^>]*>\s*)?", re.DOTALL)
+_SVG_OPEN = re.compile(r"<svg\b[^>]*>")
+_ROOT_DROP = re.compile(r'\s(?:xmlns(?::xlink)?|width|height|version)="[^"]*"')
+
+
+@contextmanager
+def _figure(height_in: float, width_in: float = WIDTH_IN) -> Iterator[Figure]:
+    """A fresh figure with its own Agg canvas, under the report's style."""
+    with _LOCK, matplotlib.rc_context(_RC):
+        fig = Figure(figsize=(width_in, height_in), layout="constrained")
+        FigureCanvasAgg(fig)
+        try:
+            yield fig
+        finally:
+            fig.clear()
+
+
+def _to_svg(fig: Figure, label: str) -> str:
+    """Render ``fig`` as an inline ``<svg>`` element.
+
+    The XML prolog and DOCTYPE are dropped (they reference an external DTD), and so are the
+    namespace declarations (the HTML parser knows ``svg`` and ``xlink:href``) and the fixed
+    size (the page's CSS sizes the figure). ``label`` becomes the element's aria-label.
+    """
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata=_SVG_METADATA, dpi=RASTER_DPI)
+    svg = _PROLOG.sub("", buf.getvalue(), count=1)
+    m = _SVG_OPEN.search(svg)
+    if m is None:  # pragma: no cover - matplotlib always writes one
+        return svg
+    root = _ROOT_DROP.sub("", m.group(0))
+    safe_label = (
+        label.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;").replace(">", "&gt;")
+    )
+    root = root[:-1] + f' role="img" aria-label="{safe_label}" class="figure-svg">'
+    return svg[: m.start()] + root + svg[m.end() :]
+
+
+def plain(text: str, max_chars: int = MAX_LABEL_CHARS) -> str:
+    """A label drawn literally: ``$`` escaped for mathtext, shortened to ``max_chars``.
+
+    Args:
+        text: any user-supplied text (op, frame, series or counter name).
+        max_chars: longest result, in characters, before escaping.
+
+    Returns:
+        Text that matplotlib draws as-is.
+    """
+    if len(text) > max_chars:
+        text = text[: max_chars - 1] + "…"
+    return text.replace("\\", "\\\\").replace("$", r"\$")
+
+
+def cap_indices(values: npt.NDArray[np.float64], cap: int = MAX_POINTS) -> npt.NDArray[np.intp]:
+    """Indices of at most ``cap`` points: an even stride plus the largest values.
+
+    Analysis already downsamples; this is a defensive bound on what one figure draws.
+
+    Args:
+        values: the y values (the largest ones are always kept).
+        cap: most indices returned.
+
+    Returns:
+        Sorted indices into ``values``.
+    """
+    n = len(values)
+    if n <= cap:
+        return np.arange(n, dtype=np.intp)
+    n_top = max(1, cap // 20)
+    finite = np.where(np.isfinite(values), values, -np.inf)
+    top = np.argpartition(finite, n - n_top)[n - n_top :]
+    stride = np.linspace(0, n - 1, cap - n_top).astype(np.intp)
+    return np.unique(np.concatenate([stride, top.astype(np.intp)]))[:cap]
+
+
+def _fmt_value(value: float, unit: str) -> str:
+    if unit == "s":
+        if abs(value) < 1e-3:
+            return f"{value * 1e6:.3g} µs"
+        if abs(value) < 1.0:
+            return f"{value * 1e3:.3g} ms"
+        return f"{value:.3g} s"
+    return f"{value:.4g} {plain(unit, 20)}".rstrip()
+
+
+def _is_bytes(unit_or_name: str) -> bool:
+    return unit_or_name in ("bytes", "B") or unit_or_name.endswith("_bytes")
+
+
+def _human_bytes(x: float, _pos: object = None) -> str:
+    value = float(x)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.3g} {unit}"
+        value /= 1024
+    return f"{value:.3g} TiB"  # pragma: no cover
+
+
+def _bytes_axis(ax: Axes, axis: str = "y") -> None:
+    fmt = FuncFormatter(_human_bytes)
+    (ax.yaxis if axis == "y" else ax.xaxis).set_major_formatter(fmt)
+
+
+def _legend_above(ax: Axes, handles: Sequence[object] | None = None, ncols: int = 4) -> None:
+    """A legend above the axes, right-aligned (the title sits on the left)."""
+    kwargs: dict[str, object] = {
+        "loc": "lower right",
+        "bbox_to_anchor": (1.0, 1.0),
+        "ncols": ncols,
+        "borderaxespad": 0.2,
+        "handletextpad": 0.4,
+        "columnspacing": 1.2,
+    }
+    if handles is not None:
+        kwargs["handles"] = handles
+    ax.legend(**kwargs)  # type: ignore[arg-type]
+
+
+def growth_figure(
+    result: SeriesResult, *, title: str | None = None, width_in: float = WIDTH_IN
+) -> str | None:
+    """One per-step series: measured points, the fitted model and the projection.
+
+    Args:
+        result: the series and its verdict (``verdict.fitted`` has one value per point).
+        title: figure title; default the series name with its shape.
+        width_in: figure width in inches (:data:`HALF_WIDTH_IN` for two per row).
+
+    Returns:
+        An inline SVG, or None when the series is empty.
+    """
+    s, v = result.series, result.verdict
+    n = min(len(s.steps), len(s.values))
+    if n == 0:
+        return None
+    idx = cap_indices(np.asarray(s.values[:n], dtype=np.float64))
+    x = np.asarray(s.steps[:n], dtype=np.float64)[idx]
+    y = np.asarray(s.values[:n], dtype=np.float64)[idx]
+    name = plain(s.name)
+    with _figure(3.2, width_in) as fig:
+        ax = fig.add_subplot()
+        ax.plot(
+            x,
+            y,
+            linestyle="none",
+            marker="o",
+            markersize=4 if n < 200 else 2,
+            color=_C_POINTS,
+            label="measured",
+            rasterized=len(idx) > RASTERIZE_ABOVE,
+        )
+        if len(v.fitted) == n:
+            fitted = np.asarray(v.fitted, dtype=np.float64)[idx]
+            ax.plot(x, fitted, color=_C_FIT, linewidth=1.6, label=f"fit: {v.shape}")
+            if v.projection is not None and len(x):
+                ax.plot(
+                    [x[-1], v.projection.step],
+                    [fitted[-1], v.projection.value],
+                    color=_C_PROJ,
+                    linestyle="--",
+                    linewidth=1.2,
+                )
+        if v.projection is not None:
+            ax.plot(
+                [v.projection.step],
+                [v.projection.value],
+                linestyle="none",
+                marker="D",
+                markersize=6,
+                color=_C_PROJ,
+                label=f"projection at step {v.projection.step}",
+            )
+            ax.annotate(
+                _fmt_value(v.projection.value, s.unit),
+                (v.projection.step, v.projection.value),
+                textcoords="offset points",
+                xytext=(-6, 6),
+                ha="right",
+                fontsize=8,
+                color=_C_PROJ,
+            )
+        if s.config is not None and len(s.config) == n:
+            for i in range(1, n):
+                if s.config[i] != s.config[i - 1]:
+                    ax.axvline(s.steps[i] - 0.5, color="#999999", linestyle=":", linewidth=1)
+        if v.change_point is not None and 0 < v.change_point < n:
+            ax.axvline(
+                s.steps[v.change_point] - 0.5,
+                color="#76b7b2",
+                linestyle="-.",
+                linewidth=1,
+                label="change point",
+            )
+        ax.set_xlabel("step")
+        ax.set_ylabel(f"{name} ({plain(s.unit, 20)})" if s.unit else name)
+        if _is_bytes(s.unit):
+            _bytes_axis(ax)
+        ax.set_title(plain(title) if title is not None else f"{name}: {v.shape}", loc="left")
+        ax.legend(loc="upper left")
+        return _to_svg(fig, f"{s.name} per step with fitted {v.shape} curve")
+
+
+def step_breakdown_figure(steps: Sequence[StepRow]) -> str | None:
+    """Stacked bars per step: rollout, train, weight sync and other, rollout share on top.
+
+    Args:
+        steps: the step table of one process (phase times of None count as 0).
+
+    Returns:
+        An inline SVG, or None without steps.
+    """
+    if not steps:
+        return None
+    rows = list(steps)
+    if len(rows) > MAX_POINTS:
+        rows = [rows[int(i)] for i in np.linspace(0, len(rows) - 1, MAX_POINTS).astype(int)]
+    x = np.asarray([r.step for r in rows], dtype=np.float64)
+    parts = (
+        ("rollout", _C_ROLLOUT, [r.rollout_s or 0.0 for r in rows]),
+        ("train", _C_TRAIN, [r.train_s or 0.0 for r in rows]),
+        ("weight sync", _C_SYNC, [r.weight_sync_s or 0.0 for r in rows]),
+        ("other", _C_OTHER, [max(r.other_s, 0.0) for r in rows]),
+    )
+    with _figure(3.2) as fig:
+        ax = fig.add_subplot()
+        bottom = np.zeros(len(rows))
+        for label, colour, values in parts:
+            arr = np.asarray(values, dtype=np.float64)
+            ax.bar(x, arr, bottom=bottom, color=colour, label=label, width=0.8, linewidth=0)
+            bottom += arr
+        if len(rows) <= MAX_ANNOTATED_BARS:
+            for r, top in zip(rows, bottom):
+                share = r.rollout_share
+                if share is not None:
+                    ax.annotate(
+                        f"{share:.0%}",
+                        (r.step, top),
+                        textcoords="offset points",
+                        xytext=(0, 2),
+                        ha="center",
+                        va="bottom",
+                        fontsize=7,
+                        color="#333333",
+                    )
+        ax.set_ylim(0, float(bottom.max()) * 1.12 if bottom.max() > 0 else 1.0)
+        ax.set_xlabel("step")
+        ax.set_ylabel("time (s)")
+        ax.set_title("Time per step by phase (label: rollout share)", loc="left")
+        _legend_above(ax)
+        ax.grid(axis="x", visible=False)
+        return _to_svg(fig, "stacked time per step: rollout, train, weight sync, other")
+
+
+def _call_arrays(
+    calls: CallPoints, values: Sequence[float]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64], list[str]]:
+    n = min(len(calls.index), len(values), len(calls.step), len(calls.op))
+    y = np.asarray(values[:n], dtype=np.float64)
+    keep = cap_indices(y)
+    x = np.asarray(calls.index[:n], dtype=np.float64)[keep]
+    step = np.asarray(calls.step[:n], dtype=np.int64)[keep]
+    ops = [calls.op[int(i)] for i in keep]
+    return x, y[keep], step, ops
+
+
+def _scatter_by_op(
+    fig: Figure,
+    calls: CallPoints,
+    values: Sequence[float],
+    *,
+    ylabel: str,
+    title: str,
+) -> bool:
+    """Scatter ``values`` over call index: colour by step, one marker per op. False if empty."""
+    x, y, step, ops = _call_arrays(calls, values)
+    if len(x) == 0:
+        return False
+    ax = fig.add_subplot()
+    norm = Normalize(vmin=float(step.min()), vmax=float(max(step.max(), step.min() + 1)))
+    names = sorted(set(ops))
+    op_arr = np.asarray(ops, dtype=object)
+    rasterize = len(x) > RASTERIZE_ABOVE
+    size = 14.0 if len(x) < 500 else 5.0
+    mappable = None
+    handles = []
+    for i, name in enumerate(names):
+        sel = op_arr == name
+        marker = _MARKERS[i % len(_MARKERS)]
+        mappable = ax.scatter(
+            x[sel],
+            y[sel],
+            c=step[sel],
+            cmap="viridis",
+            norm=norm,
+            marker=marker,
+            s=size,
+            linewidths=0,
+            alpha=0.85,
+            rasterized=rasterize,
+        )
+        handles.append(
+            Line2D(
+                [],
+                [],
+                linestyle="none",
+                marker=marker,
+                color="#555555",
+                label=plain(name, 40),
+            )
+        )
+    positive = y[y > 0]
+    if len(positive) == len(y):
+        ax.set_yscale("log")
+    elif len(positive):
+        ax.set_yscale("symlog", linthresh=max(float(positive.min()), 1e-3))
+    ax.set_xlabel("call index")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, loc="left")
+    _legend_above(ax, handles, ncols=min(len(handles), 4))
+    if mappable is not None:
+        cbar = fig.colorbar(mappable, ax=ax, pad=0.01, aspect=30)
+        cbar.set_label("step")
+    return True
+
+
+def op_latency_figure(calls: CallPoints) -> str | None:
+    """Per-call latency over call index, log scale; colour is the step, marker the op.
+
+    Args:
+        calls: the (downsampled) per-call points of one process.
+
+    Returns:
+        An inline SVG, or None without calls.
+    """
+    with _figure(3.4) as fig:
+        shown = f" (of {calls.n_total:,})" if calls.n_total > len(calls.index) else ""
+        if not _scatter_by_op(
+            fig,
+            calls,
+            calls.latency_us,
+            ylabel="latency (µs)",
+            title=f"Latency per call{shown}",
+        ):
+            return None
+        return _to_svg(fig, "per-call collective latency over call index")
+
+
+def between_layers_figure(calls: CallPoints) -> str | None:
+    """Time between the API and backend layers per call, over call index.
+
+    Args:
+        calls: the (downsampled) per-call points of one process.
+
+    Returns:
+        An inline SVG, or None without calls.
+    """
+    with _figure(3.0) as fig:
+        if not _scatter_by_op(
+            fig,
+            calls,
+            calls.between_layers_us,
+            ylabel="between layers (µs)",
+            title="Between layers, per call",
+        ):
+            return None
+        return _to_svg(fig, "time between layers per call over call index")
+
+
+def per_step_median_latency_us(calls: CallPoints) -> dict[int, float]:
+    """Median per-call latency of each step, from the call points.
+
+    Args:
+        calls: per-call points (downsampled points keep the extremes, so this is approximate).
+
+    Returns:
+        ``{step: median latency in µs}`` for every step with at least one call.
+    """
+    n = min(len(calls.step), len(calls.latency_us))
+    if n == 0:
+        return {}
+    steps = np.asarray(calls.step[:n], dtype=np.int64)
+    lat = np.asarray(calls.latency_us[:n], dtype=np.float64)
+    order = np.argsort(steps, kind="stable")
+    steps, lat = steps[order], lat[order]
+    uniq, starts = np.unique(steps, return_index=True)
+    bounds = [*starts[1:].tolist(), n]
+    return {
+        int(s): float(np.median(lat[a:b]))
+        for s, a, b in zip(uniq.tolist(), starts.tolist(), bounds)
+    }
+
+
+def counter_per_step(
+    track: CounterTrack, steps: Sequence[StepRow], t0_ns: int
+) -> dict[int, float]:
+    """The last counter value at or before each step's end.
+
+    Args:
+        track: the counter (``t_s`` in seconds since ``t0_ns``).
+        steps: the process's steps (monotonic ns, same clock as ``t0_ns``).
+        t0_ns: monotonic ns of the process's first record (the origin of ``track.t_s``).
+
+    Returns:
+        ``{step: value}`` for steps that end after the first counter sample.
+    """
+    n = min(len(track.t_s), len(track.value))
+    if n == 0:
+        return {}
+    t = np.asarray(track.t_s[:n], dtype=np.float64)
+    v = np.asarray(track.value[:n], dtype=np.float64)
+    order = np.argsort(t, kind="stable")
+    t, v = t[order], v[order]
+    out: dict[int, float] = {}
+    for row in steps:
+        end_s = (row.t_end_ns - t0_ns) / 1e9
+        i = int(np.searchsorted(t, end_s, side="right")) - 1
+        if i >= 0:
+            out[row.step] = float(v[i])
+    return out
+
+
+def counter_latency_pairs(
+    track: CounterTrack,
+    steps: Sequence[StepRow],
+    calls: CallPoints | None,
+    t0_ns: int | None,
+) -> list[tuple[int, float, float]]:
+    """Per step: the counter at the step's end and the median call latency of the step.
+
+    Args:
+        track: the counter.
+        steps: the process's steps.
+        calls: the process's call points.
+        t0_ns: monotonic ns of the process's first record (None: cannot align).
+
+    Returns:
+        ``(step, counter value, median latency µs)`` for every step that has both; empty when
+        the counter cannot be aligned with steps.
+    """
+    if t0_ns is None or not steps or calls is None:
+        return []
+    per_step = counter_per_step(track, steps, t0_ns)
+    latency = per_step_median_latency_us(calls)
+    return [(s, per_step[s], latency[s]) for s in sorted(per_step) if s in latency]
+
+
+def counter_figure(
+    track: CounterTrack,
+    steps: Sequence[StepRow] = (),
+    calls: CallPoints | None = None,
+    t0_ns: int | None = None,
+    *,
+    width_in: float | None = None,
+) -> str | None:
+    """A counter over time and, when it can be aligned with steps, against per-step latency.
+
+    Alignment needs ``t0_ns`` (the origin of ``track.t_s`` on the steps' clock); without it, or
+    without steps and calls, only the counter over time is drawn.
+
+    Args:
+        track: the counter.
+        steps: the process's steps.
+        calls: the process's call points (for the per-step median latency).
+        t0_ns: monotonic ns of the process's first record, if known.
+        width_in: figure width; default full width with both panels, half width without.
+
+    Returns:
+        An inline SVG, or None when the counter has no samples.
+    """
+    n = min(len(track.t_s), len(track.value))
+    if n == 0:
+        return None
+    pairs = counter_latency_pairs(track, steps, calls, t0_ns)
+    v_all = np.asarray(track.value[:n], dtype=np.float64)
+    keep = cap_indices(v_all)
+    t = np.asarray(track.t_s[:n], dtype=np.float64)[keep]
+    v = v_all[keep]
+    name = plain(track.name)
+    is_bytes = _is_bytes(track.name)
+    if width_in is None:
+        width_in = WIDTH_IN if pairs else HALF_WIDTH_IN
+    with _figure(3.0, width_in) as fig:
+        if pairs:
+            ax_t, ax_s = fig.subplots(1, 2, width_ratios=[1.3, 1.0])
+        else:
+            ax_t, ax_s = fig.add_subplot(), None
+        ax_t.plot(t, v, color=_C_POINTS, linewidth=1.2, marker="." if n < 200 else None)
+        ax_t.set_xlabel("time since first record (s)")
+        ax_t.set_ylabel(name)
+        ax_t.set_title(f"{name} over time", loc="left")
+        if is_bytes:
+            _bytes_axis(ax_t)
+        if ax_s is not None:
+            step_arr = np.asarray([p[0] for p in pairs], dtype=np.float64)
+            sc = ax_s.scatter(
+                [p[1] for p in pairs],
+                [p[2] for p in pairs],
+                c=step_arr,
+                cmap="viridis",
+                s=22,
+                linewidths=0,
+                rasterized=len(pairs) > RASTERIZE_ABOVE,
+            )
+            ax_s.set_xlabel(f"{name} at step end")
+            ax_s.set_ylabel("median call latency (µs)")
+            ax_s.set_title("per step: counter vs latency", loc="left")
+            if is_bytes:
+                _bytes_axis(ax_s, "x")
+            cbar = fig.colorbar(sc, ax=ax_s, pad=0.01, aspect=30)
+            cbar.set_label("step")
+        return _to_svg(fig, f"counter {track.name}")
+
+
+def hot_frames_figure(frames: Sequence[HotFrame], top: int = MAX_HOT_FRAMES) -> str | None:
+    """Horizontal bars: share of py-spy samples of the hottest leaf frames.
+
+    Args:
+        frames: leaf frames, most samples first.
+        top: how many bars.
+
+    Returns:
+        An inline SVG, or None without frames.
+    """
+    rows = [f for f in frames if f.samples > 0][:top]
+    if not rows:
+        return None
+    shares = [f.share * 100.0 for f in rows]
+    labels = [plain(f.frame, 70) for f in rows]
+    with _figure(0.6 + 0.28 * len(rows)) as fig:
+        ax = fig.add_subplot()
+        y = np.arange(len(rows))
+        ax.barh(y, shares, color=_C_ROLLOUT, height=0.7)
+        ax.set_yticks(y, labels, fontsize=8)
+        ax.invert_yaxis()
+        for yi, share in zip(y, shares):
+            ax.annotate(
+                f"{share:.1f}%",
+                (share, yi),
+                textcoords="offset points",
+                xytext=(3, 0),
+                va="center",
+                fontsize=7,
+            )
+        ax.set_xlim(0, max(shares) * 1.15 if max(shares) > 0 else 1.0)
+        ax.set_xlabel("share of samples (%)")
+        ax.grid(axis="y", visible=False)
+        return _to_svg(fig, "hottest leaf frames by share of samples")

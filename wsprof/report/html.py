@@ -1,0 +1,497 @@
+"""The HTML report: one self-contained file rendered from an :class:`Analysis`.
+
+Jinja2 with autoescape renders ``templates/report.html.j2``; figures are matplotlib SVGs
+inlined by :mod:`wsprof.report.figures`; CSS is inline; there is no script and nothing is
+loaded from the network. Every name that comes from a trace (ops, frames, paths, metadata,
+finding titles) is escaped by the template.
+
+Sections, verdict first (their ``id`` in brackets): findings [verdict], rollout share and
+weight-sync time per step [two-numbers], growth curves [growth], per-op latency [ops],
+counters against latency [counters], py-spy hot stacks [stacks], run metadata [meta].
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jinja2 import Environment, PackageLoader
+from markupsafe import Markup
+
+from wsprof.analysis.model import (
+    SEVERITIES,
+    Analysis,
+    CounterTrack,
+    Finding,
+    HotFrame,
+    OpStats,
+    ProcessAnalysis,
+    SeriesResult,
+    StepRow,
+)
+from wsprof.report import figures
+
+#: Section ids, in page order (tests and links rely on them).
+SECTIONS = ("verdict", "two-numbers", "growth", "ops", "counters", "stacks", "meta")
+
+#: Findings shown in full in the verdict section; the rest are folded below them.
+TOP_FINDINGS = 5
+#: The steps table shows all steps up to this many, else the first and last half of it.
+MAX_STEP_ROWS = 20
+#: Hot stacks listed per process.
+MAX_HOT_STACKS = 10
+#: Frames of one stack shown (leaf first); the rest are counted.
+MAX_STACK_FRAMES = 6
+#: Longest metadata or evidence value shown, in characters.
+MAX_VALUE_CHARS = 400
+
+#: Name of the headline weight-sync series.
+WEIGHT_SYNC_SERIES = "weight_sync_s"
+#: Name of a rollout-share series (series reports built from logs).
+ROLLOUT_SHARE_SERIES = "rollout_share"
+#: Metadata key holding the monotonic ns of a process's first record: the origin of
+#: ``CounterTrack.t_s``, needed to align counters with steps. Without it counters are drawn
+#: over time only.
+T0_META_KEY = "t0_ns"
+
+_TEMPLATE = "report.html.j2"
+
+
+@dataclass(frozen=True)
+class StepTable:
+    """Rows of the steps table; ``gap_after`` is the index after which rows were left out."""
+
+    rows: tuple[StepRow, ...]
+    n_total: int
+    gap_after: int | None
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The two numbers: rollout share and weight-sync time per step."""
+
+    rollout_share: float | None
+    rollout_share_first: float | None
+    rollout_share_last: float | None
+    weight_sync_median_s: float | None
+    weight_sync_first_s: float | None
+    weight_sync_last_s: float | None
+    weight_sync_result: SeriesResult | None
+    source: str
+
+
+@dataclass(frozen=True)
+class ProcessSummary:
+    """One row of the per-process comparison table."""
+
+    label: str
+    rank: int | None
+    n_steps: int
+    rollout_share: float | None
+    weight_sync_median_s: float | None
+    weight_sync_last_s: float | None
+    n_calls: int
+
+
+@dataclass(frozen=True)
+class CounterView:
+    """One counter figure of one process; ``aligned``: paired with per-step latency."""
+
+    name: str
+    n_samples: int
+    aligned: bool
+    figure: Markup | None
+
+
+@dataclass(frozen=True)
+class StackRow:
+    """One hot stack: frames leaf first (shortened), samples and share."""
+
+    leaf: str
+    callers: tuple[str, ...]
+    n_hidden: int
+    samples: int
+    share: float
+
+
+@dataclass(frozen=True)
+class ProcessView:
+    """Everything the template shows for one process."""
+
+    p: ProcessAnalysis
+    op_figure: Markup | None
+    between_figure: Markup | None
+    ops: tuple[OpStats, ...]
+    counters: tuple[CounterView, ...]
+    counters_aligned: bool
+    hot_figure: Markup | None
+    hot_frames: tuple[HotFrame, ...]
+    hot_stacks: tuple[StackRow, ...]
+    meta: tuple[tuple[str, str], ...]
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """Seconds as a short human duration (``12.3 µs``, ``4.56 ms``, ``1.23 s``); None → ``—``."""
+    if seconds is None or not math.isfinite(seconds):
+        return "—"
+    a = abs(seconds)
+    if a < 1e-9:  # below the clock's resolution
+        return "0 s"
+    if a < 1e-3:
+        return f"{seconds * 1e6:.3g} µs"
+    if a < 1.0:
+        return f"{seconds * 1e3:.3g} ms"
+    if a < 600:
+        return f"{seconds:.3g} s"
+    return f"{seconds / 60:.3g} min"
+
+
+def fmt_us(us: float | None) -> str:
+    """Microseconds as a short human duration."""
+    return fmt_duration(None if us is None else us / 1e6)
+
+
+def fmt_pct(x: float | None) -> str:
+    """A fraction as a percentage; None → ``—``."""
+    if x is None or not math.isfinite(x):
+        return "—"
+    return f"{x:.0%}" if abs(x) >= 0.1 else f"{x:.1%}"
+
+
+def fmt_bytes(n: float | None) -> str:
+    """Bytes with a binary unit."""
+    if n is None or not math.isfinite(n):
+        return "—"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.3g} {unit}"
+        value /= 1024
+    return f"{value:.3g} TiB"  # pragma: no cover
+
+
+def fmt_num(x: Any) -> str:
+    """A number in 4 significant digits (ints with thousands separators); None → ``—``."""
+    if x is None:
+        return "—"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            return str(x)
+        return f"{x:.4g}"
+    return str(x)
+
+
+def fmt_in_unit(x: float | None, unit: str) -> str:
+    """A value of a series in its unit (seconds and bytes made human)."""
+    if x is None:
+        return "—"
+    if unit == "s":
+        return fmt_duration(x)
+    if unit in ("bytes", "B"):
+        return fmt_bytes(x)
+    if unit in ("share", "fraction"):
+        return fmt_pct(x)
+    return f"{fmt_num(x)} {unit}".rstrip()
+
+
+def fmt_value(x: Any) -> str:
+    """Any evidence or metadata value as one line of text (escaped later by the template).
+
+    Integers are written as they are (pids, ns timestamps); floats in 4 significant digits;
+    containers as JSON; long text is shortened.
+    """
+    if isinstance(x, int) and not isinstance(x, bool):
+        text = str(x)
+    elif isinstance(x, (bool, float)) or x is None:
+        text = fmt_num(x)
+    elif isinstance(x, str):
+        text = x
+    else:
+        try:
+            text = json.dumps(x, default=str, ensure_ascii=False, sort_keys=True)
+        except (TypeError, ValueError):
+            text = repr(x)
+    if len(text) > MAX_VALUE_CHARS:
+        text = text[: MAX_VALUE_CHARS - 1] + "…"
+    return text
+
+
+# --------------------------------------------------------------------------- view building
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _rollout_shares(steps: Sequence[StepRow]) -> list[float]:
+    return [s for s in (r.rollout_share for r in steps) if s is not None]
+
+
+def _weight_syncs(steps: Sequence[StepRow]) -> list[float]:
+    return [r.weight_sync_s for r in steps if r.weight_sync_s is not None]
+
+
+def _find_series(analysis: Analysis, name: str) -> SeriesResult | None:
+    return next((r for r in analysis.series if r.series.name == name), None)
+
+
+def headline(analysis: Analysis) -> Headline:
+    """The two numbers, from the primary process's steps or from the headline series.
+
+    Args:
+        analysis: the analysis.
+
+    Returns:
+        The rollout share (median over steps, first and last) and the weight-sync time per
+        step (median, first and last) with its series verdict when there is one.
+    """
+    ws = _find_series(analysis, WEIGHT_SYNC_SERIES)
+    primary = analysis.primary
+    shares: list[float] = []
+    syncs: list[float] = []
+    source = "no steps"
+    if primary is not None and primary.steps:
+        shares = _rollout_shares(primary.steps)
+        syncs = _weight_syncs(primary.steps)
+        source = f"steps of {primary.label}"
+    if not shares:
+        rs = _find_series(analysis, ROLLOUT_SHARE_SERIES)
+        if rs is not None:
+            shares = list(rs.series.values)
+            source = f"the per-step series of {analysis.source}"
+    if ws is not None and not syncs:
+        syncs = list(ws.series.values)
+        if source == "no steps":
+            source = f"the per-step series of {analysis.source}"
+    return Headline(
+        rollout_share=_median(shares),
+        rollout_share_first=shares[0] if shares else None,
+        rollout_share_last=shares[-1] if shares else None,
+        weight_sync_median_s=_median(syncs),
+        weight_sync_first_s=syncs[0] if syncs else None,
+        weight_sync_last_s=syncs[-1] if syncs else None,
+        weight_sync_result=ws,
+        source=source,
+    )
+
+
+def step_table(steps: Sequence[StepRow], max_rows: int = MAX_STEP_ROWS) -> StepTable:
+    """The steps to list: all of them, or the first and last ``max_rows // 2``.
+
+    Args:
+        steps: the step table of one process.
+        max_rows: most rows listed.
+
+    Returns:
+        The rows and where rows were left out.
+    """
+    if len(steps) <= max_rows:
+        return StepTable(tuple(steps), len(steps), None)
+    half = max_rows // 2
+    return StepTable(tuple(steps[:half]) + tuple(steps[-half:]), len(steps), half)
+
+
+def _process_summary(p: ProcessAnalysis) -> ProcessSummary:
+    syncs = _weight_syncs(p.steps)
+    return ProcessSummary(
+        label=p.label,
+        rank=p.rank,
+        n_steps=len(p.steps),
+        rollout_share=_median(_rollout_shares(p.steps)),
+        weight_sync_median_s=_median(syncs),
+        weight_sync_last_s=syncs[-1] if syncs else None,
+        n_calls=p.calls.n_total,
+    )
+
+
+def _t0_ns(p: ProcessAnalysis) -> int | None:
+    t0 = p.meta.get(T0_META_KEY)
+    return t0 if isinstance(t0, int) and not isinstance(t0, bool) else None
+
+
+def _svg(svg: str | None) -> Markup | None:
+    # Trusted: produced by matplotlib, which escapes all text and attribute values.
+    return Markup(svg) if svg is not None else None
+
+
+def _counter_view(
+    track: CounterTrack, p: ProcessAnalysis, t0_ns: int | None
+) -> CounterView:
+    aligned = bool(figures.counter_latency_pairs(track, p.steps, p.calls, t0_ns))
+    return CounterView(
+        name=track.name,
+        n_samples=min(len(track.t_s), len(track.value)),
+        aligned=aligned,
+        figure=_svg(figures.counter_figure(track, p.steps, p.calls, t0_ns)),
+    )
+
+
+def _stack_rows(p: ProcessAnalysis) -> tuple[StackRow, ...]:
+    total = p.n_samples or sum(n for _, n in p.hot_stacks)
+    ranked = sorted(p.hot_stacks, key=lambda s: -s[1])[:MAX_HOT_STACKS]
+    rows = []
+    for stack, samples in ranked:
+        leaf_first = tuple(reversed(stack))
+        shown = leaf_first[:MAX_STACK_FRAMES]
+        rows.append(
+            StackRow(
+                leaf=shown[0] if shown else "",
+                callers=shown[1:],
+                n_hidden=max(0, len(leaf_first) - len(shown)),
+                samples=samples,
+                share=samples / total if total else 0.0,
+            )
+        )
+    return tuple(rows)
+
+
+def _meta_rows(meta: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple((str(k), fmt_value(v)) for k, v in sorted(meta.items(), key=lambda kv: str(kv[0])))
+
+
+def process_view(p: ProcessAnalysis) -> ProcessView:
+    """Figures and tables of one process.
+
+    Args:
+        p: the process's analysis.
+
+    Returns:
+        The view the template renders.
+    """
+    t0 = _t0_ns(p)
+    counters = tuple(
+        _counter_view(c, p, t0) for c in p.counters if min(len(c.t_s), len(c.value)) > 0
+    )
+    return ProcessView(
+        p=p,
+        op_figure=_svg(figures.op_latency_figure(p.calls)),
+        between_figure=_svg(figures.between_layers_figure(p.calls)),
+        ops=tuple(sorted(p.ops, key=lambda o: -o.total_s)),
+        counters=counters,
+        counters_aligned=any(c.aligned for c in counters),
+        hot_figure=_svg(figures.hot_frames_figure(p.hot_frames)),
+        hot_frames=tuple(p.hot_frames[: figures.MAX_HOT_FRAMES]),
+        hot_stacks=_stack_rows(p),
+        meta=_meta_rows(p.meta),
+    )
+
+
+def _severity_rank(severity: str) -> int:
+    return SEVERITIES.index(severity) if severity in SEVERITIES else -1
+
+
+def _severity_counts(findings: Sequence[Finding]) -> list[tuple[str, int]]:
+    return [(s, sum(1 for f in findings if f.severity == s)) for s in reversed(SEVERITIES)]
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("wsprof", "report/templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        dur=fmt_duration,
+        us=fmt_us,
+        pct=fmt_pct,
+        bytes=fmt_bytes,
+        num=fmt_num,
+        value=fmt_value,
+        in_unit=fmt_in_unit,
+    )
+    return env
+
+
+def render_html(analysis: Analysis) -> str:
+    """Render the report of one analysis as a self-contained HTML page.
+
+    Args:
+        analysis: what ``wsprof analyze`` produced (a run or a series).
+
+    Returns:
+        The HTML text: no script, no external resource, figures inline.
+    """
+    from wsprof import __version__
+
+    findings = sorted(analysis.findings, key=lambda f: -_severity_rank(f.severity))
+    head = headline(analysis)
+    primary = analysis.primary
+    procs = [process_view(p) for p in analysis.processes]
+    ws_figure = None
+    if head.weight_sync_result is not None:
+        ws_figure = figures.growth_figure(
+            head.weight_sync_result, title="Weight-sync time per step"
+        )
+    accumulating = [r for r in analysis.series if r.verdict.accumulating]
+    series_rows = sorted(
+        analysis.series, key=lambda r: (not r.verdict.accumulating, r.series.name)
+    )
+    growth_figures = [
+        (
+            r,
+            _svg(
+                figures.growth_figure(
+                    r,
+                    title=f"{r.series.name}: {r.verdict.shape}",
+                    width_in=figures.HALF_WIDTH_IN,
+                )
+            ),
+        )
+        for r in accumulating
+    ]
+    template = _environment().get_template(_TEMPLATE)
+    return template.render(
+        a=analysis,
+        version=__version__,
+        sections=SECTIONS,
+        findings=findings,
+        top_findings=findings[:TOP_FINDINGS],
+        more_findings=findings[TOP_FINDINGS:],
+        severity_counts=_severity_counts(findings),
+        head=head,
+        ws_figure=_svg(ws_figure),
+        breakdown_figure=_svg(
+            figures.step_breakdown_figure(primary.steps) if primary is not None else None
+        ),
+        steps=step_table(primary.steps) if primary is not None else None,
+        primary=primary,
+        summaries=[_process_summary(p) for p in analysis.processes],
+        accumulating=accumulating,
+        series_rows=series_rows,
+        growth_figures=growth_figures,
+        procs=procs,
+        any_counters=any(v.counters for v in procs),
+        any_stacks=any(v.hot_frames or v.hot_stacks for v in procs),
+    )
+
+
+def write_html(analysis: Analysis, path: str | os.PathLike[str]) -> str:
+    """Render the report and write it to ``path`` (parent folders are created).
+
+    Args:
+        analysis: the analysis to render.
+        path: the output file.
+
+    Returns:
+        The path written, as a string.
+    """
+    text = render_html(analysis)
+    out = os.fspath(path)
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return out

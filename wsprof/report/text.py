@@ -1,0 +1,63 @@
+"""Terminal text: verdict first, readable in 80 columns, no colour when not a TTY."""
+
+from __future__ import annotations
+
+import textwrap
+
+from wsprof.analysis.model import Analysis
+
+WIDTH = 80
+_COLOURS = {"critical": "\033[31m", "warning": "\033[33m", "info": "\033[36m"}
+_RESET = "\033[0m"
+
+
+def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10) -> str:
+    """The summary a user reads first.
+
+    Args:
+        analysis: what to render.
+        colour: ANSI colours for severities (only when writing to a TTY).
+        max_findings: most findings listed.
+    """
+    lines: list[str] = []
+    crit = [f for f in analysis.findings if f.severity != "info"]
+    lines.append(f"wsprof: {analysis.source}")
+    verdict = (
+        f"VERDICT: {len(crit)} problem(s) found" if crit else "VERDICT: no accumulating problem"
+    )
+    lines.append(verdict)
+    lines.append("")
+    for f in analysis.findings[:max_findings]:
+        tag = f"[{f.severity}]"
+        if colour:
+            tag = f"{_COLOURS.get(f.severity, '')}{tag}{_RESET}"
+        lines += textwrap.wrap(f"{tag} {f.title}", WIDTH, subsequent_indent="    ")
+        if f.where:
+            lines += textwrap.wrap(f"where: {f.where}", WIDTH, initial_indent="    ",
+                                   subsequent_indent="      ")
+        lines += textwrap.wrap(f"next: {f.next_step}", WIDTH, initial_indent="    ",
+                               subsequent_indent="      ")
+    lines.append("")
+    lines.append(f"{'series':<30} {'shape':<17} {'accum':<5} {'slope/step':>12} {'last':>11}")
+    for r in analysis.series:
+        v = r.verdict
+        last = r.series.values[-1] if r.series.values else float("nan")
+        lines.append(
+            f"{r.series.name[:30]:<30} {v.shape:<17} {'yes' if v.accumulating else 'no':<5} "
+            f"{v.slope_per_step:>12.4g} {last:>11.4g}"
+        )
+    pa = analysis.primary
+    if pa is not None and pa.steps:
+        lines.append("")
+        lines.append(f"steps of {pa.label} (from {pa.step_source}):")
+        lines.append(f"{'step':>5} {'step s':>9} {'rollout':>9} {'share':>6} {'sync s':>9} "
+                     f"{'calls':>6} {'between s':>10}")
+        for s in pa.steps:
+            roll = f"{s.rollout_s:9.3f}" if s.rollout_s is not None else f"{'-':>9}"
+            share = f"{s.rollout_share:6.0%}" if s.rollout_share is not None else f"{'-':>6}"
+            sync = f"{s.weight_sync_s:9.3f}" if s.weight_sync_s is not None else f"{'-':>9}"
+            lines.append(f"{s.step:>5} {s.step_s:9.3f} {roll} {share} {sync} {s.n_calls:>6} "
+                         f"{s.between_layers_s:10.3f}")
+    for note in analysis.notes:
+        lines += textwrap.wrap(f"note: {note}", WIDTH, subsequent_indent="      ")
+    return "\n".join(lines) + "\n"
