@@ -54,8 +54,8 @@ def offline_check(
         on_page: called with the loaded page (assertions, screenshots) before it closes.
 
     Returns:
-        ``(requests_attempted, console_errors)``: distinct URLs the page tried to load besides
-        itself (each was aborted), and console errors, uncaught page errors and dialogs (alert, ...).
+        ``(requests_attempted, console_errors)``: distinct URLs the page tried to load
+        besides itself (each was aborted); console errors, uncaught page errors and dialogs.
     """
     from playwright.sync_api import Request, Route, sync_playwright
 

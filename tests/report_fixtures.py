@@ -76,7 +76,9 @@ def series_result(
             accumulating=accumulating,
             confidence=0.97 if accumulating else 0.9,
             slope_per_step=slope,
-            growth_factor_per_step=float((y[-1] / y[0]) ** (1 / (len(y) - 1))) if positive else None,
+            growth_factor_per_step=float((y[-1] / y[0]) ** (1 / (len(y) - 1)))
+            if positive
+            else None,
             change_point=None,
             fitted=tuple(float(v) for v in fitted),
             projection=Projection(proj_step, float(np.polyval(coef, proj_step)))
@@ -215,7 +217,10 @@ def _process(rank: int, payload: str) -> ProcessAnalysis:
             ),
             OpStats(
                 op="all_gather_into_tensor",
-                apis=("torch.distributed.all_gather_into_tensor", "torch.distributed._all_gather_base"),
+                apis=(
+                    "torch.distributed.all_gather_into_tensor",
+                    "torch.distributed._all_gather_base",
+                ),
                 n_calls=1600,
                 total_s=0.2,
                 median_us=95.0,
@@ -224,10 +229,10 @@ def _process(rank: int, payload: str) -> ProcessAnalysis:
                 bytes_total=3 * 2**30,
             ),
         ),
-        calls=call_points(op_prefix="" if not payload else payload),
+        calls=call_points(op_prefix=payload),
         counters=(
             CounterTrack(
-                f"segment.all.current{payload}",
+                f"cuda.segment.all.current{payload}",
                 tuple(float(x) for x in t),
                 tuple(float(x) for x in segments),
             ),
@@ -248,7 +253,6 @@ def _process(rank: int, payload: str) -> ProcessAnalysis:
             "argv": ["python", "-m", "verl.trainer.main_ppo", f"data.path={payload}"],
             "pytorch_cuda_alloc_conf": "expandable_segments:True",
             "anchor": {"monotonic_ns": T0_NS, "unix_ns": 1_717_000_000_000_000_000},
-            "t0_ns": T0_NS,
             f"user_key{payload}": payload or "value",
         },
     )
@@ -262,13 +266,16 @@ def _findings(payload: str) -> tuple[Finding, ...]:
             title=f"Weight sync grows 0.44 s per step (0.8 s → 4.7 s over 8 steps){payload}",
             evidence={"slope_s_per_step": 0.44, "shape": "superlinear", "p_value": 0.0004},
             where=f"verl/workers/sharding_manager/fsdp_vllm.py:160{payload}",
-            next_step="Look at what the all_gather wrapper keeps per call; see between-layers time.",
+            next_step="Look at what the all_gather wrapper keeps per call (between-layers time).",
         ),
         Finding(
             kind="between_layers",
             severity="warning",
             title=f"62% of all_gather time is spent between the API and the backend{payload}",
-            evidence={"between_layers_s": 2.1, f"wrapper{payload}": f"{payload}_all_gather_wrapper"},
+            evidence={
+                "between_layers_s": 2.1,
+                f"wrapper{payload}": f"{payload}_all_gather_wrapper",
+            },
             where=f"{payload}/verl/workers/fsdp_workers.py:412",
             next_step="Read the wrapper at that line: it does work that grows with every call.",
         ),
@@ -303,23 +310,13 @@ def make_run_analysis(payload: str = "", n_processes: int = 3) -> Analysis:
     """
     syncs = [_weight_sync_s(i) for i in range(N_STEPS)]
     steps0 = _steps(0)
+    latency = call_points()
+    # Named as wsprof.analysis.run.step_series names them.
     series = (
-        series_result("weight_sync_s", "s", syncs, shape="superlinear", accumulating=True, degree=2),
         series_result(
-            "between_layers_s",
-            "s",
-            [r.between_layers_s for r in steps0],
-            shape="superlinear",
-            accumulating=True,
-            degree=2,
+            "weight_sync_s", "s", syncs, shape="superlinear", accumulating=True, degree=2
         ),
-        series_result(
-            f"segment.all.current{payload}",
-            "segments",
-            [40.0 + 12 * i for i in range(N_STEPS)],
-            shape="linear",
-            accumulating=True,
-        ),
+        series_result("step_s", "s", [r.step_s for r in steps0], shape="linear", accumulating=True),
         series_result(
             "rollout_s",
             "s",
@@ -329,8 +326,66 @@ def make_run_analysis(payload: str = "", n_processes: int = 3) -> Analysis:
             degree=0,
         ),
         series_result(
-            "train_s", "s", [r.train_s or 0.0 for r in steps0], shape="flat", accumulating=False,
+            "rollout_share",
+            "",
+            [r.rollout_share or 0.0 for r in steps0],
+            shape="flat",
+            accumulating=False,
             degree=0,
+        ),
+        series_result(
+            "between_layers_s",
+            "s",
+            [r.between_layers_s for r in steps0],
+            shape="superlinear",
+            accumulating=True,
+            degree=2,
+        ),
+        series_result(
+            "collective_calls",
+            "",
+            [float(r.n_calls) for r in steps0],
+            shape="flat",
+            accumulating=False,
+            degree=0,
+        ),
+        *(
+            series_result(
+                f"median_us:{payload}{op}",
+                "us",
+                [
+                    float(
+                        np.median(
+                            [
+                                v
+                                for v, s, o in zip(
+                                    latency.latency_us, latency.step, latency.op, strict=True
+                                )
+                                if s == i and o == op
+                            ]
+                        )
+                    )
+                    for i in range(N_STEPS)
+                ],
+                shape="linear" if op == "all_gather" else "flat",
+                accumulating=op == "all_gather",
+                degree=1 if op == "all_gather" else 0,
+            )
+            for op in OPS
+        ),
+        series_result(
+            f"counter:cuda.segment.all.current{payload}",
+            "",
+            [52.0 + 12 * i for i in range(N_STEPS)],
+            shape="linear",
+            accumulating=True,
+        ),
+        series_result(
+            "counter:rss_bytes",
+            "",
+            [8e9 + 2e7 * (r.t_end_ns - T0_NS) / 1e9 for r in steps0],
+            shape="linear",
+            accumulating=True,
         ),
     )
     return Analysis(
@@ -359,7 +414,9 @@ def make_series_analysis() -> Analysis:
         kind="series",
         processes=(),
         series=(
-            series_result("weight_sync_s", "s", ws, shape="exponential", accumulating=True, degree=2),
+            series_result(
+                "weight_sync_s", "s", ws, shape="exponential", accumulating=True, degree=2
+            ),
             series_result(
                 "rollout_share",
                 "share",

@@ -16,6 +16,7 @@ from wsprof.analysis.model import Analysis, CallPoints, CounterTrack, SeriesResu
 from wsprof.report import figures
 from wsprof.report.html import (
     SECTIONS,
+    counter_steps,
     fmt_bytes,
     fmt_duration,
     fmt_pct,
@@ -58,11 +59,7 @@ def _parse(html: str) -> _Tags:
 
 
 def _section_ids(html: str) -> list[str]:
-    return [
-        dict(attrs).get("id") or ""
-        for tag, attrs in _parse(html).tags
-        if tag == "section"
-    ]
+    return [dict(attrs).get("id") or "" for tag, attrs in _parse(html).tags if tag == "section"]
 
 
 def _assert_self_contained(html: str) -> None:
@@ -124,7 +121,7 @@ def test_run_report_content(run_html: str) -> None:
     assert 'aria-label="stacked time per step' in run_html
     assert 'aria-label="per-call collective latency over call index"' in run_html
     assert 'aria-label="time between layers per call over call index"' in run_html
-    assert 'aria-label="counter segment.all.current"' in run_html
+    assert 'aria-label="counter cuda.segment.all.current"' in run_html
     assert 'aria-label="hottest leaf frames by share of samples"' in run_html
     # Tables: ops, series verdicts, steps, metadata.
     for text in ("all_gather_into_tensor", "torch.distributed._all_gather_base", "superlinear"):
@@ -259,27 +256,32 @@ def test_cap_indices_keeps_the_slowest() -> None:
     assert list(idx) == sorted(idx)
 
 
-def test_counter_per_step_takes_last_value_before_step_end() -> None:
-    a = make_run_analysis(n_processes=1)
+def test_counters_pair_with_latency_from_counter_series() -> None:
+    a = make_run_analysis()
+    per_step = counter_steps(a)
+    assert set(per_step) == {"cuda.segment.all.current", "rss_bytes"}
+    assert per_step["cuda.segment.all.current"][0] == 52.0
     p = a.processes[0]
-    t0 = p.meta["t0_ns"]
-    track = CounterTrack(
-        "c",
-        tuple((r.t_end_ns - t0) / 1e9 - 0.001 for r in p.steps),
-        tuple(float(r.step * 10) for r in p.steps),
-    )
-    per_step = figures.counter_per_step(track, p.steps, t0)
-    assert per_step == {r.step: r.step * 10.0 for r in p.steps}
+    pairs = figures.counter_latency_pairs(p.steps, per_step["cuda.segment.all.current"])
+    assert [s for s, _, _ in pairs] == [r.step for r in p.steps]
+    r0 = p.steps[0]
+    assert pairs[0][2] == pytest.approx(r0.collective_s / r0.n_calls * 1e6)
 
 
-def test_counter_without_alignment_is_drawn_over_time() -> None:
-    a = make_run_analysis(n_processes=1)
-    p = a.processes[0]
-    assert figures.counter_latency_pairs(p.counters[0], p.steps, p.calls, None) == []
-    svg = figures.counter_figure(p.counters[0], p.steps, p.calls, None)
+def test_counter_without_per_step_values_is_drawn_over_time() -> None:
+    p = make_run_analysis(n_processes=1).processes[0]
+    assert figures.counter_latency_pairs(p.steps, None) == []
+    svg = figures.counter_figure(p.counters[0], p.steps, None)
     assert svg is not None and "per step: counter vs latency" not in svg
-    svg = figures.counter_figure(p.counters[0], p.steps, p.calls, p.meta["t0_ns"])
+    svg = figures.counter_figure(p.counters[0], p.steps, {r.step: 1.0 for r in p.steps})
     assert svg is not None and "per step: counter vs latency" in svg
+
+
+def test_only_the_primary_process_gets_counter_scatter(run_html: str) -> None:
+    counters = run_html[run_html.index('id="counters"') : run_html.index('id="stacks"')]
+    # rank 0 has per-step counter series; ranks 1 and 2 are drawn over time only.
+    assert counters.count("per step: counter vs latency") == 2
+    assert counters.count("over time only") == 2
 
 
 def test_growth_figure_without_fit_or_projection() -> None:

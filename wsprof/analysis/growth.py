@@ -69,6 +69,9 @@ MAD_TO_SIGMA = 0.6745
 #: far below any real measurement precision, far above float64 rounding, so exact-constant and
 #: exact-linear series get finite criteria.
 REL_FLOOR = 1e-6
+#: Points in the running median that gives each point's level (least-squares weight): noise of
+#: times is roughly proportional to their level, so residuals are weighted by 1/level.
+LEVEL_WINDOW = 5
 
 # --- trend and verdict -------------------------------------------------------------------------
 #: One-sided significance level of the Mann-Kendall trend test. 0.05 is the conventional level;
@@ -91,6 +94,10 @@ PERSIST_CI = 0.90
 #: A curved model (quadratic, exponential) replaces the straight line only when its BIC is lower
 #: by at least this much: "positive evidence" on the Kass & Raftery (1995) scale.
 CURVE_BIC_MARGIN = 2.0
+#: A growth model this much better (BIC) than every non-growth model counts as a trend even when
+#: Mann-Kendall misses it (convex growth concentrated in the last points): "strong evidence" on
+#: the Kass & Raftery (1995) scale.
+STRONG_BIC = 6.0
 #: BIC values closer than this are ties; ties go to the simpler / earlier candidate.
 BIC_TIE = 1e-9
 
@@ -108,6 +115,10 @@ STEP_MIN_SIGMAS = 3.0
 PLATEAU_MIN_FLAT_POINTS = 3
 #: Fewest trailing points of a plateau as a fraction of the series.
 PLATEAU_MIN_FLAT_FRACTION = 0.25
+#: The plateau's ramp rises (or falls) by at least this many residual SDs (3-sigma rule).
+PLATEAU_MIN_RAMP_SIGMAS = 3.0
+#: Require the plateau's flat part to be shown flat (see _fit_plateau).
+PLATEAU_STOP_TEST = False
 #: A sawtooth needs at least this many resets (drops).
 SAW_MIN_RESETS = 2
 #: A reset is a drop of at least this many noise sigmas ...
@@ -144,6 +155,12 @@ SHORT_SHIFT_TO_SPREAD = 3.0
 # --- confidence --------------------------------------------------------------------------------
 #: Confidence for 1-2 points (nothing can be said).
 LOW_CONFIDENCE = 0.1
+#: Factor on the length cap of a not-accumulating verdict from 3-4 points.
+SHORT_NEGATIVE_CONFIDENCE = 0.8
+
+# --- projection --------------------------------------------------------------------------------
+#: budget_step looks at least this many steps ahead.
+BUDGET_SEARCH_STEPS = 10_000
 
 #: Models that describe growth; every other model is a non-growth shape.
 TREND_MODELS = frozenset({"linear", "quadratic", "exponential", "config_linear"})
@@ -159,13 +176,50 @@ _NON_TREND_SHAPE = {
 
 
 @dataclass(frozen=True)
+class _Data:
+    """The finite points of a series and their least-squares weights.
+
+    Attributes:
+        x: positions of the finite values in the input (steps).
+        y: the finite values, series unit.
+        w: weight of each point's residual, dimensionless: ``level_ref / level_i`` for a positive
+            series (noise proportional to level), else 1.
+        level_ref: the level at which ``w == 1`` (median running level), series unit.
+        weighted: True when ``w`` follows the level.
+        scale: typical magnitude (median |y|), series unit.
+        sigma: robust noise sigma at ``level_ref``, series unit.
+    """
+
+    x: FloatArray
+    y: FloatArray
+    w: FloatArray
+    level_ref: float
+    weighted: bool
+    scale: float
+    sigma: float
+
+    @property
+    def n(self) -> int:
+        return int(self.y.size)
+
+    @property
+    def floor(self) -> float:
+        """Smallest noise SD taken seriously, series unit."""
+        return REL_FLOOR * self.scale
+
+    def level_factor(self, level: float) -> float:
+        """Noise at ``level`` relative to noise at ``level_ref`` (1 when unweighted)."""
+        return max(abs(level) / self.level_ref, REL_FLOOR) if self.weighted else 1.0
+
+
+@dataclass(frozen=True)
 class _Fit:
     """One fitted candidate model.
 
     Attributes:
         name: model name (``constant``, ``linear``, ...).
         k: free parameters counted by the information criteria (change points included).
-        rss: residual sum of squares on the finite points, series unit squared.
+        rss: weighted residual sum of squares, (series unit at ``level_ref``) squared.
         predict: the model at any positions.
         change_point: position of the first point after a level change, if the model has one.
         shape: for growth models, the shape it names (``linear``/``superlinear``/``exponential``).
@@ -183,7 +237,7 @@ class _Fit:
 
 @dataclass(frozen=True)
 class _Trend:
-    """Rank-based trend statistics of the finite points."""
+    """Rank-based trend statistics of the finite points (slopes in series unit per step)."""
 
     tau: float
     p_up: float
@@ -191,6 +245,27 @@ class _Trend:
     slope: float
     slope_lo: float
     slope_hi: float
+
+
+@dataclass(frozen=True)
+class _Growth:
+    """Effect size and persistence of the growth model.
+
+    Attributes:
+        rel_growth: fitted rise over the series / starting level.
+        sigmas: fitted rise in noise sigmas (at the starting level).
+        end_ratio: model slope at the last point / mean slope.
+        last_hi_ratio: upper Theil-Sen bound over the last part / overall slope.
+        last_slope: Theil-Sen slope over the last part, series unit per step.
+        p: one-sided p of the trend test that applies (stratified with a config).
+    """
+
+    rel_growth: float
+    sigmas: float
+    end_ratio: float
+    last_hi_ratio: float
+    last_slope: float
+    p: float
 
 
 def classify(
@@ -206,12 +281,13 @@ def classify(
         values: one value per step (any unit); non-finite values are dropped.
         config: optional configuration name of each step (same length as ``values``); a change
             splits the series into segments before fitting.
-        budget: optional limit in the series' unit; ``budget_step`` is where the projection of a
-            growing shape first reaches it.
-        horizon_steps: steps ahead of the last step for ``projection``; default ``max(5, n)``.
+        budget: optional limit in the series' unit; ``budget_step`` is the first step at which
+            the projection of a growing shape reaches it.
+        horizon_steps: how many steps after the last one ``projection`` is made for; default
+            ``max(5, n)``.
 
     Returns:
-        The verdict; steps are positions in ``values``.
+        The verdict. Steps in it are positions in ``values``.
 
     Raises:
         ValueError: no finite value, or ``config`` of another length than ``values``.
@@ -219,7 +295,9 @@ def classify(
     y_all = np.asarray(values, dtype=np.float64).reshape(-1)
     n_in = int(y_all.size)
     if config is not None and len(config) != n_in:
-        raise ValueError(f"config has {len(config)} entries but values has {n_in}; give one per step")
+        raise ValueError(
+            f"config has {len(config)} entries but values has {n_in}; give one per step"
+        )
     finite = np.isfinite(y_all)
     if not finite.any():
         raise ValueError(
@@ -235,12 +313,13 @@ def classify(
     }
     if y.size <= 2:
         return _classify_tiny(x, y, n_in, evidence)
+    data = _prepare(x, y)
     if y.size <= SHORT_MAX_POINTS:
-        return _classify_short(x, y, n_in, horizon, budget, evidence)
-    return _classify_full(x, y, labels, n_in, horizon, budget, evidence)
+        return _classify_short(data, n_in, horizon, budget, evidence)
+    return _classify_full(data, labels, n_in, horizon, budget, evidence)
 
 
-# --- basic statistics --------------------------------------------------------------------------
+# --- data, noise and trend ---------------------------------------------------------------------
 
 
 def _scale(y: FloatArray) -> float:
@@ -252,25 +331,43 @@ def _scale(y: FloatArray) -> float:
     return 1.0
 
 
-def robust_sigma(y: FloatArray) -> float:
-    """Robust noise sigma from first differences (see module docstring, step 2).
+def _running_level(y: FloatArray) -> FloatArray:
+    """Running median over :data:`LEVEL_WINDOW` points (shrinking at the ends)."""
+    n = y.size
+    h = LEVEL_WINDOW // 2
+    return np.array([np.median(y[max(0, i - h) : i + h + 1]) for i in range(n)])
 
-    Args:
-        y: finite values, series unit.
 
-    Returns:
-        Noise standard deviation in the series' unit, at least ``REL_FLOOR * scale``.
+def _prepare(x: FloatArray, y: FloatArray) -> _Data:
+    """Weights (noise proportional to level for positive series) and robust noise sigma."""
+    scale = _scale(y)
+    weighted = bool(np.all(y > 0))
+    if weighted:
+        level = _running_level(y)
+        level_ref = float(np.median(level))
+        w = level_ref / level
+    else:
+        level_ref = scale
+        w = np.ones_like(y)
+    data = _Data(x, y, w, level_ref, weighted, scale, 0.0)
+    return _Data(x, y, w, level_ref, weighted, scale, _robust_sigma(data))
+
+
+def _robust_sigma(d: _Data) -> float:
+    """Robust noise sigma at ``level_ref`` from first differences (module docstring, step 2).
+
+    Each difference is weighted by the mean weight of its two points, so that it is in noise
+    units at the reference level. Floored at ``REL_FLOOR * scale``.
     """
-    floor = REL_FLOOR * _scale(y)
-    if y.size < 3:
-        return floor
-    d = np.diff(y)
-    mad = float(np.median(np.abs(d - np.median(d))))
-    return max(mad / (MAD_TO_SIGMA * math.sqrt(2.0)), floor)
+    diff = np.diff(d.y) * 0.5 * (d.w[1:] + d.w[:-1])
+    if diff.size < 2:
+        return d.floor
+    mad = float(np.median(np.abs(diff - np.median(diff))))
+    return max(mad / (MAD_TO_SIGMA * math.sqrt(2.0)), d.floor)
 
 
 def _trend(x: FloatArray, y: FloatArray) -> _Trend:
-    """Mann-Kendall (both directions) and Theil-Sen slope with its 90% interval."""
+    """Mann-Kendall (both directions) and the Theil-Sen slope with its PERSIST_CI interval."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         up = stats.kendalltau(x, y, alternative="greater")
@@ -304,10 +401,18 @@ def _stratified_mk_p(y: FloatArray, segments: list[slice]) -> float:
             continue
         s_total += float(np.sign(v[None, :] - v[:, None])[np.triu_indices(m, 1)].sum())
         var_total += m * (m - 1) * (2 * m + 5) / 18.0
-    if var_total <= 0:
-        return 1.0
-    z = (s_total - math.copysign(1.0, s_total)) / math.sqrt(var_total) if s_total else 0.0
+    if var_total <= 0 or s_total == 0:
+        return 1.0 if var_total <= 0 else 0.5
+    z = (s_total - math.copysign(1.0, s_total)) / math.sqrt(var_total)
     return float(stats.norm.sf(z))
+
+
+def _theil_sen_hi(x: FloatArray, y: FloatArray) -> tuple[float, float]:
+    """Theil-Sen slope and the upper bound of its PERSIST_CI interval."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = stats.theilslopes(y, x, alpha=PERSIST_CI)
+    return float(r.slope), float(r.high_slope)
 
 
 def _bic(rss: float, n: int, k: int, rss_floor: float) -> float:
@@ -322,39 +427,52 @@ def _aicc(rss: float, n: int, k: int, rss_floor: float) -> float | None:
     return n * math.log(max(rss, rss_floor) / n) + 2 * k + 2 * k * (k + 1) / (n - k - 1)
 
 
-def _rss(y: FloatArray, f: FloatArray) -> float:
-    return float(np.sum((y - f) ** 2))
+def _wrss(d: _Data, f: FloatArray) -> float:
+    """Weighted residual sum of squares of model values ``f`` at the finite points."""
+    return float(np.sum((d.w * (d.y - f)) ** 2))
+
+
+def _wls(design: FloatArray, d: _Data) -> FloatArray:
+    """Weighted least-squares coefficients of ``design @ coef ~ y``."""
+    coef = np.linalg.lstsq(design * d.w[:, None], d.y * d.w, rcond=None)[0]
+    return np.asarray(coef, dtype=np.float64)
 
 
 # --- candidate models --------------------------------------------------------------------------
 
 
-def _fit_constant(x: FloatArray, y: FloatArray) -> _Fit:
-    c = float(y.mean())
-    return _Fit("constant", 1, _rss(y, np.full_like(y, c)), lambda q: np.full_like(q, c))
+def _fit_constant(d: _Data) -> _Fit:
+    ww = d.w**2
+    c = float(np.sum(ww * d.y) / np.sum(ww))
+    return _Fit("constant", 1, _wrss(d, np.full_like(d.y, c)), lambda q: np.full_like(q, c))
 
 
-def _fit_poly(x: FloatArray, y: FloatArray, degree: int) -> _Fit:
-    """Least-squares polynomial on centred, scaled positions (well conditioned)."""
-    x0 = float(x.mean())
-    xs = float(max(x.max() - x.min(), 1.0))
-    coef = np.polyfit((x - x0) / xs, y, degree)
+def _fit_poly(d: _Data, degree: int) -> _Fit:
+    """Weighted least-squares polynomial on centred, scaled positions (well conditioned)."""
+    x0 = float(d.x.mean())
+    xs = float(max(d.x.max() - d.x.min(), 1.0))
+    coef = np.polyfit((d.x - x0) / xs, d.y, degree, w=d.w)
 
     def predict(q: FloatArray) -> FloatArray:
         return np.asarray(np.polyval(coef, (q - x0) / xs), dtype=np.float64)
 
+    rss = _wrss(d, predict(d.x))
     if degree == 1:
-        return _Fit("linear", 2, _rss(y, predict(x)), predict, shape="linear")
+        return _Fit("linear", 2, rss, predict, shape="linear")
     shape = "superlinear" if coef[0] > 0 else "linear"  # concave growth is called linear
-    return _Fit("quadratic", 3, _rss(y, predict(x)), predict, shape=shape)
+    return _Fit("quadratic", 3, rss, predict, shape=shape)
 
 
-def _fit_exponential(x: FloatArray, y: FloatArray) -> _Fit | None:
-    """``a * exp(b * (x - x0))`` by least squares, seeded from the log-linear fit; y > 0 only."""
-    if np.any(y <= 0):
+def _fit_exponential(d: _Data) -> _Fit | None:
+    """``a * exp(b * (x - x0))`` by weighted least squares, seeded from the log-linear fit.
+
+    Positive data only; when :func:`scipy.optimize.curve_fit` fails or does not improve on the
+    seed, the seed is kept.
+    """
+    if not d.weighted:
         return None
-    x0 = float(x.mean())
-    b0, loga0 = np.polyfit(x - x0, np.log(y), 1)
+    x0 = float(d.x.mean())
+    b0, loga0 = np.polyfit(d.x - x0, np.log(d.y), 1)
     p = np.array([math.exp(loga0), b0])
 
     def model(q: FloatArray, a: float, b: float) -> FloatArray:
@@ -363,9 +481,9 @@ def _fit_exponential(x: FloatArray, y: FloatArray) -> _Fit | None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            fitted_p, _ = optimize.curve_fit(model, x, y, p0=p, maxfev=2000)
-            if np.all(np.isfinite(fitted_p)) and _rss(y, model(x, *fitted_p)) < _rss(
-                y, model(x, *p)
+            fitted_p, _ = optimize.curve_fit(model, d.x, d.y, p0=p, sigma=1.0 / d.w, maxfev=2000)
+            if np.all(np.isfinite(fitted_p)) and _wrss(d, model(d.x, *fitted_p)) < _wrss(
+                d, model(d.x, *p)
             ):
                 p = fitted_p
         except (RuntimeError, ValueError, optimize.OptimizeWarning):
@@ -376,11 +494,11 @@ def _fit_exponential(x: FloatArray, y: FloatArray) -> _Fit | None:
         return model(q, a, b)
 
     shape = "exponential" if b > 0 else "linear"
-    return _Fit("exponential", 2, _rss(y, predict(x)), predict, shape=shape, rate=b)
+    return _Fit("exponential", 2, _wrss(d, predict(d.x)), predict, shape=shape, rate=b)
 
 
 def _step_predict(boundaries: FloatArray, levels: FloatArray) -> Predict:
-    """Piecewise-constant model: ``levels[j]`` from ``boundaries[j-1]`` (position) on."""
+    """Piecewise-constant model: ``levels[j]`` from position ``boundaries[j-1]`` on."""
 
     def predict(q: FloatArray) -> FloatArray:
         return np.asarray(levels[np.searchsorted(boundaries, q, side="right")], dtype=np.float64)
@@ -388,85 +506,127 @@ def _step_predict(boundaries: FloatArray, levels: FloatArray) -> Predict:
     return predict
 
 
-def _fit_step(x: FloatArray, y: FloatArray, *, visible: bool = True) -> _Fit | None:
-    """Best single change point between two means (k = 2 means + 1 change point).
+def _two_means(d: _Data) -> tuple[_Fit, FloatArray]:
+    """Best single split into two (weighted) means; returns the fit and the two levels."""
+    ww = d.w**2
+    c0, c1, c2 = np.cumsum(ww), np.cumsum(ww * d.y), np.cumsum(ww * d.y**2)
+    tau = np.arange(1, d.n)  # first index of the second level
+    w1, s1, q1 = c0[tau - 1], c1[tau - 1], c2[tau - 1]
+    w2, s2, q2 = c0[-1] - w1, c1[-1] - s1, c2[-1] - q1
+    rss = (q1 - s1**2 / w1) + (q2 - s2**2 / w2)
+    t = int(tau[int(np.argmin(rss))])
+    levels = np.array([s1[t - 1] / w1[t - 1], s2[t - 1] / w2[t - 1]])
+    predict = _step_predict(np.array([d.x[t] - 0.5]), levels)
+    return _Fit("step", 3, _wrss(d, predict(d.x)), predict, change_point=int(d.x[t])), levels
 
-    With ``visible``, the shift must be at least :data:`STEP_MIN_SIGMAS` within-level SDs,
-    else None: searching every split makes BIC's single ln(n) for the change point too weak.
+
+def _fit_step(d: _Data) -> _Fit | None:
+    """One change point between two means (k = 2 means + 1 change point).
+
+    Kept only when the shift is at least :data:`STEP_MIN_SIGMAS` within-level SDs (at the
+    higher level): searching every split makes BIC's single ln(n) for the change point too weak.
     """
-    n = y.size
-    c1 = np.cumsum(y)
-    c2 = np.cumsum(y**2)
-    tau = np.arange(1, n)  # first index of the second level
-    s1, q1 = c1[tau - 1], c2[tau - 1]
-    s2, q2 = c1[-1] - s1, c2[-1] - q1
-    rss = (q1 - s1**2 / tau) + (q2 - s2**2 / (n - tau))
-    j = int(np.argmin(rss))
-    t = int(tau[j])
-    levels = np.array([y[:t].mean(), y[t:].mean()])
-    predict = _step_predict(np.array([x[t] - 0.5]), levels)
-    fit = _Fit("step", 3, _rss(y, predict(x)), predict, change_point=int(x[t]))
-    if visible and n > 2:
-        sd = max(math.sqrt(fit.rss / (n - 2)), REL_FLOOR * _scale(y))
-        if abs(levels[1] - levels[0]) < STEP_MIN_SIGMAS * sd:
-            return None
+    fit, levels = _two_means(d)
+    sd = max(math.sqrt(fit.rss / (d.n - 2)), d.floor)
+    noise = sd * max(d.level_factor(levels[0]), d.level_factor(levels[1]))
+    if abs(levels[1] - levels[0]) < STEP_MIN_SIGMAS * noise:
+        return None
     return fit
 
 
-def _fit_warmup(x: FloatArray, y: FloatArray) -> _Fit | None:
-    """First ``w`` points free (1 <= w <= 3), then constant; k = w + 1 mean + 1 change point."""
-    n = y.size
+def _fit_warmup(d: _Data) -> _Fit | None:
+    """First ``m`` points free (1 <= m <= 3), then constant; k = m + 1 mean + 1 change point.
+
+    Every free point must lie :data:`WARMUP_MIN_SIGMAS` residual SDs of the flat part (at its
+    own level) away from the flat level. The best ``m`` by BIC is kept.
+    """
+    n = d.n
     best: _Fit | None = None
     best_bic = math.inf
-    floor = n * (REL_FLOOR * _scale(y)) ** 2
-    for w in range(1, min(WARMUP_MAX_POINTS, n - 3) + 1):
-        c = float(y[w:].mean())
-        rss = _rss(y[w:], np.full(n - w, c))
-        rest_sd = max(math.sqrt(rss / (n - w - 1)), REL_FLOOR * _scale(y))
-        if np.any(np.abs(y[:w] - c) < WARMUP_MIN_SIGMAS * rest_sd):
+    rss_floor = n * d.floor**2
+    ww = d.w**2
+    for m in range(1, min(WARMUP_MAX_POINTS, n - 3) + 1):
+        c = float(np.sum(ww[m:] * d.y[m:]) / np.sum(ww[m:]))
+        rss = float(np.sum(ww[m:] * (d.y[m:] - c) ** 2))
+        sd = max(math.sqrt(rss / (n - m - 1)), d.floor)
+        noise = sd * np.maximum(
+            np.array([d.level_factor(v) for v in d.y[:m]]), d.level_factor(c)
+        )
+        if np.any(np.abs(d.y[:m] - c) < WARMUP_MIN_SIGMAS * noise):
             continue
-        bic = _bic(rss, n, w + 2, floor)
+        bic = _bic(rss, n, m + 2, rss_floor)
         if bic < best_bic - BIC_TIE:
-            xw, yw, cut = x[:w].copy(), y[:w].copy(), float(x[w])
-
-            def predict(q: FloatArray, xw: FloatArray = xw, yw: FloatArray = yw,
-                        cut: float = cut, c: float = c) -> FloatArray:
-                return np.where(q < cut - 0.5, np.interp(q, xw, yw), c)
-
-            best = _Fit("warmup", w + 2, rss, predict, change_point=int(x[w]))
+            best = _Fit(
+                "warmup", m + 2, rss, _warmup_predict(d.x[:m], d.y[:m], float(d.x[m]), c),
+                change_point=int(d.x[m]),
+            )
             best_bic = bic
     return best
 
 
-def _fit_plateau(x: FloatArray, y: FloatArray) -> _Fit | None:
-    """A ramp that stops: ``c + s * min(0, x - knot)`` with the knot at a data position.
+def _warmup_predict(xw: FloatArray, yw: FloatArray, cut: float, c: float) -> Predict:
+    def predict(q: FloatArray) -> FloatArray:
+        return np.asarray(np.where(q < cut - 0.5, np.interp(q, xw, yw), c), dtype=np.float64)
 
-    The flat part keeps at least ``max(3, 25%)`` of the points. k = c, s, knot.
+    return predict
+
+
+def _weighted_line_rss(
+    z: FloatArray, y: FloatArray, ww: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Weighted regression of y on each row of z (with intercept): slopes, intercepts, RSS."""
+    sw = float(ww.sum())
+    ybar = float(ww @ y) / sw
+    zbar = (z @ ww) / sw
+    zc = z - zbar[:, None]
+    yc = y - ybar
+    szz = np.maximum((zc**2) @ ww, 1e-300)
+    szy = (zc * yc[None, :]) @ ww
+    slope = szy / szz
+    rss = float((yc**2) @ ww) - slope**2 * szz
+    return slope, ybar - slope * zbar, rss
+
+
+def _fit_plateau(d: _Data) -> _Fit | None:
+    """A ramp that stops: ``c + s * min(0, x - knot)``, knot at a data position; k = 3.
+
+    The flat part keeps at least ``max(3, 25%)`` of the points. With
+    :data:`PLATEAU_STOP_TEST`, the ramp must also be shown to stop: the upper Theil-Sen bound
+    of the flat part's slope below :data:`PERSIST_FRACTION` of the ramp's slope.
     """
-    n = y.size
+    n = d.n
     min_flat = max(PLATEAU_MIN_FLAT_POINTS, math.ceil(PLATEAU_MIN_FLAT_FRACTION * n))
-    last = n - min_flat  # index of the knot, so that points knot.. are flat
+    last = n - min_flat  # largest knot index: points knot.. are flat
     if last < 1:
         return None
-    knots = x[1 : last + 1]
-    z = np.minimum(0.0, x[None, :] - knots[:, None])
-    zc = z - z.mean(axis=1, keepdims=True)
-    yc = y - y.mean()
-    szz = np.maximum((zc**2).sum(axis=1), 1e-300)
-    s = (zc @ yc) / szz
-    rss = ((yc[None, :] - s[:, None] * zc) ** 2).sum(axis=1)
+    knots = d.x[1 : last + 1]
+    z = np.minimum(0.0, d.x[None, :] - knots[:, None])
+    slope, icpt, rss = _weighted_line_rss(z, d.y, d.w**2)
     j = int(np.argmin(rss))
-    knot, slope = float(knots[j]), float(s[j])
-    c = float(y.mean() - slope * z[j].mean())
+    knot, s, c = float(knots[j]), float(slope[j]), float(icpt[j])
 
     def predict(q: FloatArray) -> FloatArray:
-        return np.asarray(c + slope * np.minimum(0.0, q - knot), dtype=np.float64)
+        return np.asarray(c + s * np.minimum(0.0, q - knot), dtype=np.float64)
 
-    return _Fit("plateau", 3, _rss(y, predict(x)), predict, change_point=int(knot))
+    rss_w = _wrss(d, predict(d.x))
+    sd = max(math.sqrt(rss_w / (n - 3)), d.floor)
+    ramp = s * float(knot - d.x[0])
+    if abs(ramp) < PLATEAU_MIN_RAMP_SIGMAS * sd * max(d.level_factor(c), d.level_factor(c - ramp)):
+        return None
+    if PLATEAU_STOP_TEST:
+        after = d.x >= knot
+        _, hi = _theil_sen_hi(d.x[after], d.y[after])
+        if s > 0 and hi >= PERSIST_FRACTION * s:
+            return None
+        if s < 0:
+            _, lo_neg = _theil_sen_hi(d.x[after], -d.y[after])
+            if lo_neg >= PERSIST_FRACTION * -s:
+                return None
+    return _Fit("plateau", 3, rss_w, predict, change_point=int(knot))
 
 
-def _fit_sawtooth(x: FloatArray, y: FloatArray, sigma: float) -> _Fit | None:
-    """Resets (large drops) with common within-period growth and flat peaks.
+def _fit_reset_sawtooth(d: _Data) -> _Fit | None:
+    """Sawtooth from explicit resets (large drops), periods may differ.
 
     Structural checks first: at least :data:`SAW_MIN_RESETS` drops of :data:`SAW_RESET_SIGMAS`
     sigmas and :data:`SAW_RESET_FRACTION` of the 10-90% range; inner periods of
@@ -475,9 +635,10 @@ def _fit_sawtooth(x: FloatArray, y: FloatArray, sigma: float) -> _Fit | None:
     phase counts positions since the last reset (the first, partial period is aligned so that
     it ends at the median period). k = 2 + number of resets.
     """
-    n = y.size
+    x, y, n = d.x, d.y, d.n
     spread = float(np.percentile(y, 90) - np.percentile(y, 10))
-    thr = max(SAW_RESET_SIGMAS * sigma, SAW_RESET_FRACTION * spread)
+    noise = d.sigma * d.level_factor(float(np.median(y)))
+    thr = max(SAW_RESET_SIGMAS * noise, SAW_RESET_FRACTION * spread)
     resets = np.flatnonzero(np.diff(y) < -thr)
     if resets.size < SAW_MIN_RESETS or spread <= 0:
         return None
@@ -490,73 +651,70 @@ def _fit_sawtooth(x: FloatArray, y: FloatArray, sigma: float) -> _Fit | None:
         return None
     drop = float(np.median(y[resets] - y[resets + 1]))
     span = float(x[-1] - x[0])
-    for ext in (y[resets], y[resets + 1]):
-        if ext.size >= 2:
-            drift = float(stats.theilslopes(ext, x[resets])[0]) * span
-            if abs(drift) > SAW_PEAK_DRIFT_MAX * drop:
-                return None
-    period = float(np.median(np.diff(x[starts]))) if starts.size > 2 else float(x[resets[1]] - x[resets[0]])
+    for extremes in (y[resets], y[resets + 1]):
+        drift = _theil_sen_hi(x[resets], extremes)[0] * span
+        if abs(drift) > SAW_PEAK_DRIFT_MAX * drop:
+            return None
+    period = float(np.median(np.diff(x[starts[1:]]))) if resets.size > 1 else float(n)
     bounds = x[resets + 1] - 0.5
     seg_start = np.concatenate([[x[resets[0]] - (period - 1.0)], x[resets + 1]])
 
     def phase(q: FloatArray) -> FloatArray:
         return np.asarray(q - seg_start[np.searchsorted(bounds, q, side="right")], dtype=np.float64)
 
-    design = np.column_stack([np.ones(n), phase(x)])
-    coef = np.linalg.lstsq(design, y, rcond=None)[0]
-    base, slope = float(coef[0]), float(coef[1])
+    base, slope = _wls(np.column_stack([np.ones(n), phase(x)]), d)
 
     def predict(q: FloatArray) -> FloatArray:
         return np.asarray(base + slope * phase(q), dtype=np.float64)
 
-    return _Fit("sawtooth", 2 + int(resets.size), _rss(y, predict(x)), predict)
+    return _Fit("sawtooth", 2 + int(resets.size), _wrss(d, predict(x)), predict)
 
 
-def _fit_periodic_sawtooth(x: FloatArray, y: FloatArray) -> _Fit | None:
-    """A strictly periodic sawtooth ``base + slope * ((x + phase) mod period)``.
+def _fit_periodic_sawtooth(d: _Data) -> _Fit | None:
+    """A strictly periodic sawtooth ``base + slope * ((x + shift) mod period)``; k = 4.
 
     Period (:data:`SAW_MIN_PERIOD` .. a third of the series, so >= 2 resets) and phase by grid
-    search, base and slope by least squares for each; k = 4. Catches sawtooths whose single
-    resets are too small to stand out of the noise but which repeat. Kept only when the rise per
-    period is at least :data:`SAW_MIN_AMP_SIGMAS` residual SDs and the residuals do not drift.
+    search, base and slope by weighted least squares for each. Catches sawtooths whose single
+    resets are too small to stand out of the noise but which repeat. Kept only when the rise
+    per period is at least :data:`SAW_MIN_AMP_SIGMAS` residual SDs and the residuals do not
+    drift by more than :data:`SAW_PEAK_DRIFT_MAX` of the rise (flat peaks).
     """
-    n = y.size
-    xi = np.rint(x - x[0]).astype(np.int64)
+    n = d.n
+    xi = np.rint(d.x - d.x[0]).astype(np.int64)
     p_max = int(xi[-1] + 1) // 3
     if p_max < SAW_MIN_PERIOD or n < 3 * SAW_MIN_PERIOD:
         return None
-    yc = y - y.mean()
-    syy = float(yc @ yc)
-    best: tuple[float, int, int, float] | None = None
+    ww = d.w**2
+    best: tuple[float, int, int] | None = None
     for period in range(SAW_MIN_PERIOD, p_max + 1):
         ph = ((xi[None, :] + np.arange(period)[:, None]) % period).astype(np.float64)
-        pc = ph - ph.mean(axis=1, keepdims=True)
-        spp = np.maximum((pc**2).sum(axis=1), 1e-300)
-        m = (pc @ yc) / spp
-        rss = np.where(m > 0, syy - m**2 * spp, np.inf)
+        slope, _, rss = _weighted_line_rss(ph, d.y, ww)
+        rss = np.where(slope > 0, rss, np.inf)
         j = int(np.argmin(rss))
-        if best is None or rss[j] < best[0]:
-            best = (float(rss[j]), period, j, float(m[j]))
-    if best is None or not math.isfinite(best[0]):
+        if math.isfinite(rss[j]) and (best is None or rss[j] < best[0]):
+            best = (float(rss[j]), period, j)
+    if best is None:
         return None
-    _, period, shift, slope = best
-    x0 = float(x[0])
-    base = float(y.mean() - slope * np.mean((xi + shift) % period))
+    _, period, shift = best
+    x0 = float(d.x[0])
+
+    def phase(q: FloatArray) -> FloatArray:
+        return np.asarray(np.mod(np.rint(q - x0) + shift, period), dtype=np.float64)
+
+    base, slope = _wls(np.column_stack([np.ones(n), phase(d.x)]), d)
 
     def predict(q: FloatArray) -> FloatArray:
-        ph = np.mod(np.rint(q - x0) + shift, period)
-        return np.asarray(base + slope * ph, dtype=np.float64)
+        return np.asarray(base + slope * phase(q), dtype=np.float64)
 
-    resid = y - predict(x)
-    rss = float(resid @ resid)
-    sd = max(math.sqrt(rss / (n - 4)), REL_FLOOR * _scale(y))
+    rss_w = _wrss(d, predict(d.x))
     amp = slope * (period - 1)
+    sd = max(math.sqrt(rss_w / (n - 4)), d.floor) * d.level_factor(base)
     if amp < SAW_MIN_AMP_SIGMAS * sd:
         return None
-    drift = float(stats.theilslopes(resid, x)[0]) * float(x[-1] - x[0])
+    drift = _theil_sen_hi(d.x, d.y - predict(d.x))[0] * float(d.x[-1] - d.x[0])
     if abs(drift) > SAW_PEAK_DRIFT_MAX * amp:
         return None
-    return _Fit("sawtooth_periodic", 4, rss, predict)
+    return _Fit("sawtooth_periodic", 4, rss_w, predict)
 
 
 def _config_segments(labels: Sequence[str]) -> list[slice]:
@@ -566,48 +724,48 @@ def _config_segments(labels: Sequence[str]) -> list[slice]:
     return [slice(a, b) for a, b in zip(edges[:-1], edges[1:])]
 
 
-def _fit_config(x: FloatArray, y: FloatArray, segments: list[slice]) -> list[_Fit]:
+def _fit_config(d: _Data, segments: list[slice]) -> list[_Fit]:
     """One mean per config segment (change points known: k = segments), and the same with one
-    common slope (k = segments + 1)."""
+    common slope within segments (k = segments + 1)."""
     m = len(segments)
-    onehot = np.zeros((y.size, m))
+    onehot = np.zeros((d.n, m))
     for j, seg in enumerate(segments):
         onehot[seg, j] = 1.0
-    bounds = np.array([x[seg.start] - 0.5 for seg in segments[1:]])
-    means = np.array([y[seg].mean() for seg in segments])
+    bounds = np.array([d.x[seg.start] - 0.5 for seg in segments[1:]])
+    means = _wls(onehot, d)
     shifts = np.abs(np.diff(means)) / np.maximum(np.abs(means[:-1]), 1e-300)
-    cp = int(x[segments[1 + int(np.argmax(shifts))].start])
+    cp = int(d.x[segments[1 + int(np.argmax(shifts))].start])
     step_predict = _step_predict(bounds, means)
-    step = _Fit("config_step", m, _rss(y, step_predict(x)), step_predict, change_point=cp)
-    coef = np.linalg.lstsq(np.column_stack([onehot, x]), y, rcond=None)[0]
+    step = _Fit("config_step", m, _wrss(d, step_predict(d.x)), step_predict, change_point=cp)
+    coef = _wls(np.column_stack([onehot, d.x]), d)
     levels, slope = coef[:m], float(coef[m])
 
     def lin_predict(q: FloatArray) -> FloatArray:
-        return np.asarray(levels[np.searchsorted(bounds, q, side="right")] + slope * q,
-                          dtype=np.float64)
+        idx = np.searchsorted(bounds, q, side="right")
+        return np.asarray(levels[idx] + slope * q, dtype=np.float64)
 
-    lin = _Fit("config_linear", m + 1, _rss(y, lin_predict(x)), lin_predict, change_point=cp,
-               shape="linear")
+    lin = _Fit(
+        "config_linear", m + 1, _wrss(d, lin_predict(d.x)), lin_predict, change_point=cp,
+        shape="linear",
+    )
     return [step, lin]
 
 
-def _candidates(
-    x: FloatArray, y: FloatArray, sigma: float, segments: list[slice] | None
-) -> list[_Fit]:
+def _candidates(d: _Data, segments: list[slice] | None) -> list[_Fit]:
     """Every applicable model, simplest first (ties go to the earlier one)."""
     fits: list[_Fit | None] = [
-        _fit_constant(x, y),
-        _fit_warmup(x, y),
-        _fit_step(x, y),
-        _fit_plateau(x, y),
-        _fit_sawtooth(x, y, sigma),
-        _fit_periodic_sawtooth(x, y),
-        _fit_poly(x, y, 1),
-        _fit_exponential(x, y),
-        _fit_poly(x, y, 2),
+        _fit_constant(d),
+        _fit_warmup(d),
+        _fit_step(d),
+        _fit_plateau(d),
+        _fit_reset_sawtooth(d),
+        _fit_periodic_sawtooth(d),
+        _fit_poly(d, 1),
+        _fit_exponential(d),
+        _fit_poly(d, 2),
     ]
-    if segments is not None and len(segments) >= 2:
-        fits.extend(_fit_config(x, y, segments))
+    if segments is not None:
+        fits.extend(_fit_config(d, segments))
     return [f for f in fits if f is not None]
 
 
@@ -615,11 +773,29 @@ def _candidates(
 
 
 def _best(fits: list[_Fit], bic: dict[str, float]) -> _Fit:
+    """Lowest BIC; ties (within BIC_TIE) go to the earlier fit."""
     best = fits[0]
     for f in fits[1:]:
         if bic[f.name] < bic[best.name] - BIC_TIE:
             best = f
     return best
+
+
+def _slope_at_end(fit: _Fit, x: FloatArray) -> tuple[float, float]:
+    """The model's slope at the last position and its mean slope over the series (unit/step)."""
+    eps = 1e-3
+    f = fit.predict(np.array([x[0], x[-1] - eps, x[-1]]))
+    span = max(float(x[-1] - x[0]), 1.0)
+    return float((f[2] - f[1]) / eps), float((f[2] - f[0]) / span)
+
+
+def _still_growing(fit: _Fit, x: FloatArray) -> bool:
+    """False for a concave quadratic whose end slope fell below PERSIST_FRACTION of its mean
+    slope: growth that stopped is the plateau model's business."""
+    if fit.name != "quadratic" or fit.shape == "superlinear":
+        return True
+    end, mean = _slope_at_end(fit, x)
+    return mean <= 0 or end >= PERSIST_FRACTION * mean
 
 
 def _best_trend(fits: list[_Fit], bic: dict[str, float]) -> _Fit:
@@ -633,57 +809,38 @@ def _best_trend(fits: list[_Fit], bic: dict[str, float]) -> _Fit:
     return straight
 
 
-@dataclass(frozen=True)
-class _Growth:
-    """Effect size and persistence of a growth model."""
-
-    rel_growth: float
-    sigmas: float
-    end_ratio: float
-    last_hi_ratio: float
-    last_slope: float
-    p: float
-
-
-def _growth(
-    fit: _Fit, x: FloatArray, y: FloatArray, trend: _Trend, sigma: float,
-    segments: list[slice] | None,
-) -> _Growth:
+def _growth(fit: _Fit, d: _Data, trend: _Trend, segments: list[slice] | None) -> _Growth:
     """Rise over the series (relative and in sigmas), end slope and last-part slope ratios."""
-    f = fit.predict(x)
-    n = y.size
-    rise = float(f[-1] - f[0])
-    level = abs(float(f[0])) if f[0] > 0 else _scale(y)
-    resid_sigma = math.sqrt(fit.rss / (n - fit.k)) if n > fit.k else sigma
-    sig = max(min(sigma, resid_sigma), REL_FLOOR * _scale(y))
+    x, y, n = d.x, d.y, d.n
+    end_slope, mean_slope = _slope_at_end(fit, x)
     span = float(x[-1] - x[0])
-    mean_slope = rise / span if span > 0 else 0.0
-    eps = 1e-3
-    end_slope = float((fit.predict(np.array([x[-1]]))[0] - fit.predict(np.array([x[-1] - eps]))[0])
-                      / eps)
-    m = max(3, math.ceil(LAST_PART_FRACTION * n))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        last = stats.theilslopes(y[-m:], x[-m:], alpha=PERSIST_CI)
-    ref = max(trend.slope, mean_slope)
     p = trend.p_up
     if fit.name == "config_linear" and segments is not None:
         p = _stratified_mk_p(y, segments)
-        ref = max(mean_slope, float(end_slope))
-        rise = end_slope * span
+        mean_slope = end_slope  # the within-segment slope, without the level shifts
+    f0 = float(fit.predict(x[:1])[0])
+    rise = mean_slope * span
+    level = f0 if f0 > 0 else d.scale
+    resid_sd = math.sqrt(fit.rss / (n - fit.k)) if n > fit.k else d.sigma
+    noise = max(min(d.sigma, resid_sd), d.floor) * d.level_factor(level)
+    m = max(3, math.ceil(LAST_PART_FRACTION * n))
+    last_slope, last_hi = _theil_sen_hi(x[-m:], y[-m:])
+    ref = max(trend.slope, mean_slope)
     return _Growth(
         rel_growth=rise / level,
-        sigmas=rise / sig,
+        sigmas=rise / noise,
         end_ratio=end_slope / mean_slope if mean_slope > 0 else 0.0,
-        last_hi_ratio=float(last.high_slope) / ref if ref > 0 else 0.0,
-        last_slope=float(last.slope),
+        last_hi_ratio=last_hi / ref if ref > 0 else 0.0,
+        last_slope=last_slope,
         p=p,
     )
 
 
-def _is_accumulating(g: _Growth) -> bool:
+def _is_accumulating(g: _Growth, delta: float) -> bool:
+    """All conditions of the module docstring, step 6 (delta: BIC margin of growth, > 0)."""
     return (
-        g.p < ALPHA
+        delta > 0
+        and (g.p < ALPHA or delta >= STRONG_BIC)
         and g.rel_growth >= MIN_REL_GROWTH
         and g.sigmas >= MIN_GROWTH_SIGMAS
         and g.end_ratio >= PERSIST_FRACTION
@@ -691,14 +848,20 @@ def _is_accumulating(g: _Growth) -> bool:
     )
 
 
-def _confidence(n: int, w_growth: float, p: float, accumulating: bool, persist: float) -> float:
-    """0..1, heuristic: BIC weight of growth x (1 - trend p), capped by 1 - 1/n for length.
+def _confidence(n: int, delta: float, g: _Growth, accumulating: bool) -> float:
+    """0..1, a heuristic: how sure the ``accumulating`` verdict is.
 
-    For a not-accumulating verdict, one minus that, or the strength of the evidence that the
-    growth stopped, whichever is larger.
+    Growth evidence = (BIC weight of growth vs no growth, ``1 / (1 + exp(-delta / 2))``) x
+    (1 - trend p). Accumulating: that; not accumulating: one minus it, or how clearly growth
+    stopped (1 - persistence ratio), whichever is larger. Capped at ``1 - 1/n`` for length.
     """
-    grow = w_growth * (1.0 - p)
-    conf = grow if accumulating else max(1.0 - grow, 1.0 - min(max(persist, 0.0), 1.0))
+    w_growth = 1.0 / (1.0 + math.exp(min(-delta / 2.0, 700.0)))
+    grow = w_growth * (1.0 - g.p)
+    if accumulating:
+        conf = grow
+    else:
+        persist = min(g.end_ratio, g.last_hi_ratio) if delta > 0 and g.rel_growth > 0 else 1.0
+        conf = max(1.0 - grow, 1.0 - min(max(persist, 0.0), 1.0))
     return float(min(max(conf, 0.0), 1.0 - 1.0 / n))
 
 
@@ -713,9 +876,9 @@ def _projection(predict: Predict, last: int, horizon: int) -> Projection:
 
 
 def _budget_step(predict: Predict, last: int, horizon: int, budget: float) -> int | None:
-    """First step from ``last`` on where the model reaches ``budget`` (searching up to
-    ``max(100 * horizon, 10000)`` steps ahead); None if it never does in that range."""
-    limit = max(100 * horizon, 10_000)
+    """First step from ``last`` on where the model reaches ``budget``, searching up to
+    ``max(100 * horizon, BUDGET_SEARCH_STEPS)`` steps ahead; None if it does not."""
+    limit = max(100 * horizon, BUDGET_SEARCH_STEPS)
     q = np.arange(last, last + limit + 1, dtype=np.float64)
     with np.errstate(all="ignore"):
         v = predict(q)
@@ -723,16 +886,24 @@ def _budget_step(predict: Predict, last: int, horizon: int, budget: float) -> in
     return int(q[hit[0]]) if hit.size else None
 
 
+def _samples(predict: Predict, n_in: int) -> tuple[float, ...]:
+    with np.errstate(all="ignore"):
+        return tuple(float(v) for v in predict(np.arange(n_in, dtype=np.float64)))
+
+
 # --- the three regimes -------------------------------------------------------------------------
 
 
 def _growth_factor_last(y: FloatArray) -> float | None:
+    """Ratio of the last two values; None unless both are positive."""
     if y.size < 2 or y[-1] <= 0 or y[-2] <= 0:
         return None
     return float(y[-1] / y[-2])
 
 
-def _classify_tiny(x: FloatArray, y: FloatArray, n_in: int, ev: dict[str, float]) -> GrowthVerdict:
+def _classify_tiny(
+    x: FloatArray, y: FloatArray, n_in: int, ev: dict[str, float]
+) -> GrowthVerdict:
     """1-2 points: flat, not accumulating, low confidence."""
     c = float(y.mean())
     slope = float((y[-1] - y[0]) / (x[-1] - x[0])) if y.size == 2 else 0.0
@@ -752,8 +923,8 @@ def _classify_tiny(x: FloatArray, y: FloatArray, n_in: int, ev: dict[str, float]
 
 def _short_shape(y: FloatArray) -> str:
     """Shape of a short strictly increasing series: linear, superlinear or exponential."""
-    d = np.diff(y)
-    if d[-1] < SHORT_ACCEL_RATIO * d[0]:
+    inc = np.diff(y)
+    if inc[-1] < SHORT_ACCEL_RATIO * inc[0]:
         return "linear"
     if np.all(y > 0):
         lr = np.log(y[1:] / y[:-1])
@@ -762,43 +933,52 @@ def _short_shape(y: FloatArray) -> str:
     return "superlinear"
 
 
-def _short_level_shift(x: FloatArray, y: FloatArray) -> tuple[str, _Fit | None]:
-    """Two-means rule for 3-4 non-growing points: ('warmup_then_flat'|'step_change'|'flat', fit)."""
-    fit = _fit_step(x, y, visible=False)
-    assert fit is not None
-    t = int(np.searchsorted(x, fit.change_point if fit.change_point is not None else 0))
-    m1, m2 = float(y[:t].mean()), float(y[t:].mean())
-    low = min(abs(m1), abs(m2))
-    if low <= 0:
-        return "flat", None
-    shift = abs(m2 - m1) / low
-    spread = max(float(np.max(np.abs(y[:t] - m1))), float(np.max(np.abs(y[t:] - m2)))) / low
-    if shift >= SHORT_MIN_SHIFT and spread * SHORT_SHIFT_TO_SPREAD <= shift:
-        return ("warmup_then_flat" if t == 1 else "step_change"), fit
-    return "flat", None
+def _short_fit(d: _Data, shape: str) -> _Fit:
+    """The model behind a short growing shape (for ``fitted`` and the projection)."""
+    if shape == "exponential":
+        fit = _fit_exponential(d)
+        if fit is not None:
+            return fit
+    return _fit_poly(d, 2 if shape == "superlinear" else 1)
+
+
+def _short_level_shift(d: _Data) -> tuple[str, _Fit]:
+    """Two-means rule for 3-4 non-growing points: shape and the model behind it."""
+    fit, levels = _two_means(d)
+    t = int(np.searchsorted(d.x, fit.change_point if fit.change_point is not None else 0))
+    low = float(np.min(np.abs(levels)))
+    if low > 0:
+        shift = abs(float(levels[1] - levels[0])) / low
+        spread = max(
+            float(np.max(np.abs(d.y[:t] - levels[0]))), float(np.max(np.abs(d.y[t:] - levels[1])))
+        ) / low
+        if shift >= SHORT_MIN_SHIFT and spread * SHORT_SHIFT_TO_SPREAD <= shift:
+            return ("warmup_then_flat" if t == 1 else "step_change"), fit
+    return "flat", _fit_constant(d)
 
 
 def _classify_short(
-    x: FloatArray, y: FloatArray, n_in: int, horizon: int, budget: float | None,
-    ev: dict[str, float],
+    d: _Data, n_in: int, horizon: int, budget: float | None, ev: dict[str, float]
 ) -> GrowthVerdict:
     """3-4 points: explicit rules (see SHORT_MIN_STEP_GROWTH)."""
-    n = y.size
+    x, y, n = d.x, d.y, d.n
     trend = _trend(x, y)
-    scale = _scale(y)
-    base = np.where(y[:-1] > 0, y[:-1], scale)
+    base = np.where(y[:-1] > 0, y[:-1], d.scale)
     rel = np.diff(y) / base
     ev.update(
-        kendall_tau=trend.tau, kendall_p=trend.p_up, theil_sen_slope=trend.slope,
-        noise_sigma=robust_sigma(y), min_step_growth=float(rel.min()),
-        relative_growth=float((y[-1] - y[0]) / (y[0] if y[0] > 0 else scale)), short_rule=1.0,
+        kendall_tau=trend.tau,
+        kendall_p=trend.p_up,
+        theil_sen_slope=trend.slope,
+        noise_sigma=d.sigma,
+        min_step_growth=float(rel.min()),
+        relative_growth=float((y[-1] - y[0]) / (y[0] if y[0] > 0 else d.scale)),
+        short_rule=1.0,
     )
     cap = 1.0 - 1.0 / n
-    growing = bool(np.all(np.diff(y) > 0) and rel.min() >= SHORT_MIN_STEP_GROWTH)
-    if growing:
+    last = n_in - 1
+    if np.all(np.diff(y) > 0) and rel.min() >= SHORT_MIN_STEP_GROWTH:
         shape = _short_shape(y)
-        fit = _short_fit(x, y, shape)
-        last = n_in - 1
+        fit = _short_fit(d, shape)
         return GrowthVerdict(
             shape=shape,
             accumulating=True,
@@ -806,91 +986,87 @@ def _classify_short(
             slope_per_step=trend.slope,
             growth_factor_per_step=_growth_factor_last(y),
             change_point=None,
-            fitted=tuple(float(v) for v in fit.predict(np.arange(n_in, dtype=np.float64))),
+            fitted=_samples(fit.predict, n_in),
             projection=_projection(fit.predict, last, horizon),
-            budget_step=None if budget is None else _budget_step(fit.predict, last, horizon,
-                                                                 budget),
+            budget_step=None if budget is None else _budget_step(fit.predict, last, horizon, budget),
             evidence=ev,
         )
-    shape, step_fit = _short_level_shift(x, y)
-    fit = step_fit if step_fit is not None else _fit_constant(x, y)
+    shape, fit = _short_level_shift(d)
     return GrowthVerdict(
         shape=shape,
         accumulating=False,
-        confidence=cap * 0.8,
+        confidence=cap * SHORT_NEGATIVE_CONFIDENCE,
         slope_per_step=trend.slope,
         growth_factor_per_step=_growth_factor_last(y),
         change_point=fit.change_point,
-        fitted=tuple(float(v) for v in fit.predict(np.arange(n_in, dtype=np.float64))),
+        fitted=_samples(fit.predict, n_in),
         projection=None,
         evidence=ev,
     )
 
 
-def _short_fit(x: FloatArray, y: FloatArray, shape: str) -> _Fit:
-    if shape == "exponential":
-        fit = _fit_exponential(x, y)
-        if fit is not None:
-            return fit
-    return _fit_poly(x, y, 2 if shape == "superlinear" else 1)
-
-
 def _classify_full(
-    x: FloatArray, y: FloatArray, labels: list[str] | None, n_in: int, horizon: int,
-    budget: float | None, ev: dict[str, float],
+    d: _Data,
+    labels: list[str] | None,
+    n_in: int,
+    horizon: int,
+    budget: float | None,
+    ev: dict[str, float],
 ) -> GrowthVerdict:
     """5+ points: candidate models, BIC, trend test, effect size and persistence."""
-    n = y.size
-    scale = _scale(y)
-    sigma = robust_sigma(y)
+    x, y, n = d.x, d.y, d.n
     trend = _trend(x, y)
     segments = _config_segments(labels) if labels is not None else None
     if segments is not None and len(segments) < 2:
         segments = None
-    fits = _candidates(x, y, sigma, segments)
-    floor = n * (REL_FLOOR * scale) ** 2
-    bic = {f.name: _bic(f.rss, n, f.k, floor) for f in fits}
+    fits = _candidates(d, segments)
+    rss_floor = n * d.floor**2
+    bic = {f.name: _bic(f.rss, n, f.k, rss_floor) for f in fits}
     for f in fits:
         ev[f"bic_{f.name}"] = bic[f.name]
-        aicc = _aicc(f.rss, n, f.k, floor)
+        aicc = _aicc(f.rss, n, f.k, rss_floor)
         if aicc is not None:
             ev[f"aicc_{f.name}"] = aicc
-    best_trend = _best_trend([f for f in fits if f.name in TREND_MODELS], bic)
+    trend_fits = [f for f in fits if f.name in TREND_MODELS and _still_growing(f, x)]
+    best_trend = _best_trend(trend_fits, bic)
     best_other = _best([f for f in fits if f.name not in TREND_MODELS], bic)
-    delta = bic[best_other.name] - bic[best_trend.name]  # > 0 favours growth
-    g = _growth(best_trend, x, y, trend, sigma, segments)
+    delta = bic[best_other.name] - min(bic[f.name] for f in trend_fits)  # > 0 favours growth
+    g = _growth(best_trend, d, trend, segments)
+    accumulating = g.rel_growth > 0 and _is_accumulating(g, delta)
+    decreasing = delta > 0 and g.rel_growth < 0 and trend.p_down < ALPHA
+    chosen = best_trend if accumulating or decreasing else best_other
     ev.update(
-        kendall_tau=trend.tau, kendall_p=trend.p_up, kendall_p_decreasing=trend.p_down,
-        theil_sen_slope=trend.slope, theil_sen_slope_lo=trend.slope_lo,
-        theil_sen_slope_hi=trend.slope_hi, noise_sigma=sigma, noise_sigma_rel=sigma / scale,
-        delta_bic_growth=delta, relative_growth=g.rel_growth, growth_sigmas=g.sigmas,
-        end_slope_ratio=g.end_ratio, last_part_slope=g.last_slope,
-        last_part_slope_hi_ratio=g.last_hi_ratio, growth_p=g.p,
+        kendall_tau=trend.tau,
+        kendall_p=trend.p_up,
+        kendall_p_decreasing=trend.p_down,
+        theil_sen_slope=trend.slope,
+        theil_sen_slope_lo=trend.slope_lo,
+        theil_sen_slope_hi=trend.slope_hi,
+        noise_sigma=d.sigma,
+        noise_sigma_rel=d.sigma / (d.level_ref if d.weighted else d.scale),
+        weighted=float(d.weighted),
+        delta_bic_growth=delta,
+        relative_growth=g.rel_growth,
+        growth_sigmas=g.sigmas,
+        end_slope_ratio=g.end_ratio,
+        last_part_slope=g.last_slope,
+        last_part_slope_hi_ratio=g.last_hi_ratio,
+        growth_p=g.p,
         config_segments=float(len(segments) if segments else 1),
     )
-    accumulating = False
-    chosen = best_other
-    if delta > 0:
-        if g.rel_growth > 0 and _is_accumulating(g):
-            chosen, accumulating = best_trend, True
-        elif g.rel_growth < 0 and trend.p_down < ALPHA:
-            chosen = best_trend  # a significant decrease keeps its trend shape
     shape = chosen.shape if chosen.name in TREND_MODELS else _NON_TREND_SHAPE[chosen.name]
-    w_growth = 1.0 / (1.0 + math.exp(min(-delta / 2.0, 700.0)))
-    persist = min(g.end_ratio, g.last_hi_ratio) if delta > 0 and g.rel_growth > 0 else 1.0
-    last = n_in - 1
     growing = shape in GROWING_SHAPES
+    last = n_in - 1
     exp_fit = next((f for f in fits if f.name == "exponential"), None)
+    rate = exp_fit.rate if exp_fit is not None else None
     return GrowthVerdict(
         shape=shape,
         accumulating=accumulating,
-        confidence=_confidence(n, w_growth, g.p, accumulating, persist),
+        confidence=_confidence(n, delta, g, accumulating),
         slope_per_step=trend.slope,
-        growth_factor_per_step=(
-            math.exp(exp_fit.rate) if exp_fit is not None and exp_fit.rate is not None else None
-        ),
+        growth_factor_per_step=None if rate is None else math.exp(min(rate, 700.0)),
         change_point=None if growing else chosen.change_point,
-        fitted=tuple(float(v) for v in chosen.predict(np.arange(n_in, dtype=np.float64))),
+        fitted=_samples(chosen.predict, n_in),
         projection=_projection(chosen.predict, last, horizon) if growing else None,
         budget_step=(
             _budget_step(chosen.predict, last, horizon, budget)

@@ -21,6 +21,7 @@ import functools
 import json
 import os
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Callable
@@ -242,33 +243,53 @@ def _wait_wrapper(orig: Callable[..., Any]) -> Any:
     return wsprof_wait_hook
 
 
+_STDLIB = sysconfig.get_paths()["stdlib"]
+
+
+def _library_file(filename: str, torch_dir: str) -> bool:
+    """torch itself, the standard library, or typing_extensions (torch's ``@deprecated``)."""
+    return (
+        filename.startswith(torch_dir)
+        or filename.startswith(_STDLIB)
+        or os.path.basename(filename) == "typing_extensions.py"
+    )
+
+
 def foreign_wrapper(obj: Any, torch_file: str) -> dict[str, Any] | None:
-    """Describe ``obj`` if it is a wrapper defined outside torch and wsprof, else None.
+    """Describe the outermost wrapper of ``obj`` defined outside torch and wsprof, else None.
+
+    Walks the ``__wrapped__`` chain from the outside in, skipping torch's own decorators
+    (including ``@deprecated``, whose code lives in typing_extensions).
 
     Returns:
         ``{"qualname", "module", "file", "line", "wraps"}``: who wrapped the collective and where
-        (from ``__code__``), and what it wraps (the ``__wrapped__`` chain, outermost first).
+        (from ``__code__``: ``functools.wraps`` copies the wrapped function's names, the code
+        object keeps the wrapper's own), and the chain of what it wraps, outermost first.
     """
-    if obj is None or is_hook(obj):
-        return None
-    code = getattr(obj, "__code__", None)
-    if code is None:
-        return None
     torch_dir = os.path.dirname(torch_file)
-    if code.co_filename.startswith(torch_dir):
-        return None
-    chain: list[str] = []
-    inner = getattr(obj, "__wrapped__", None)
-    while inner is not None and len(chain) < 8:
-        chain.append(f"{getattr(inner, '__module__', '?')}.{getattr(inner, '__qualname__', '?')}")
-        inner = getattr(inner, "__wrapped__", None)
-    return {
-        "qualname": getattr(obj, "__qualname__", code.co_name),
-        "module": getattr(obj, "__module__", None),
-        "file": code.co_filename,
-        "line": code.co_firstlineno,
-        "wraps": chain,
-    }
+    depth = 0
+    while obj is not None and not is_hook(obj) and depth < 16:
+        code = getattr(obj, "__code__", None)
+        if code is None:
+            return None
+        if not _library_file(code.co_filename, torch_dir):
+            chain: list[str] = []
+            inner = getattr(obj, "__wrapped__", None)
+            while inner is not None and len(chain) < 8:
+                chain.append(
+                    f"{getattr(inner, '__module__', '?')}.{getattr(inner, '__qualname__', '?')}"
+                )
+                inner = getattr(inner, "__wrapped__", None)
+            return {
+                "qualname": getattr(code, "co_qualname", code.co_name),
+                "module": obj.__globals__.get("__name__") if hasattr(obj, "__globals__") else None,
+                "file": code.co_filename,
+                "line": code.co_firstlineno,
+                "wraps": chain,
+            }
+        obj = getattr(obj, "__wrapped__", None)
+        depth += 1
+    return None
 
 
 def is_hook(obj: Any) -> bool:

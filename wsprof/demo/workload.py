@@ -102,18 +102,23 @@ def sync_weights(model: Any, step: int, rank: int, world_size: int, shard: Any) 
             dist.broadcast(p.data, src=0)
     full = torch.empty(shard.numel() * world_size, dtype=shard.dtype)
     dist.all_gather_into_tensor(full, shard)
+    dist.barrier()  # the engines acknowledge the new weights before rollout resumes
 
 
 def rank_main(rank: int, cfg: DemoConfig, rollouts: Any, ready: Any) -> None:
     """Entry point of one demo process (spawned)."""
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(cfg.port)
+    import warnings
+
     import torch
     import torch.distributed as dist
 
     import wsprof
     from wsprof.demo import framework
 
+    # The framework calls the name torch 2.13 deprecates, as frameworks written for older torch do.
+    warnings.filterwarnings("ignore", message=r".*all_gather_into_tensor.*deprecated")
     torch.set_num_threads(1)
     torch.manual_seed(cfg.seed)
     pool = framework.install(cfg.fault)  # the framework wraps collectives at import time

@@ -16,16 +16,17 @@ from __future__ import annotations
 import io
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 import numpy as np
 import numpy.typing as npt
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
-from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
@@ -36,6 +37,9 @@ from wsprof.analysis.model import (
     SeriesResult,
     StepRow,
 )
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType  # matplotlib >= 3.9; only for the type checker
 
 #: Most points one figure draws; more are thinned (keeping the slowest calls).
 MAX_POINTS = 20_000
@@ -66,7 +70,7 @@ _C_PROJ = "#f28e2b"
 
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 
-_RC = {
+_RC: dict[RcKeyType, Any] = {
     "svg.fonttype": "none",  # text as <text>, escaped by matplotlib; small and selectable
     "font.family": "sans-serif",
     "font.sans-serif": ["DejaVu Sans", "Liberation Sans", "Arial", "Helvetica"],
@@ -171,6 +175,10 @@ def cap_indices(values: npt.NDArray[np.float64], cap: int = MAX_POINTS) -> npt.N
 
 
 def _fmt_value(value: float, unit: str) -> str:
+    if _is_bytes(unit):
+        return _human_bytes(value)
+    if unit in ("us", "µs"):
+        return _fmt_value(value / 1e6, "s")
     if unit == "s":
         if abs(value) < 1e-3:
             return f"{value * 1e6:.3g} µs"
@@ -210,7 +218,7 @@ def _legend_above(ax: Axes, handles: Sequence[object] | None = None, ncols: int 
     }
     if handles is not None:
         kwargs["handles"] = handles
-    ax.legend(**kwargs)  # type: ignore[arg-type]
+    ax.legend(**kwargs)
 
 
 def growth_figure(
@@ -268,7 +276,7 @@ def growth_figure(
                 label=f"projection at step {v.projection.step}",
             )
             ax.annotate(
-                _fmt_value(v.projection.value, s.unit),
+                _fmt_value(v.projection.value, "bytes" if _is_bytes(s.name) else s.unit),
                 (v.projection.step, v.projection.value),
                 textcoords="offset points",
                 xytext=(-6, 6),
@@ -290,7 +298,7 @@ def growth_figure(
             )
         ax.set_xlabel("step")
         ax.set_ylabel(f"{name} ({plain(s.unit, 20)})" if s.unit else name)
-        if _is_bytes(s.unit):
+        if _is_bytes(s.unit) or _is_bytes(s.name):
             _bytes_axis(ax)
         ax.set_title(plain(title) if title is not None else f"{name}: {v.shape}", loc="left")
         ax.legend(loc="upper left")
@@ -326,7 +334,7 @@ def step_breakdown_figure(steps: Sequence[StepRow]) -> str | None:
             ax.bar(x, arr, bottom=bottom, color=colour, label=label, width=0.8, linewidth=0)
             bottom += arr
         if len(rows) <= MAX_ANNOTATED_BARS:
-            for r, top in zip(rows, bottom):
+            for r, top in zip(rows, bottom, strict=True):
                 share = r.rollout_share
                 if share is not None:
                     ax.annotate(
@@ -463,102 +471,51 @@ def between_layers_figure(calls: CallPoints) -> str | None:
         return _to_svg(fig, "time between layers per call over call index")
 
 
-def per_step_median_latency_us(calls: CallPoints) -> dict[int, float]:
-    """Median per-call latency of each step, from the call points.
+def per_step_latency_us(steps: Sequence[StepRow]) -> dict[int, float]:
+    """Mean latency per collective call of each step, from the step table (exact, not sampled).
 
     Args:
-        calls: per-call points (downsampled points keep the extremes, so this is approximate).
+        steps: the process's steps.
 
     Returns:
-        ``{step: median latency in µs}`` for every step with at least one call.
+        ``{step: collective_s / n_calls in µs}`` for steps with calls.
     """
-    n = min(len(calls.step), len(calls.latency_us))
-    if n == 0:
-        return {}
-    steps = np.asarray(calls.step[:n], dtype=np.int64)
-    lat = np.asarray(calls.latency_us[:n], dtype=np.float64)
-    order = np.argsort(steps, kind="stable")
-    steps, lat = steps[order], lat[order]
-    uniq, starts = np.unique(steps, return_index=True)
-    bounds = [*starts[1:].tolist(), n]
-    return {
-        int(s): float(np.median(lat[a:b]))
-        for s, a, b in zip(uniq.tolist(), starts.tolist(), bounds)
-    }
-
-
-def counter_per_step(
-    track: CounterTrack, steps: Sequence[StepRow], t0_ns: int
-) -> dict[int, float]:
-    """The last counter value at or before each step's end.
-
-    Args:
-        track: the counter (``t_s`` in seconds since ``t0_ns``).
-        steps: the process's steps (monotonic ns, same clock as ``t0_ns``).
-        t0_ns: monotonic ns of the process's first record (the origin of ``track.t_s``).
-
-    Returns:
-        ``{step: value}`` for steps that end after the first counter sample.
-    """
-    n = min(len(track.t_s), len(track.value))
-    if n == 0:
-        return {}
-    t = np.asarray(track.t_s[:n], dtype=np.float64)
-    v = np.asarray(track.value[:n], dtype=np.float64)
-    order = np.argsort(t, kind="stable")
-    t, v = t[order], v[order]
-    out: dict[int, float] = {}
-    for row in steps:
-        end_s = (row.t_end_ns - t0_ns) / 1e9
-        i = int(np.searchsorted(t, end_s, side="right")) - 1
-        if i >= 0:
-            out[row.step] = float(v[i])
-    return out
+    return {r.step: r.collective_s / r.n_calls * 1e6 for r in steps if r.n_calls > 0}
 
 
 def counter_latency_pairs(
-    track: CounterTrack,
-    steps: Sequence[StepRow],
-    calls: CallPoints | None,
-    t0_ns: int | None,
+    steps: Sequence[StepRow], per_step: Mapping[int, float] | None
 ) -> list[tuple[int, float, float]]:
-    """Per step: the counter at the step's end and the median call latency of the step.
+    """Per step: the counter's value and the mean call latency.
 
     Args:
-        track: the counter.
         steps: the process's steps.
-        calls: the process's call points.
-        t0_ns: monotonic ns of the process's first record (None: cannot align).
+        per_step: the counter's value at each step's end (``counter:<name>`` series), if known.
 
     Returns:
-        ``(step, counter value, median latency µs)`` for every step that has both; empty when
-        the counter cannot be aligned with steps.
+        ``(step, counter value, latency µs)`` for every step that has both; empty without
+        ``per_step``.
     """
-    if t0_ns is None or not steps or calls is None:
+    if not per_step:
         return []
-    per_step = counter_per_step(track, steps, t0_ns)
-    latency = per_step_median_latency_us(calls)
-    return [(s, per_step[s], latency[s]) for s in sorted(per_step) if s in latency]
+    latency = per_step_latency_us(steps)
+    return [(s, float(per_step[s]), latency[s]) for s in sorted(per_step) if s in latency]
 
 
 def counter_figure(
     track: CounterTrack,
     steps: Sequence[StepRow] = (),
-    calls: CallPoints | None = None,
-    t0_ns: int | None = None,
+    per_step: Mapping[int, float] | None = None,
     *,
     width_in: float | None = None,
 ) -> str | None:
-    """A counter over time and, when it can be aligned with steps, against per-step latency.
-
-    Alignment needs ``t0_ns`` (the origin of ``track.t_s`` on the steps' clock); without it, or
-    without steps and calls, only the counter over time is drawn.
+    """A counter over time and, when its per-step values are known, against call latency.
 
     Args:
-        track: the counter.
-        steps: the process's steps.
-        calls: the process's call points (for the per-step median latency).
-        t0_ns: monotonic ns of the process's first record, if known.
+        track: the counter (``t_s`` since the process's first record).
+        steps: the process's steps (for the mean latency per call of each step).
+        per_step: the counter's value at each step's end, if known; without it only the
+            counter over time is drawn.
         width_in: figure width; default full width with both panels, half width without.
 
     Returns:
@@ -567,7 +524,7 @@ def counter_figure(
     n = min(len(track.t_s), len(track.value))
     if n == 0:
         return None
-    pairs = counter_latency_pairs(track, steps, calls, t0_ns)
+    pairs = counter_latency_pairs(steps, per_step)
     v_all = np.asarray(track.value[:n], dtype=np.float64)
     keep = cap_indices(v_all)
     t = np.asarray(track.t_s[:n], dtype=np.float64)[keep]
@@ -588,18 +545,17 @@ def counter_figure(
         if is_bytes:
             _bytes_axis(ax_t)
         if ax_s is not None:
-            step_arr = np.asarray([p[0] for p in pairs], dtype=np.float64)
             sc = ax_s.scatter(
                 [p[1] for p in pairs],
                 [p[2] for p in pairs],
-                c=step_arr,
+                c=np.asarray([p[0] for p in pairs], dtype=np.float64),
                 cmap="viridis",
                 s=22,
                 linewidths=0,
                 rasterized=len(pairs) > RASTERIZE_ABOVE,
             )
             ax_s.set_xlabel(f"{name} at step end")
-            ax_s.set_ylabel("median call latency (µs)")
+            ax_s.set_ylabel("mean call latency (µs)")
             ax_s.set_title("per step: counter vs latency", loc="left")
             if is_bytes:
                 _bytes_axis(ax_s, "x")
@@ -629,7 +585,7 @@ def hot_frames_figure(frames: Sequence[HotFrame], top: int = MAX_HOT_FRAMES) -> 
         ax.barh(y, shares, color=_C_ROLLOUT, height=0.7)
         ax.set_yticks(y, labels, fontsize=8)
         ax.invert_yaxis()
-        for yi, share in zip(y, shares):
+        for yi, share in zip(y, shares, strict=True):
             ax.annotate(
                 f"{share:.1f}%",
                 (share, yi),

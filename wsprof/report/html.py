@@ -31,6 +31,7 @@ from wsprof.analysis.model import (
     HotFrame,
     OpStats,
     ProcessAnalysis,
+    Series,
     SeriesResult,
     StepRow,
 )
@@ -54,10 +55,8 @@ MAX_VALUE_CHARS = 400
 WEIGHT_SYNC_SERIES = "weight_sync_s"
 #: Name of a rollout-share series (series reports built from logs).
 ROLLOUT_SHARE_SERIES = "rollout_share"
-#: Metadata key holding the monotonic ns of a process's first record: the origin of
-#: ``CounterTrack.t_s``, needed to align counters with steps. Without it counters are drawn
-#: over time only.
-T0_META_KEY = "t0_ns"
+#: Prefix of the per-step counter series (value at each step's end) of the primary process.
+COUNTER_SERIES_PREFIX = "counter:"
 
 _TEMPLATE = "report.html.j2"
 
@@ -194,16 +193,37 @@ def fmt_num(x: Any) -> str:
 
 
 def fmt_in_unit(x: float | None, unit: str) -> str:
-    """A value of a series in its unit (seconds and bytes made human)."""
+    """A value in a unit, made human for seconds, microseconds, bytes and shares."""
     if x is None:
         return "—"
     if unit == "s":
         return fmt_duration(x)
+    if unit in ("us", "µs"):
+        return fmt_us(x)
     if unit in ("bytes", "B"):
         return fmt_bytes(x)
     if unit in ("share", "fraction"):
         return fmt_pct(x)
     return f"{fmt_num(x)} {unit}".rstrip()
+
+
+def series_unit(series: Series) -> str:
+    """The unit a series' values are shown in: its own, else one implied by its name.
+
+    ``rollout_share`` is a share, names ending in ``_bytes`` (``counter:rss_bytes``) are bytes.
+    """
+    if series.unit:
+        return series.unit
+    if series.name == ROLLOUT_SHARE_SERIES:
+        return "share"
+    if series.name.endswith(("_bytes", ".bytes")) or "_bytes." in series.name:
+        return "bytes"
+    return ""
+
+
+def fmt_series_value(x: float | None, series: Series) -> str:
+    """A value of ``series`` (slope, projection) in its unit."""
+    return fmt_in_unit(x, series_unit(series))
 
 
 def fmt_value(x: Any) -> str:
@@ -316,26 +336,39 @@ def _process_summary(p: ProcessAnalysis) -> ProcessSummary:
     )
 
 
-def _t0_ns(p: ProcessAnalysis) -> int | None:
-    t0 = p.meta.get(T0_META_KEY)
-    return t0 if isinstance(t0, int) and not isinstance(t0, bool) else None
-
-
 def _svg(svg: str | None) -> Markup | None:
     # Trusted: produced by matplotlib, which escapes all text and attribute values.
     return Markup(svg) if svg is not None else None
 
 
 def _counter_view(
-    track: CounterTrack, p: ProcessAnalysis, t0_ns: int | None
+    track: CounterTrack, p: ProcessAnalysis, per_step: dict[int, float] | None
 ) -> CounterView:
-    aligned = bool(figures.counter_latency_pairs(track, p.steps, p.calls, t0_ns))
     return CounterView(
         name=track.name,
         n_samples=min(len(track.t_s), len(track.value)),
-        aligned=aligned,
-        figure=_svg(figures.counter_figure(track, p.steps, p.calls, t0_ns)),
+        aligned=bool(figures.counter_latency_pairs(p.steps, per_step)),
+        figure=_svg(figures.counter_figure(track, p.steps, per_step)),
     )
+
+
+def counter_steps(analysis: Analysis) -> dict[str, dict[int, float]]:
+    """Per-step counter values of the primary process, from its ``counter:<name>`` series.
+
+    Args:
+        analysis: the analysis.
+
+    Returns:
+        ``{counter name: {step: value at the step's end}}``.
+    """
+    out: dict[str, dict[int, float]] = {}
+    for r in analysis.series:
+        name = r.series.name
+        if name.startswith(COUNTER_SERIES_PREFIX):
+            out[name[len(COUNTER_SERIES_PREFIX) :]] = dict(
+                zip(r.series.steps, r.series.values, strict=False)
+            )
+    return out
 
 
 def _stack_rows(p: ProcessAnalysis) -> tuple[StackRow, ...]:
@@ -361,18 +394,24 @@ def _meta_rows(meta: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple((str(k), fmt_value(v)) for k, v in sorted(meta.items(), key=lambda kv: str(kv[0])))
 
 
-def process_view(p: ProcessAnalysis) -> ProcessView:
+def process_view(
+    p: ProcessAnalysis, per_step_counters: dict[str, dict[int, float]] | None = None
+) -> ProcessView:
     """Figures and tables of one process.
 
     Args:
         p: the process's analysis.
+        per_step_counters: each counter's value per step (known for the primary process,
+            from its ``counter:<name>`` series); counters without are drawn over time only.
 
     Returns:
         The view the template renders.
     """
-    t0 = _t0_ns(p)
+    known = per_step_counters or {}
     counters = tuple(
-        _counter_view(c, p, t0) for c in p.counters if min(len(c.t_s), len(c.value)) > 0
+        _counter_view(c, p, known.get(c.name))
+        for c in p.counters
+        if min(len(c.t_s), len(c.value)) > 0
     )
     return ProcessView(
         p=p,
@@ -411,6 +450,7 @@ def _environment() -> Environment:
         num=fmt_num,
         value=fmt_value,
         in_unit=fmt_in_unit,
+        sval=fmt_series_value,
     )
     return env
 
@@ -429,16 +469,19 @@ def render_html(analysis: Analysis) -> str:
     findings = sorted(analysis.findings, key=lambda f: -_severity_rank(f.severity))
     head = headline(analysis)
     primary = analysis.primary
-    procs = [process_view(p) for p in analysis.processes]
+    per_step = counter_steps(analysis)
+    procs = [process_view(p, per_step if p is primary else None) for p in analysis.processes]
     ws_figure = None
     if head.weight_sync_result is not None:
         ws_figure = figures.growth_figure(
             head.weight_sync_result, title="Weight-sync time per step"
         )
-    accumulating = [r for r in analysis.series if r.verdict.accumulating]
-    series_rows = sorted(
-        analysis.series, key=lambda r: (not r.verdict.accumulating, r.series.name)
+    # Weight sync first: it is the headline of this tool; then by name.
+    accumulating = sorted(
+        (r for r in analysis.series if r.verdict.accumulating),
+        key=lambda r: (r.series.name != WEIGHT_SYNC_SERIES, r.series.name),
     )
+    series_rows = sorted(analysis.series, key=lambda r: (not r.verdict.accumulating, r.series.name))
     growth_figures = [
         (
             r,

@@ -39,25 +39,39 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
                 "slope_per_step": v.slope_per_step,
                 "growth_factor_per_step": v.growth_factor_per_step,
                 "change_point": v.change_point,
-                "projection": None if v.projection is None
+                "projection": None
+                if v.projection is None
                 else {"step": v.projection.step, "value": v.projection.value},
                 "steps": list(r.series.steps),
                 "values": list(r.series.values),
             }
         )
     findings = [
-        {"kind": f.kind, "severity": f.severity, "title": f.title, "evidence": f.evidence,
-         "where": f.where, "next_step": f.next_step}
+        {
+            "kind": f.kind,
+            "severity": f.severity,
+            "title": f.title,
+            "evidence": f.evidence,
+            "where": f.where,
+            "next_step": f.next_step,
+        }
         for f in analysis.findings
     ]
     pa = analysis.primary
     steps = []
     if pa is not None:
         steps = [
-            {"step": s.step, "step_s": s.step_s, "rollout_s": s.rollout_s, "train_s": s.train_s,
-             "weight_sync_s": s.weight_sync_s, "other_s": s.other_s,
-             "rollout_share": s.rollout_share, "n_calls": s.n_calls,
-             "between_layers_s": s.between_layers_s}
+            {
+                "step": s.step,
+                "step_s": s.step_s,
+                "rollout_s": s.rollout_s,
+                "train_s": s.train_s,
+                "weight_sync_s": s.weight_sync_s,
+                "other_s": s.other_s,
+                "rollout_share": s.rollout_share,
+                "n_calls": s.n_calls,
+                "between_layers_s": s.between_layers_s,
+            }
             for s in pa.steps
         ]
     return _clean(

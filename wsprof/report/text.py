@@ -33,10 +33,12 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10
             tag = f"{_COLOURS.get(f.severity, '')}{tag}{_RESET}"
         lines += textwrap.wrap(f"{tag} {f.title}", WIDTH, subsequent_indent="    ")
         if f.where:
-            lines += textwrap.wrap(f"where: {f.where}", WIDTH, initial_indent="    ",
-                                   subsequent_indent="      ")
-        lines += textwrap.wrap(f"next: {f.next_step}", WIDTH, initial_indent="    ",
-                               subsequent_indent="      ")
+            lines += textwrap.wrap(
+                f"where: {f.where}", WIDTH, initial_indent="    ", subsequent_indent="      "
+            )
+        lines += textwrap.wrap(
+            f"next: {f.next_step}", WIDTH, initial_indent="    ", subsequent_indent="      "
+        )
     lines.append("")
     lines.append(f"{'series':<30} {'shape':<17} {'accum':<5} {'slope/step':>12} {'last':>11}")
     for r in analysis.series:
@@ -50,14 +52,18 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10
     if pa is not None and pa.steps:
         lines.append("")
         lines.append(f"steps of {pa.label} (from {pa.step_source}):")
-        lines.append(f"{'step':>5} {'step s':>9} {'rollout':>9} {'share':>6} {'sync s':>9} "
-                     f"{'calls':>6} {'between s':>10}")
+        lines.append(
+            f"{'step':>5} {'step s':>9} {'rollout':>9} {'share':>6} {'sync s':>9} "
+            f"{'calls':>6} {'between s':>10}"
+        )
         for s in pa.steps:
             roll = f"{s.rollout_s:9.3f}" if s.rollout_s is not None else f"{'-':>9}"
             share = f"{s.rollout_share:6.0%}" if s.rollout_share is not None else f"{'-':>6}"
             sync = f"{s.weight_sync_s:9.3f}" if s.weight_sync_s is not None else f"{'-':>9}"
-            lines.append(f"{s.step:>5} {s.step_s:9.3f} {roll} {share} {sync} {s.n_calls:>6} "
-                         f"{s.between_layers_s:10.3f}")
+            lines.append(
+                f"{s.step:>5} {s.step_s:9.3f} {roll} {share} {sync} {s.n_calls:>6} "
+                f"{s.between_layers_s:10.3f}"
+            )
     for note in analysis.notes:
         lines += textwrap.wrap(f"note: {note}", WIDTH, subsequent_indent="      ")
     return "\n".join(lines) + "\n"

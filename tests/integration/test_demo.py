@@ -1,0 +1,86 @@
+"""`wsprof demo` end to end: real ranks, real hooks, trace, analysis, report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+STEPS = "6"
+
+
+def wsprof(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "wsprof", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Four demo runs: probe fault / healthy, with and without step markers."""
+    out: dict[str, Path] = {}
+    for fault in ("probe", "none"):
+        for markers in ("--markers", "--no-markers"):
+            d = tmp_path_factory.mktemp(f"demo-{fault}{markers}")
+            res = wsprof("demo", "--steps", STEPS, "--fault", fault, markers, "--out",
+                         str(d / "run"), "--report", str(d / "report.html"))
+            assert res.returncode == 0, res.stdout + res.stderr
+            assert f"report: {d / 'report.html'}" in res.stdout
+            out[f"{fault}{markers}"] = d
+    return out
+
+
+def verdict(run: Path) -> dict[str, object]:
+    res = wsprof("analyze", str(run / "run"), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)  # type: ignore[no-any-return]
+
+
+def series(doc: dict[str, object], name: str) -> dict[str, object]:
+    found = [s for s in doc["series"] if s["name"] == name]  # type: ignore[index, union-attr]
+    assert found, f"no {name} series"
+    return found[0]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("markers", ["--markers", "--no-markers"])
+def test_probe_fault_is_an_accumulating_weight_sync_slowdown(
+    runs: dict[str, Path], markers: str
+) -> None:
+    doc = verdict(runs[f"probe{markers}"])
+    sync = series(doc, "weight_sync_s")
+    assert sync["accumulating"] is True
+    assert sync["shape"] in ("linear", "superlinear", "exponential")
+    assert len(sync["values"]) == int(STEPS)  # type: ignore[arg-type]
+    kinds = [f["kind"] for f in doc["findings"]]  # type: ignore[union-attr]
+    assert "accumulating_slowdown" in kinds
+    assert "between_layers" in kinds, "the probe wrapper between API and backend is named"
+    bl = [f for f in doc["findings"] if f["kind"] == "between_layers"][0]  # type: ignore
+    assert "with_memory_probe" in bl["where"] and "framework.py" in bl["where"]
+    assert doc["step_source"] == ("markers" if markers == "--markers" else "bursts")
+
+
+@pytest.mark.parametrize("markers", ["--markers", "--no-markers"])
+def test_healthy_run_has_no_slowdown(runs: dict[str, Path], markers: str) -> None:
+    doc = verdict(runs[f"none{markers}"])
+    assert series(doc, "weight_sync_s")["accumulating"] is False
+    kinds = [f["kind"] for f in doc["findings"]]  # type: ignore[union-attr]
+    assert "accumulating_slowdown" not in kinds and "between_layers" not in kinds
+
+
+def test_markers_give_the_two_numbers(runs: dict[str, Path]) -> None:
+    doc = verdict(runs["probe--markers"])
+    steps = doc["steps"]
+    assert len(steps) == int(STEPS)  # type: ignore[arg-type]
+    for s in steps[1:]:  # type: ignore[index]
+        assert 0 < s["rollout_share"] < 1
+        assert s["weight_sync_s"] > 0 and s["n_calls"] >= 100
+    share = [f for f in doc["findings"] if f["kind"] == "rollout_share"]  # type: ignore
+    assert share and "rollout" in share[0]["title"]
+
+
+def test_report_is_self_contained(runs: dict[str, Path]) -> None:
+    html = (runs["probe--markers"] / "report.html").read_text()
+    assert "accumulating_slowdown" in html or "weight-sync time grows" in html
+    assert "<script src" not in html and "https://" not in html.split("</head>")[0]
