@@ -149,7 +149,7 @@ def _gen_growing(
 
 
 def _gen_warmup(rng: np.random.Generator, n: int, sigma: float) -> tuple[np.ndarray, frozenset[str]]:
-    k = int(rng.integers(1, min(3, max(1, n - 2)) + 1))
+    k = int(rng.integers(1, min(3, max(1, n - 3)) + 1))  # >= 3 flat points after
     off = _log_uniform(rng, 0.2, 3.0) * rng.uniform(0.3, 1.0) ** np.arange(k)
     up = rng.random() < 0.7
     f = np.ones(n)

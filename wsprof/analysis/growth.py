@@ -98,6 +98,9 @@ CURVE_BIC_MARGIN = 2.0
 #: Mann-Kendall misses it (convex growth concentrated in the last points): "strong evidence" on
 #: the Kass & Raftery (1995) scale.
 STRONG_BIC = 6.0
+#: Growth must beat every non-growth model by more than this BIC margin.
+GROWTH_BIC_MARGIN = 0.0
+_SIGMA_MODE = min
 #: BIC values closer than this are ties; ties go to the simpler / earlier candidate.
 BIC_TIE = 1e-9
 
@@ -111,14 +114,13 @@ WARMUP_MIN_SIGMAS = 3.0
 #: A step change's shift is at least this many within-level SDs (the 3-sigma rule, as for a
 #: warm-up); smaller shifts found by searching every split are mostly noise.
 STEP_MIN_SIGMAS = 3.0
+#: Fewest points on each side of a step change (a single first point is a warm-up, a single
+#: last point an outlier).
+STEP_MIN_SIDE = 2
 #: Fewest trailing points a plateau must have (and at least PLATEAU_MIN_FLAT_FRACTION of all).
 PLATEAU_MIN_FLAT_POINTS = 3
 #: Fewest trailing points of a plateau as a fraction of the series.
-PLATEAU_MIN_FLAT_FRACTION = 0.25
-#: The plateau's ramp rises (or falls) by at least this many residual SDs (3-sigma rule).
-PLATEAU_MIN_RAMP_SIGMAS = 3.0
-#: Require the plateau's flat part to be shown flat (see _fit_plateau).
-PLATEAU_STOP_TEST = False
+PLATEAU_MIN_FLAT_FRACTION = 1 / 3
 #: A sawtooth needs at least this many resets (drops).
 SAW_MIN_RESETS = 2
 #: A reset is a drop of at least this many noise sigmas ...
@@ -506,16 +508,20 @@ def _step_predict(boundaries: FloatArray, levels: FloatArray) -> Predict:
     return predict
 
 
-def _two_means(d: _Data) -> tuple[_Fit, FloatArray]:
-    """Best single split into two (weighted) means; returns the fit and the two levels."""
+def _two_means(d: _Data, min_side: int = 1) -> tuple[_Fit, FloatArray]:
+    """Best split into two (weighted) means with ``min_side``+ points on each side.
+
+    Returns the fit and the two levels.
+    """
     ww = d.w**2
     c0, c1, c2 = np.cumsum(ww), np.cumsum(ww * d.y), np.cumsum(ww * d.y**2)
-    tau = np.arange(1, d.n)  # first index of the second level
+    tau = np.arange(min_side, d.n - min_side + 1)  # first index of the second level
     w1, s1, q1 = c0[tau - 1], c1[tau - 1], c2[tau - 1]
     w2, s2, q2 = c0[-1] - w1, c1[-1] - s1, c2[-1] - q1
     rss = (q1 - s1**2 / w1) + (q2 - s2**2 / w2)
-    t = int(tau[int(np.argmin(rss))])
-    levels = np.array([s1[t - 1] / w1[t - 1], s2[t - 1] / w2[t - 1]])
+    j = int(np.argmin(rss))
+    t = int(tau[j])
+    levels = np.array([s1[j] / w1[j], s2[j] / w2[j]])
     predict = _step_predict(np.array([d.x[t] - 0.5]), levels)
     return _Fit("step", 3, _wrss(d, predict(d.x)), predict, change_point=int(d.x[t])), levels
 
@@ -526,7 +532,9 @@ def _fit_step(d: _Data) -> _Fit | None:
     Kept only when the shift is at least :data:`STEP_MIN_SIGMAS` within-level SDs (at the
     higher level): searching every split makes BIC's single ln(n) for the change point too weak.
     """
-    fit, levels = _two_means(d)
+    if d.n < 2 * STEP_MIN_SIDE:
+        return None
+    fit, levels = _two_means(d, STEP_MIN_SIDE)
     sd = max(math.sqrt(fit.rss / (d.n - 2)), d.floor)
     noise = sd * max(d.level_factor(levels[0]), d.level_factor(levels[1]))
     if abs(levels[1] - levels[0]) < STEP_MIN_SIGMAS * noise:
@@ -548,7 +556,7 @@ def _fit_warmup(d: _Data) -> _Fit | None:
     for m in range(1, min(WARMUP_MAX_POINTS, n - 3) + 1):
         c = float(np.sum(ww[m:] * d.y[m:]) / np.sum(ww[m:]))
         rss = float(np.sum(ww[m:] * (d.y[m:] - c) ** 2))
-        sd = max(math.sqrt(rss / (n - m - 1)), d.floor)
+        sd = max(math.sqrt(rss / (n - m - 1)), d.floor, d.sigma)
         noise = sd * np.maximum(
             np.array([d.level_factor(v) for v in d.y[:m]]), d.level_factor(c)
         )
@@ -608,21 +616,11 @@ def _fit_plateau(d: _Data) -> _Fit | None:
     def predict(q: FloatArray) -> FloatArray:
         return np.asarray(c + s * np.minimum(0.0, q - knot), dtype=np.float64)
 
-    rss_w = _wrss(d, predict(d.x))
-    sd = max(math.sqrt(rss_w / (n - 3)), d.floor)
-    ramp = s * float(knot - d.x[0])
-    if abs(ramp) < PLATEAU_MIN_RAMP_SIGMAS * sd * max(d.level_factor(c), d.level_factor(c - ramp)):
-        return None
-    if PLATEAU_STOP_TEST:
-        after = d.x >= knot
-        _, hi = _theil_sen_hi(d.x[after], d.y[after])
-        if s > 0 and hi >= PERSIST_FRACTION * s:
-            return None
-        if s < 0:
-            _, lo_neg = _theil_sen_hi(d.x[after], -d.y[after])
-            if lo_neg >= PERSIST_FRACTION * -s:
-                return None
-    return _Fit("plateau", 3, rss_w, predict, change_point=int(knot))
+    after = d.x >= knot
+    flat_slope, _ = _theil_sen_hi(d.x[after], d.y[after])
+    if s == 0 or flat_slope / s >= PERSIST_FRACTION:
+        return None  # the ramp goes on: not a plateau
+    return _Fit("plateau", 3, _wrss(d, predict(d.x)), predict, change_point=int(knot))
 
 
 def _fit_reset_sawtooth(d: _Data) -> _Fit | None:
@@ -822,7 +820,7 @@ def _growth(fit: _Fit, d: _Data, trend: _Trend, segments: list[slice] | None) ->
     rise = mean_slope * span
     level = f0 if f0 > 0 else d.scale
     resid_sd = math.sqrt(fit.rss / (n - fit.k)) if n > fit.k else d.sigma
-    noise = max(min(d.sigma, resid_sd), d.floor) * d.level_factor(level)
+    noise = max(_SIGMA_MODE(d.sigma, resid_sd) if callable(_SIGMA_MODE) else resid_sd, d.floor) * d.level_factor(level)
     m = max(3, math.ceil(LAST_PART_FRACTION * n))
     last_slope, last_hi = _theil_sen_hi(x[-m:], y[-m:])
     ref = max(trend.slope, mean_slope)
@@ -839,7 +837,7 @@ def _growth(fit: _Fit, d: _Data, trend: _Trend, segments: list[slice] | None) ->
 def _is_accumulating(g: _Growth, delta: float) -> bool:
     """All conditions of the module docstring, step 6 (delta: BIC margin of growth, > 0)."""
     return (
-        delta > 0
+        delta > GROWTH_BIC_MARGIN
         and (g.p < ALPHA or delta >= STRONG_BIC)
         and g.rel_growth >= MIN_REL_GROWTH
         and g.sigmas >= MIN_GROWTH_SIGMAS
