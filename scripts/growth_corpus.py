@@ -148,7 +148,9 @@ def _gen_growing(
     return f, frozenset(ok)
 
 
-def _gen_warmup(rng: np.random.Generator, n: int, sigma: float) -> tuple[np.ndarray, frozenset[str]]:
+def _gen_warmup(
+    rng: np.random.Generator, n: int, sigma: float
+) -> tuple[np.ndarray, frozenset[str]]:
     k = int(rng.integers(1, min(3, max(1, n - 3)) + 1))  # >= 3 flat points after
     off = _log_uniform(rng, 0.2, 3.0) * rng.uniform(0.3, 1.0) ** np.arange(k)
     up = rng.random() < 0.7
@@ -308,7 +310,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     rows, results = evaluate(corpus, _run)
     elapsed = time.perf_counter() - t0
-    head = f"{'rows':<28}{'n':>6}{'pos':>6}{'TP':>6}{'FP':>6}{'FN':>6}{'prec':>8}{'recall':>8}{'shape':>8}"
+    head = (
+        f"{'rows':<28}{'n':>6}{'pos':>6}{'TP':>6}{'FP':>6}{'FN':>6}"
+        f"{'prec':>8}{'recall':>8}{'shape':>8}"
+    )
     print(f"growth corpus: {args.n} series, seed {args.seed}")
     print(head)
     print("-" * len(head))
@@ -327,9 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(bar.row("BAR noise<=10%, n>=5"))
     print(f"runtime: {elapsed:.2f} s ({1000 * elapsed / max(len(corpus), 1):.2f} ms/series)")
     ok = bar.precision >= BAR_PRECISION and bar.recall >= BAR_RECALL
-    print(
-        f"bar precision >= {BAR_PRECISION}, recall >= {BAR_RECALL}: {'met' if ok else 'MISSED'}"
-    )
+    print(f"bar precision >= {BAR_PRECISION}, recall >= {BAR_RECALL}: {'met' if ok else 'MISSED'}")
     shown = 0
     for case, said, shape in results:
         if shown >= args.show_errors:

@@ -56,7 +56,7 @@ class _Installed:
 _STATE = _Installed()
 
 
-def _payload(args: tuple[Any, ...], tensor_type: type) -> tuple[int, str | None]:
+def _payload(args: tuple[Any, ...], tensor_type: Any) -> tuple[int, str | None]:
     """Bytes and dtype of the first tensor (or tensor list) among the first two arguments."""
     for a in args[:2]:
         if isinstance(a, tensor_type):
@@ -104,7 +104,7 @@ def _record(
     step: int,
     phase: str | None,
     error: str | None,
-    tensor_type: type,
+    tensor_type: Any,
 ) -> None:
     try:
         if len(rec.calls) >= rec.max_pending:
@@ -138,10 +138,10 @@ def _record(
 
 
 #: Ops whose non-None return value is not an async work handle.
-_NO_HANDLE = frozenset()
+_NO_HANDLE: frozenset[str] = frozenset()
 
 
-def _api_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: type) -> Any:
+def _api_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: Any) -> Any:
     inst = _STATE
     tls = _TLS
 
@@ -172,7 +172,7 @@ def _api_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: type)
     return wsprof_api_hook
 
 
-def _backend_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: type) -> Any:
+def _backend_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: Any) -> Any:
     inst = _STATE
     tls = _TLS
 

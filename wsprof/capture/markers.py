@@ -59,13 +59,14 @@ def close_step() -> None:
     """End the open step span (at unpatch or exit) without starting another."""
     rec = STATE.recorder
     if rec is not None and STATE.step_start_ns is not None:
+        t = _now()
         rec.spans.append(
-            ("step", str(STATE.step), STATE.step_start_ns, _now(), STATE.step, threading.get_ident())
+            ("step", str(STATE.step), STATE.step_start_ns, t, STATE.step, threading.get_ident())
         )
     STATE.step_start_ns = None
 
 
-class phase:  # noqa: N801 - used like a function: ``with wsprof.phase("rollout"):``
+class phase:  # used like a function: ``with wsprof.phase("rollout"):``
     """Context manager marking a phase of the current step.
 
     Standard names: ``rollout``, ``train``, ``weight_sync``; any name is accepted.

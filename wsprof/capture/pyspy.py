@@ -732,7 +732,7 @@ class PySpySampler:
                 if result.skipped or self._stop_requested.is_set():
                     reason = STOP_CALLER
                     break
-        except Exception as e:  # becomes the stop reason; wait() raises it
+        except Exception as e:  # noqa: BLE001 - becomes the stop reason; wait() raises it
             reason = f"{STOP_SAMPLER_FAILED}: {type(e).__name__}: {e}"[:MAX_ERROR_CHARS]
             error = WsprofError(f"py-spy sampler failed: {type(e).__name__}: {e}")
         finally:
@@ -848,7 +848,7 @@ class PySpySampler:
                 )
                 writer.write({"events": [(_now(), EVENT_KIND, detail)]})
                 writer.set_meta({"sampler": self._status()})
-            except Exception as e:  # the data already written stays
+            except Exception as e:  # noqa: BLE001 - the data already written stays
                 sys.stderr.write(f"wsprof: cannot finish {self.path}: {e}\n")
             finally:
                 with contextlib.suppress(Exception):

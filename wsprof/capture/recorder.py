@@ -10,6 +10,7 @@ rows, new rows are dropped and counted (``dropped_calls``), never silently.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import socket
@@ -168,10 +169,8 @@ class Recorder:
         self._stop.set()
         self._thread.join(timeout=10)
         self.flush()
-        try:
+        with contextlib.suppress(Exception):
             self._writer.close()
-        except Exception:  # noqa: BLE001
-            pass
         atexit.unregister(self.close)
 
     def meta_json(self) -> str:

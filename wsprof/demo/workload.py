@@ -52,7 +52,8 @@ def build_model(n_param_tensors: int) -> Any:
             self.down = nn.Linear(2 * DIM, DIM)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x + self.down(torch.relu(self.up(self.norm(x))))
+            out: torch.Tensor = x + self.down(torch.relu(self.up(self.norm(x))))
+            return out
 
     class TinyLM(nn.Module):
         def __init__(self, n_blocks: int) -> None:
@@ -148,7 +149,7 @@ def rank_main(rank: int, cfg: DemoConfig, rollouts: Any, ready: Any) -> None:
                         logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1)
                     )
                     opt.zero_grad()
-                    loss.backward()
+                    loss.backward()  # type: ignore[no-untyped-call]
                     opt.step()
                 pool.grow(framework.SEGMENTS_PER_STEP)
                 wsprof.counter("demo.allocator_segments", len(pool.segments))

@@ -74,7 +74,7 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             }
             for s in pa.steps
         ]
-    return _clean(
+    doc: dict[str, Any] = _clean(
         {
             "source": analysis.source,
             "kind": analysis.kind,
@@ -86,6 +86,7 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             "notes": list(analysis.notes),
         }
     )
+    return doc
 
 
 def render_json(analysis: Analysis) -> str:
