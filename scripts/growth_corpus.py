@@ -22,7 +22,9 @@ classifier's thresholds:
 * **Plateau** (growth that stops; not accumulating): the same rise over the first 20-50% of the
   points, then flat.
 * **Warm-up:** the first 1-3 points 20-300% off the level (log-uniform; up 70% of the time, as
-  first steps are usually slower), later warm-up points decaying by a factor 0.3-1 each.
+  first steps are usually slower), later warm-up points decaying by a factor 0.3-1 each, and at
+  least 3 flat points after them ("then flat" cannot be seen in two points: any two points are
+  a line).
 * **Step change:** level ratio 1.3-8 (log-uniform, up or down), change in the middle half; half of
   them carry a ``config`` column that changes at the step.
 * **Sawtooth:** period 4-20 points at a random phase, rise within a period log-uniform between
@@ -36,7 +38,10 @@ line or exponential summed in noise units, is under 3); a warm-up may be called 
 a warm-up (and flat when the shift is under 3 sigma); a plateau may be called warm-up or step
 change.
 
-Run: ``python scripts/growth_corpus.py [--n 1200] [--seed 20240917]``.
+With ~600 series in the bar row (~240 accumulating), the standard error of the measured
+precision is ~0.006 and of the recall ~0.012; use ``--n`` / ``--seed`` to check other corpora.
+
+Run: ``python scripts/growth_corpus.py [--n 1200] [--seed 20240917] [--show-errors 20]``.
 """
 
 from __future__ import annotations

@@ -84,3 +84,22 @@ def test_report_is_self_contained(runs: dict[str, Path]) -> None:
     html = (runs["probe--markers"] / "report.html").read_text()
     assert "accumulating_slowdown" in html or "weight-sync time grows" in html
     assert "<script src" not in html and "https://" not in html.split("</head>")[0]
+
+
+@pytest.mark.browser
+def test_demo_report_opens_offline_in_chromium(runs: dict[str, Path]) -> None:
+    from tests.browser import browser_skip_reason, offline_check
+
+    reason = browser_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    seen: dict[str, bool] = {}
+
+    def look(page: object) -> None:
+        seen["verdict"] = page.locator("#verdict").is_visible()  # type: ignore[attr-defined]
+        text = page.locator("#verdict").inner_text()  # type: ignore[attr-defined]
+        seen["names_slowdown"] = "weight-sync time grows" in text
+
+    requests, errors = offline_check(runs["probe--markers"] / "report.html", look)
+    assert requests == [] and errors == []
+    assert seen == {"verdict": True, "names_slowdown": True}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,7 +35,7 @@ def _expected_cases() -> list[object]:
 
 
 @pytest.mark.parametrize(("file", "column", "want"), _expected_cases())
-def test_shared_case(file: str, column: str, want: dict[str, object]) -> None:
+def test_shared_case(file: str, column: str, want: dict[str, Any]) -> None:
     series = {s.name: s for s in load_series_csv(str(CASES / file))}
     s = series[column]
     v = classify(s.values, config=s.config)
@@ -257,7 +258,7 @@ def test_invariant_to_positive_scaling(
     }[kind]
     y = np.array(_noisy(100 * f, noise, seed))
     factor = 2.0**power  # exact in binary floating point: every step scales exactly
-    a, b = classify(y), classify(y * factor)
+    a, b = classify(y.tolist()), classify((y * factor).tolist())
     assert (a.shape, a.accumulating, a.change_point) == (b.shape, b.accumulating, b.change_point)
     assert np.allclose(np.array(b.fitted), factor * np.array(a.fitted), rtol=1e-6, atol=0)
 
@@ -273,8 +274,8 @@ def test_flat_series_stays_not_accumulating_under_offset(
     seed: int, n: int, noise: float, offset: float
 ) -> None:
     y = np.array(_noisy(np.full(n, 100.0), noise, seed))
-    before = classify(y)
-    after = classify(y + offset)
+    before = classify(y.tolist())
+    after = classify((y + offset).tolist())
     if not before.accumulating:
         assert not after.accumulating
     if noise == 0.0:

@@ -48,8 +48,10 @@ Method:
    starting level and :data:`MIN_GROWTH_SIGMAS` noise sigmas; and growth still present at the end
    (the model's end slope, and the upper Theil-Sen bound over the last part, at least
    :data:`PERSIST_FRACTION` of the overall slope), so a plateau is rejected. Otherwise the shape
-   is the best non-growth model; a significantly decreasing series keeps its trend shape
-   (``linear``/``exponential``) with ``accumulating=False``.
+   is the best non-growth model (a plateau is reported as ``warmup_then_flat``: the series
+   settled after an early rise; :data:`~wsprof.analysis.model.SHAPES` has no plateau); a
+   significantly decreasing series is ``linear`` with ``accumulating=False`` and a negative
+   slope.
 7. **Very short series.** 1-2 points: flat, not accumulating, confidence
    :data:`LOW_CONFIDENCE`. 3-4 points: accumulating when strictly increasing with every relative
    increment at least :data:`SHORT_MIN_STEP_GROWTH` (see there); otherwise a two-level rule.
@@ -125,13 +127,18 @@ BIC_TIE = 1e-9
 # --- candidate models --------------------------------------------------------------------------
 #: Most leading points a warm-up may span (``warmup_then_flat``).
 WARMUP_MAX_POINTS = 3
-#: Every warm-up point lies at least this many residual SDs of the flat part away from the flat
-#: level (the usual 3-sigma outlier rule); otherwise free points would just absorb noise, which
-#: BIC's ln(n) penalty does not prevent at n < 10.
+#: Every warm-up point lies at least this many noise SDs away from the flat level (the usual
+#: 3-sigma outlier rule); otherwise free points would just absorb noise, which BIC's ln(n)
+#: penalty does not prevent at n < 10.
 WARMUP_MIN_SIGMAS = 3.0
 #: A step change's shift is at least this many within-level SDs (the 3-sigma rule, as for a
 #: warm-up); smaller shifts found by searching every split are mostly noise.
 STEP_MIN_SIGMAS = 3.0
+#: ... or its two-sample t statistic at least this. Under no change, the largest t over all
+#: splits stays below ~3.6 with 99% probability for series of up to a few hundred points
+#: (sup-Wald critical values, Andrews 1993, 15% trimming: 12.35 = 3.5^2); 5 leaves a margin for
+#: splits near the ends.
+STEP_MIN_T = 5.0
 #: Fewest points on each side of a step change (a single first point is a warm-up, a single
 #: last point an outlier).
 STEP_MIN_SIDE = 2
@@ -305,8 +312,10 @@ def classify(
         values: one value per step (any unit); non-finite values are dropped.
         config: optional configuration name of each step (same length as ``values``); a change
             splits the series into segments before fitting.
-        budget: optional limit in the series' unit; ``budget_step`` is the first step at which
-            the projection of a growing shape reaches it.
+        budget: optional limit in the series' unit; ``budget_step`` is the first step, from
+            the last one on, at which the model of a growing shape reaches it (the last step
+            when the fit is already there; None when not within ``max(100 * horizon, 10000)``
+            steps).
         horizon_steps: how many steps after the last one ``projection`` is made for; default
             ``max(5, n)``.
 
@@ -556,15 +565,20 @@ def _two_means(d: _Data, min_side: int = 1) -> tuple[_Fit, FloatArray]:
 def _fit_step(d: _Data) -> _Fit | None:
     """One change point between two means (k = 2 means + 1 change point).
 
-    Kept only when the shift is at least :data:`STEP_MIN_SIGMAS` within-level SDs (at the
-    higher level): searching every split makes BIC's single ln(n) for the change point too weak.
+    Kept only when the shift is visible: at least :data:`STEP_MIN_SIGMAS` within-level SDs (at
+    the higher level), or a two-sample t statistic of at least :data:`STEP_MIN_T` (a smaller
+    shift seen over many points). Searching every split makes BIC's single ln(n) for the change
+    point too weak on its own.
     """
     if d.n < 2 * STEP_MIN_SIDE:
         return None
     fit, levels = _two_means(d, STEP_MIN_SIDE)
     sd = max(math.sqrt(fit.rss / (d.n - 2)), d.floor)
     noise = sd * max(d.level_factor(levels[0]), d.level_factor(levels[1]))
-    if abs(levels[1] - levels[0]) < STEP_MIN_SIGMAS * noise:
+    shift = abs(float(levels[1] - levels[0]))
+    t = int(np.searchsorted(d.x, fit.change_point if fit.change_point is not None else 0))
+    t_stat = shift / (noise * math.sqrt(1.0 / t + 1.0 / (d.n - t)))
+    if shift < STEP_MIN_SIGMAS * noise and t_stat < STEP_MIN_T:
         return None
     return fit
 
@@ -572,8 +586,9 @@ def _fit_step(d: _Data) -> _Fit | None:
 def _fit_warmup(d: _Data) -> _Fit | None:
     """First ``m`` points free (1 <= m <= 3), then constant; k = m + 1 mean + 1 change point.
 
-    Every free point must lie :data:`WARMUP_MIN_SIGMAS` residual SDs of the flat part (at its
-    own level) away from the flat level. The best ``m`` by BIC is kept.
+    Every free point must lie :data:`WARMUP_MIN_SIGMAS` noise SDs (the larger of the flat
+    part's residual SD and the robust sigma, taken at the higher of the two levels) away from
+    the flat level. The best ``m`` by BIC is kept.
     """
     n = d.n
     best: _Fit | None = None
@@ -1073,7 +1088,11 @@ def _classify_full(
     g = _growth(best_trend, d, trend, segments)
     accumulating = g.rel_growth > 0 and _is_accumulating(g, delta)
     decreasing = delta > 0 and g.rel_growth < 0 and trend.p_down < ALPHA
-    chosen = best_trend if accumulating or decreasing else best_other
+    chosen = best_other
+    if accumulating:
+        chosen = best_trend
+    elif decreasing:  # a significant fall is described by its straight line
+        chosen = _best([f for f in trend_fits if f.name in ("linear", "config_linear")], bic)
     ev.update(
         kendall_tau=trend.tau,
         kendall_p=trend.p_up,

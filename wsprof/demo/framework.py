@@ -19,8 +19,9 @@ from collections.abc import Callable
 from typing import Any
 
 #: Segments the pool gains per training step under ``fault="probe"``; with ~120 collectives per
-#: sync this makes weight sync grow by roughly 0.1-0.2 s per step on a laptop core.
-SEGMENTS_PER_STEP = 12_000
+#: sync this makes weight sync grow by roughly 0.2-0.3 s per step on a laptop core, well above
+#: the noise of three ranks sharing two cores.
+SEGMENTS_PER_STEP = 25_000
 
 #: Free bytes below which the probe would empty the cache (never reached: tens of GB free).
 LOW_MEMORY_BYTES = 1 << 20
