@@ -10,8 +10,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = REPO / "tests" / "targets"
-#: The shared cases folder beside the checkout (``../shared/cases``).
-CASES = REPO.parent / "shared" / "cases"
+#: The shared cases folder: ``$WSPROF_CASES``, else ``../shared/cases`` beside the checkout.
+CASES = Path(os.environ.get("WSPROF_CASES", REPO.parent / "shared" / "cases"))
 
 
 def free_port() -> int:

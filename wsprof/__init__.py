@@ -52,10 +52,14 @@ def patch(out: str | None = None, *, flush_interval_s: float = 0.5) -> str | Non
     from wsprof.capture.markers import STATE
     from wsprof.capture.recorder import Recorder, default_out_dir
 
+    out_dir = out or default_out_dir()
     try:
-        rec = Recorder(out or default_out_dir(), flush_interval_s=flush_interval_s)
-    except OSError as e:
-        sys.stderr.write(f"wsprof: not profiling: cannot create trace in {out!r}: {e}\n")
+        rec = Recorder(out_dir, flush_interval_s=flush_interval_s)
+    except Exception as e:  # noqa: BLE001 - never raise into training
+        sys.stderr.write(
+            f"wsprof: not profiling: cannot create a trace in {out_dir!r} "
+            f"({type(e).__name__}: {e}); set WSPROF_OUT to a writable folder\n"
+        )
         return None
     _recorder = rec
     STATE.recorder = rec

@@ -24,6 +24,7 @@ def test_hooks_change_no_result_exception_or_handle(tmp_path: Path) -> None:
         assert "broadcast" in res["ops_run"] and "all_gather_into_tensor" in res["ops_run"]
         assert res["hooked"], "patch() did not replace the collectives"
         assert res["same_path_twice"] and not res["double_wrapped"], "patch() twice != once"
+        assert res["p2p_identity"], "dist.isend is no longer distributed_c10d.isend"
         assert res["restored"], "unpatch() did not restore the originals"
         assert res["error"] and res["error"][0] == "RuntimeError"
 

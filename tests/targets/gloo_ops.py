@@ -106,7 +106,12 @@ def main() -> None:
         collectives._payload = broken_payload  # type: ignore[assignment]
     path_again = wsprof.patch(os.path.join(out_dir, "elsewhere"))
     patched = hooked_names()
-    double_wrapped = getattr(getattr(dist.broadcast, "__wrapped__", None), "__wsprof_hook__", False)
+    from wsprof.capture.collectives import is_hook
+
+    double_wrapped = is_hook(getattr(dist.broadcast, "__wrapped__", None))
+    # torch compares P2POp's op with isend/irecv by identity: must still hold under patch.
+    p2p_identity = dist.isend is dist.distributed_c10d.isend
+    dist.P2POp(dist.isend, torch.ones(1), (rank + 1) % world)
     wsprof.step()
     after = ops(rank, world)
     wsprof.unpatch()
@@ -117,6 +122,7 @@ def main() -> None:
         "same_path_twice": path == path_again,
         "hooked": all(patched[k] is not originals[k] for k in originals),
         "double_wrapped": bool(double_wrapped),
+        "p2p_identity": p2p_identity,
         "restored": all(restored[k] is originals[k] for k in originals),
         "error": after.get("error"),
         "trace": path,

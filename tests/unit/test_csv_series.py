@@ -6,12 +6,13 @@ import json
 import math
 from pathlib import Path
 
+import helpers
 import pytest
 
 from wsprof.errors import EXIT_USAGE, InputError
 from wsprof.importers.csv_series import load_series_csv, unit_of
 
-CASES = Path(__file__).resolve().parents[2].parent / "shared" / "cases" / "series"
+CASES = helpers.CASES / "series"
 needs_cases = pytest.mark.skipif(
     not (CASES / "expected.json").is_file(),
     reason=f"shared cases not found at {CASES} (the repo's sibling 'shared' checkout)",

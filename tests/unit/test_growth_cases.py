@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
+import helpers
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,7 +16,7 @@ from wsprof.analysis.growth import classify
 from wsprof.analysis.model import GROWING_SHAPES, SHAPES, GrowthVerdict
 from wsprof.importers.csv_series import load_series_csv
 
-CASES = Path(__file__).resolve().parents[2].parent / "shared" / "cases" / "series"
+CASES = helpers.CASES / "series"
 SEED_SERIES = (143.0, 363.0, 966.0, 1596.0)  # weight-sync seconds, the motivating report
 
 

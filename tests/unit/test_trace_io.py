@@ -101,3 +101,24 @@ def test_truncated_trace(tmp_path: Path) -> None:
 def test_empty_folder(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="holds no .wsprof trace"):
         read_run(str(tmp_path))
+
+
+def test_malformed_rows_are_one_clear_line(tmp_path: Path) -> None:
+    p = tmp_path / "x.wsprof"
+    write_trace(p)
+    db = sqlite3.connect(p)
+    db.execute("UPDATE sites SET line=NULL")
+    db.commit()
+    db.close()
+    with pytest.raises(InputError, match="malformed trace"):
+        read_trace(str(p))
+
+
+def test_one_bad_trace_does_not_block_the_run(tmp_path: Path) -> None:
+    from wsprof.trace.reader import read_run_lenient
+
+    write_trace(tmp_path / "a-1.wsprof")
+    (tmp_path / "a-2.wsprof").write_bytes(b"")
+    traces, problems = read_run_lenient(str(tmp_path))
+    assert len(traces) == 1
+    assert len(problems) == 1 and "a-2.wsprof" in problems[0] and "empty file" in problems[0]

@@ -28,6 +28,9 @@ CRITICAL_GROWTH_RATIO = 2.0
 #: wrappers, which shows as backend time on this rank, so a quarter already means the wrapper
 #: dominates once every rank runs it; below it a growing wrapper is still reported (warning).
 BETWEEN_LAYERS_SHARE = 0.25
+#: Added time per step (per-call growth x calls per step) below this share of the median step
+#: time is not reported as per-call growth: a few µs drift over 100 calls is not a problem.
+MATERIAL_STEP_SHARE = 0.05
 #: |Spearman rho| at or above which a counter is said to track a slowdown.
 CORRELATION_RHO = 0.9
 #: Fewest steps for a correlation to be reported.
@@ -142,9 +145,9 @@ class AccumulatingSlowdown(Rule):
                     title,
                     evidence,
                     _wrapper_where(facts),
-                    "find where the added time goes: see the between-layers and per-call findings; "
-                    "sample the slow phase with py-spy (wsprof attach PID), fix, then re-sample: "
-                    "overhead moves to the next slowest place",
+                    "find where the added time goes (see the between-layers and per-call findings "
+                    "of a trace; sample the slow phase with `py-spy dump --pid PID`), fix it, then "
+                    "measure again: overhead moves to the next slowest place",
                 )
             )
         return out
@@ -221,10 +224,20 @@ class PerCallVsCallCount(Rule):
                     "bucket tensors into fewer, larger collectives",
                 )
             )
+        step = facts.series.get("step_s")
+        median_step_s = float(np.median(step.series.values)) if step is not None else None
+        calls_per_step = float(np.median(count.series.values)) if count is not None else 1.0
+
+        def material(res: SeriesResult) -> bool:
+            if median_step_s is None or median_step_s <= 0:
+                return True
+            added_s = (res.series.values[-1] - res.series.values[0]) * 1e-6 * calls_per_step
+            return added_s >= MATERIAL_STEP_SHARE * median_step_s
+
         grown = [
             (name.split(":", 1)[1], res)
             for name, res in facts.series.items()
-            if name.startswith("median_us:") and res.verdict.accumulating
+            if name.startswith("median_us:") and res.verdict.accumulating and material(res)
         ]
         if grown:
             grown.sort(key=lambda p: -p[1].verdict.slope_per_step)

@@ -143,7 +143,7 @@ STEP_MIN_T = 5.0
 #: last point an outlier).
 STEP_MIN_SIDE = 2
 #: Fewest trailing points a plateau must have (and at least PLATEAU_MIN_FLAT_FRACTION of all).
-PLATEAU_MIN_FLAT_POINTS = 3
+PLATEAU_MIN_FLAT_POINTS = 4
 #: Fewest trailing points of a plateau as a fraction of the series: to say that growth stopped,
 #: the flat part must be a substantial part of what was seen, not the last few noisy points.
 PLATEAU_MIN_FLAT_FRACTION = 1 / 3
@@ -1117,6 +1117,12 @@ def _classify_full(
     last = n_in - 1
     exp_fit = next((f for f in fits if f.name == "exponential"), None)
     rate = exp_fit.rate if exp_fit is not None else None
+    fitted = _samples(chosen.predict, n_in)
+    projection = _projection(chosen.predict, last, horizon) if growing else None
+    if projection is not None and not (projection.value >= fitted[-1]):
+        # A growth model that bends back down (a concave quadratic) must not project below where
+        # the series already is: extrapolate the robust slope from the last fitted value instead.
+        projection = Projection(projection.step, fitted[-1] + max(trend.slope, 0.0) * horizon)
     return GrowthVerdict(
         shape=shape,
         accumulating=accumulating,
@@ -1124,8 +1130,8 @@ def _classify_full(
         slope_per_step=trend.slope,
         growth_factor_per_step=None if rate is None else math.exp(min(rate, 700.0)),
         change_point=None if growing else chosen.change_point,
-        fitted=_samples(chosen.predict, n_in),
-        projection=_projection(chosen.predict, last, horizon) if growing else None,
+        fitted=fitted,
+        projection=projection,
         budget_step=(
             _budget_step(chosen.predict, last, horizon, budget)
             if growing and budget is not None

@@ -67,8 +67,16 @@ def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
     return [s for s in out if s is not None]
 
 
-def _classify(series: Sequence[Series]) -> list[SeriesResult]:
-    return [SeriesResult(s, classify(s.values, config=s.config)) for s in series]
+def _classify(series: Sequence[Series], notes: list[str]) -> list[SeriesResult]:
+    """Classify each series; one that cannot be judged (no finite value, overflow) is left out
+    and described in ``notes``."""
+    out: list[SeriesResult] = []
+    for s in series:
+        try:
+            out.append(SeriesResult(s, classify(s.values, config=s.config)))
+        except (ValueError, OverflowError, FloatingPointError, ZeroDivisionError) as e:
+            notes.append(f"series {s.name!r} not judged: {e}")
+    return out
 
 
 def _samples_by_pid(traces: Sequence[ProcessTrace]) -> dict[int, list[SampleWindow]]:
@@ -84,7 +92,9 @@ def _is_sampler_only(t: ProcessTrace) -> bool:
                                                                           t.meta.get("targets"))
 
 
-def analyze_run(traces: Sequence[ProcessTrace], source: str) -> Analysis:
+def analyze_run(
+    traces: Sequence[ProcessTrace], source: str, problems: Sequence[str] = ()
+) -> Analysis:
     """Analyse the traces of one run.
 
     py-spy sample windows recorded by a sampler trace are joined to the process whose pid they
@@ -94,6 +104,7 @@ def analyze_run(traces: Sequence[ProcessTrace], source: str) -> Analysis:
     Args:
         traces: every trace of the run (see :func:`wsprof.trace.reader.read_run`).
         source: the path analysed (for the report).
+        problems: traces of the run that could not be read (become notes).
     """
     samples = _samples_by_pid(traces)
     procs = [t for t in traces if not _is_sampler_only(t)]
@@ -103,10 +114,11 @@ def analyze_run(traces: Sequence[ProcessTrace], source: str) -> Analysis:
     analyses: list[ProcessAnalysis] = []
     for t in procs:
         pid = t.meta.get("pid")
-        own = [] if t.samples else samples.get(int(pid), []) if pid is not None else []
+        own = [] if t.samples else samples.get(pid, []) if isinstance(pid, int) else []
         analyses.append(analyze_process(t, own))
     series = step_series(analyses[0], procs[0]) if analyses else []
-    results = _classify(series)
+    notes: list[str] = list(problems)
+    results = _classify(series, notes)
     wrappers: list[dict[str, object]] = []
     errors: list[str] = []
     for t in procs[:1]:
@@ -119,7 +131,9 @@ def analyze_run(traces: Sequence[ProcessTrace], source: str) -> Analysis:
     for t in procs:
         errors += [e.detail for e in t.events if e.kind == "internal_error"]
     facts = Facts({r.series.name: r for r in results}, analyses, wrappers, errors)
-    notes: list[str] = []
+    if analyses and not any(len(t.calls) or t.spans for t in procs):
+        notes.append("nothing recorded: no collective calls and no steps in these traces (did the "
+                     "process exit before the first flush, or never call a collective?)")
     if analyses and analyses[0].step_source == "bursts":
         notes.append("no step markers: steps were found as bursts of collectives separated by "
                      "idle time; rollout and train times are unknown")
@@ -144,7 +158,8 @@ def analyze_series(series: Sequence[Series], source: str) -> Analysis:
 
     Every series in seconds is judged as a time per step (slowdown); every other as a counter.
     """
-    results = _classify(series)
+    notes: list[str] = []
+    results = _classify(series, notes)
     facts = Facts(
         {r.series.name: r for r in results},
         [],
@@ -152,7 +167,7 @@ def analyze_series(series: Sequence[Series], source: str) -> Analysis:
         counter_series=tuple(r.series.name for r in results if r.series.unit != "s"),
     )
     return Analysis(source=source, kind="series", processes=(), series=tuple(results),
-                    findings=tuple(run_rules(facts)))
+                    findings=tuple(run_rules(facts)), notes=tuple(notes))
 
 
 def analyze_path(path: str) -> Analysis:
@@ -162,7 +177,7 @@ def analyze_path(path: str) -> Analysis:
         wsprof.errors.InputError: the path cannot be read as any of those.
     """
     from wsprof.errors import InputError
-    from wsprof.trace.reader import read_run
+    from wsprof.trace.reader import read_run_lenient
 
     if os.path.isfile(path) and path.lower().endswith((".csv", ".tsv")):
         from wsprof.importers.csv_series import load_series_csv
@@ -176,4 +191,5 @@ def analyze_path(path: str) -> Analysis:
                 f"{path}: neither a wsprof trace nor a CSV series (first column 'step'); "
                 "give a run folder, a .wsprof trace or a .csv file"
             )
-    return analyze_run(read_run(path), path)
+    traces, problems = read_run_lenient(path)
+    return analyze_run(traces, path, problems)

@@ -51,14 +51,21 @@ class _Installed:
         self.patches: list[tuple[Any, str, Any, Any]] = []
         self.dtype_names: dict[Any, str] = {}
         self.group_names: dict[int, str | None] = {}
+        self.work_type: Any = None
 
 
 _STATE = _Installed()
 
 
-def _payload(args: tuple[Any, ...], tensor_type: Any) -> tuple[int, str | None]:
-    """Bytes and dtype of the first tensor (or tensor list) among the first two arguments."""
-    for a in args[:2]:
+def _payload(
+    args: tuple[Any, ...], tensor_type: Any, kwargs: dict[str, Any] | None = None
+) -> tuple[int, str | None]:
+    """Bytes and dtype of the first tensor (or tensor list) among the first two arguments
+    (or, when called with keywords only, among the keyword values)."""
+    cands = list(args[:2])
+    if kwargs and not cands:
+        cands = list(kwargs.values())[:2]
+    for a in cands:
         if isinstance(a, tensor_type):
             dt = a.dtype
             name = _STATE.dtype_names.get(dt)
@@ -105,12 +112,13 @@ def _record(
     phase: str | None,
     error: str | None,
     tensor_type: Any,
+    kwargs: dict[str, Any] | None = None,
 ) -> None:
     try:
         if len(rec.calls) >= rec.max_pending:
             rec.dropped_calls += 1
             return
-        nbytes, dtype = _payload(args, tensor_type)
+        nbytes, dtype = _payload(args, tensor_type, kwargs)
         sites = _STATE.sites
         site = sites.site_of(sys._getframe(2)) if sites is not None else -1
         rec.calls.append(
@@ -126,7 +134,7 @@ def _record(
                 nbytes,
                 dtype,
                 _group_name(c[_PG]),
-                1 if (ret is not None and op not in _NO_HANDLE) else 0,
+                1 if _is_handle(ret) else 0,
                 site,
                 step,
                 phase,
@@ -137,8 +145,19 @@ def _record(
         rec.internal_error("record", e)
 
 
-#: Ops whose non-None return value is not an async work handle.
-_NO_HANDLE: frozenset[str] = frozenset()
+def _is_handle(ret: Any) -> bool:
+    """An async work handle (or a list of them, from ``batch_isend_irecv``) was returned.
+
+    ``dist.recv`` returns the sender's rank, so a non-None result alone is not a handle.
+    """
+    if ret is None:
+        return False
+    work = _STATE.work_type
+    if work is None:
+        return False
+    if isinstance(ret, list):
+        return bool(ret) and isinstance(ret[0], work)
+    return isinstance(ret, work)
 
 
 def _api_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: Any) -> Any:
@@ -153,7 +172,7 @@ def _api_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: Any) 
         c = [0, 0, False, None]
         tls.call = c
         step = STATE.step
-        phase = STATE.phase
+        phase = STATE.phase_of(_get_ident())
         t0 = _now()
         try:
             ret = orig(*args, **kwargs)
@@ -161,14 +180,13 @@ def _api_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: Any) 
             t1 = _now()
             tls.call = None
             _record(rec, t0, t1, c, op, api, "api", args, None, step, phase,
-                    type(e).__name__, tensor_type)
+                    type(e).__name__, tensor_type, kwargs)
             raise
         t1 = _now()
         tls.call = None
-        _record(rec, t0, t1, c, op, api, "api", args, ret, step, phase, None, tensor_type)
+        _record(rec, t0, t1, c, op, api, "api", args, ret, step, phase, None, tensor_type, kwargs)
         return ret
 
-    wsprof_api_hook.__wsprof_hook__ = True  # type: ignore[attr-defined]
     return wsprof_api_hook
 
 
@@ -188,7 +206,7 @@ def _backend_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: A
             c = [0, 1, True, self]
             tls.call = c
             step = STATE.step
-            phase = STATE.phase
+            phase = STATE.phase_of(_get_ident())
             t0 = _now()
             try:
                 ret = orig(self, *args, **kwargs)
@@ -217,7 +235,6 @@ def _backend_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: A
             c[_N_BACKEND] += 1
             c[_INSIDE] = False
 
-    wsprof_backend_hook.__wsprof_hook__ = True  # type: ignore[attr-defined]
     return wsprof_backend_hook
 
 
@@ -239,7 +256,6 @@ def _wait_wrapper(orig: Callable[..., Any]) -> Any:
             c[_BACKEND_NS] += _now() - t0
             c[_INSIDE] = False
 
-    wsprof_wait_hook.__wsprof_hook__ = True  # type: ignore[attr-defined]
     return wsprof_wait_hook
 
 
@@ -253,6 +269,15 @@ def _library_file(filename: str, torch_dir: str) -> bool:
         or filename.startswith(_STDLIB)
         or os.path.basename(filename) == "typing_extensions.py"
     )
+
+
+_HOOK_CODES = frozenset(
+    {
+        _api_wrapper(print, "", "", object).__code__,
+        _backend_wrapper(print, "", "", object).__code__,
+        _wait_wrapper(print).__code__,
+    }
+)
 
 
 def foreign_wrapper(obj: Any, torch_file: str) -> dict[str, Any] | None:
@@ -293,8 +318,12 @@ def foreign_wrapper(obj: Any, torch_file: str) -> dict[str, Any] | None:
 
 
 def is_hook(obj: Any) -> bool:
-    """True if ``obj`` is one of wsprof's wrappers."""
-    return bool(getattr(obj, "__wsprof_hook__", False))
+    """True if ``obj`` is one of wsprof's wrappers.
+
+    Decided by code object, not by an attribute: ``functools.wraps`` copies attributes onto a
+    framework's wrapper of our hook, and that wrapper must not pass for ours.
+    """
+    return getattr(obj, "__code__", None) in _HOOK_CODES
 
 
 def install(recorder: Recorder) -> None:
@@ -310,16 +339,24 @@ def install(recorder: Recorder) -> None:
     import torch.distributed.distributed_c10d as c10d
 
     tensor_type = torch.Tensor
+    _STATE.work_type = getattr(dist, "Work", None)
     table = aliases.build(dist)
     _STATE.recorder = recorder
     _STATE.sites = SiteTable(recorder.sites)
     patches: list[tuple[Any, str, Any, Any]] = []
+    # One hook per distinct function: where ``dist.X is distributed_c10d.X`` (the usual case) both
+    # names get the same hook object, so identity checks inside torch (``P2POp`` compares
+    # ``op`` with ``isend``/``irecv``) still hold.
+    hooks_by_id: dict[int, Any] = {}
     for module, prefix in ((dist, "dist."), (c10d, "distributed_c10d.")):
         for name, op in table.api:
             current = module.__dict__.get(name)
             if current is None or is_hook(current):
                 continue
-            hook = _api_wrapper(current, op, prefix + name, tensor_type)
+            hook = hooks_by_id.get(id(current))
+            if hook is None:
+                hook = hooks_by_id[id(current)] = _api_wrapper(current, op, prefix + name,
+                                                               tensor_type)
             patches.append((module, name, current, hook))
     pg_cls = dist.ProcessGroup
     for name, op in table.backend:

@@ -19,14 +19,23 @@ _now = time.monotonic_ns
 
 
 class MarkerState:
-    """What the hooks stamp on every call: the step number and the innermost phase."""
+    """What the hooks stamp on every call: the step number and the innermost phase.
+
+    Phases are per thread (a rollout thread and the weight-sync thread of an async trainer
+    each have their own); a thread that never entered a phase inherits the main thread's.
+    """
 
     def __init__(self) -> None:
         self.recorder: Recorder | None = None
         self.step = -1
         self.step_start_ns: int | None = None
-        self.phase: str | None = None
-        self.phase_stack: list[str] = []
+        self.phases: dict[int, list[str]] = {}
+        self.main_ident = threading.main_thread().ident
+
+    def phase_of(self, ident: int) -> str | None:
+        """Innermost phase of thread ``ident`` (else of the main thread), or None."""
+        stack = self.phases.get(ident) or self.phases.get(self.main_ident or -1)
+        return stack[-1] if stack else None
 
 
 STATE = MarkerState()
@@ -80,8 +89,7 @@ class phase:  # used like a function: ``with wsprof.phase("rollout"):``
         self._t0 = 0
 
     def __enter__(self) -> phase:
-        STATE.phase_stack.append(self.name)
-        STATE.phase = self.name
+        STATE.phases.setdefault(threading.get_ident(), []).append(self.name)
         self._t0 = _now()
         return self
 
@@ -92,12 +100,11 @@ class phase:  # used like a function: ``with wsprof.phase("rollout"):``
         tb: TracebackType | None,
     ) -> None:
         t = _now()
-        stack = STATE.phase_stack
+        stack = STATE.phases.get(threading.get_ident(), [])
         if stack and stack[-1] == self.name:
             stack.pop()
         elif self.name in stack:
             stack.remove(self.name)
-        STATE.phase = stack[-1] if stack else None
         rec = STATE.recorder
         if rec is not None:
             rec.spans.append(("phase", self.name, self._t0, t, STATE.step, threading.get_ident()))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import socket
 import sys
@@ -39,6 +38,19 @@ def trace_path(out_dir: str, pid: int | None = None) -> str:
     return os.path.join(out_dir, f"{socket.gethostname()}-{pid or os.getpid()}{TRACE_SUFFIX}")
 
 
+def new_trace_path(out_dir: str) -> str:
+    """:func:`trace_path`, or ``<host>-<pid>-2.wsprof``, ``-3``, ... when that file exists (a
+    second ``patch()`` in one process, or a pid reused by a container): never append to an
+    older trace."""
+    path = trace_path(out_dir)
+    base = path[: -len(TRACE_SUFFIX)]
+    k = 2
+    while os.path.lexists(path):
+        path = f"{base}-{k}{TRACE_SUFFIX}"
+        k += 1
+    return path
+
+
 class Recorder:
     """Owns the queues, the trace writer and the writer thread of one process.
 
@@ -60,7 +72,8 @@ class Recorder:
         max_pending: int = 2_000_000,
     ) -> None:
         self.out_dir = out_dir
-        self.path = trace_path(out_dir)
+        self.path = new_trace_path(out_dir)
+        self.pid = os.getpid()
         self.flush_interval_s = flush_interval_s
         self.max_pending = max_pending
         self.calls: deque[tuple[Any, ...]] = deque()
@@ -136,7 +149,13 @@ class Recorder:
             return {}
 
     def flush(self) -> None:
-        """Write everything queued so far. Never raises: failures are counted and recorded."""
+        """Write everything queued so far. Never raises: failures are counted and recorded.
+
+        In a forked child (DataLoader workers, ...) this does nothing: the queues and the
+        connection are the parent's.
+        """
+        if os.getpid() != self.pid:
+            return
         with self._lock:
             t0 = _now()
             batches: dict[str, list[tuple[Any, ...]]] = {}
@@ -148,13 +167,14 @@ class Recorder:
                 meta: dict[str, Any] = {}
                 if not self._rank_known:
                     meta.update(self._identity())
+                self._writer.write(batches)
                 meta["self"] = {
                     "dropped_calls": self.dropped_calls,
                     "internal_errors": self.internal_errors,
                     "write_errors": self.write_errors,
-                    "flush_ns_total": self.flush_ns_total,
+                    # this flush included, up to its last write
+                    "flush_ns_total": self.flush_ns_total + (_now() - t0),
                 }
-                self._writer.write(batches)
                 self._writer.set_meta(meta)
             except Exception as e:  # noqa: BLE001 - never raise into training
                 self.write_errors += 1
@@ -164,7 +184,7 @@ class Recorder:
 
     def close(self) -> None:
         """Stop the writer thread, flush what is left and close the file. Idempotent."""
-        if self._stop.is_set():
+        if self._stop.is_set() or os.getpid() != self.pid:
             return
         self._stop.set()
         self._thread.join(timeout=10)
@@ -172,6 +192,3 @@ class Recorder:
         with contextlib.suppress(Exception):
             self._writer.close()
         atexit.unregister(self.close)
-
-    def meta_json(self) -> str:
-        return json.dumps({"path": self.path})

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from wsprof.analysis.model import SEVERITIES
 from wsprof.cli.options import fails
 from wsprof.errors import EXIT_FINDINGS, EXIT_OK
 
@@ -29,4 +30,9 @@ def analyze(path: str, fmt: str, fail_on: str | None) -> int:
         from wsprof.report.text import render_text
 
         click.echo(render_text(analysis, colour=sys.stdout.isatty()), nl=False)
-    return EXIT_FINDINGS if fails(analysis, fail_on) else EXIT_OK
+    if fails(analysis, fail_on):
+        n = sum(1 for f in analysis.findings
+                if SEVERITIES.index(f.severity) >= SEVERITIES.index(str(fail_on)))
+        sys.stderr.write(f"wsprof: exit 1: {n} finding(s) at or above {fail_on}\n")
+        return EXIT_FINDINGS
+    return EXIT_OK

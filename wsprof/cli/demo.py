@@ -52,7 +52,7 @@ def demo(steps: int, world_size: int, params: int, out: str | None, fault: str, 
 
         analysis = replace(analysis, notes=tuple(notes) + analysis.notes)
     path = write_html(analysis, report_path or default_report_path(out))
-    click.echo(render_text(analysis, max_findings=5), nl=False)
+    click.echo(render_text(analysis, max_findings=8), nl=False)
     click.echo(f"report: {os.path.abspath(path)}")
     click.echo(f"trace:  {os.path.abspath(out)}  (wsprof analyze {out})")
     return EXIT_OK

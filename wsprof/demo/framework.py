@@ -8,8 +8,8 @@ never ran: pure overhead.
 
 :class:`SegmentPool` plays the allocator: it gains segments every step. :func:`install` wraps
 ``torch.distributed`` collectives the way such frameworks do (module attribute replaced by a
-wrapper that probes, then calls the original). With ``fault="none"`` the probe reads a cached
-total instead of walking the pool: the same workload, healthy.
+wrapper that probes, then calls the original). With ``fault="none"`` the pool does not grow and
+the probe reads a cached total instead of walking it: the same workload, healthy.
 """
 
 from __future__ import annotations

@@ -151,7 +151,7 @@ def rank_main(rank: int, cfg: DemoConfig, rollouts: Any, ready: Any) -> None:
                     opt.zero_grad()
                     loss.backward()  # type: ignore[no-untyped-call]
                     opt.step()
-                pool.grow(framework.SEGMENTS_PER_STEP)
+                pool.grow(framework.SEGMENTS_PER_STEP if cfg.fault == "probe" else 0)
                 wsprof.counter("demo.allocator_segments", len(pool.segments))
             with phase("weight_sync"):
                 sync_weights(model, step, rank, cfg.world_size, shard)
@@ -160,7 +160,7 @@ def rank_main(rank: int, cfg: DemoConfig, rollouts: Any, ready: Any) -> None:
             step_marker()
             with phase("rollout"):
                 rollouts.put(generate(model, BATCH, SEQ, seed=cfg.seed + 1000 * step + rank))
-            pool.grow(framework.SEGMENTS_PER_STEP)
+            pool.grow(framework.SEGMENTS_PER_STEP if cfg.fault == "probe" else 0)
             with phase("weight_sync"):
                 sync_weights(model, step, rank, cfg.world_size, shard)
     dist.barrier()

@@ -35,6 +35,7 @@ from wsprof.analysis.model import (
     SeriesResult,
     StepRow,
 )
+from wsprof.errors import InputError
 from wsprof.report import figures
 
 #: Section ids, in page order (tests and links rely on them).
@@ -297,7 +298,8 @@ def headline(analysis: Analysis) -> Headline:
             source = f"the per-step series of {analysis.source}"
     return Headline(
         rollout_share=_median(shares),
-        rollout_share_first=shares[0] if shares else None,
+        # Step 0 often waits on start-up (its rollout share is not representative).
+        rollout_share_first=(shares[1] if len(shares) >= 3 else shares[0]) if shares else None,
         rollout_share_last=shares[-1] if shares else None,
         weight_sync_median_s=_median(syncs),
         weight_sync_first_s=syncs[0] if syncs else None,
@@ -530,11 +532,19 @@ def write_html(analysis: Analysis, path: str | os.PathLike[str]) -> str:
 
     Returns:
         The path written, as a string.
+
+    Raises:
+        InputError: the file or its folder cannot be written (one line: which and why).
     """
     text = render_html(analysis)
     out = os.fspath(path)
     parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    with open(out, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        with open(out, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as e:
+        raise InputError(
+            f"{out}: cannot write the report ({e.strerror or e}); choose another path with -o"
+        ) from e
     return out

@@ -7,6 +7,20 @@ import textwrap
 from wsprof.analysis.model import Analysis
 
 WIDTH = 80
+
+
+def _wrap(
+    text: str, width: int, initial_indent: str = "", subsequent_indent: str = ""
+) -> list[str]:
+    """Wrap at spaces only: paths and names (``/tmp/a-b/x.py:12``) stay whole for copying."""
+    return textwrap.wrap(
+        text,
+        width,
+        initial_indent=initial_indent,
+        subsequent_indent=subsequent_indent,
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
 _COLOURS = {"critical": "\033[31m", "warning": "\033[33m", "info": "\033[36m"}
 _RESET = "\033[0m"
 
@@ -31,14 +45,17 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10
         tag = f"[{f.severity}]"
         if colour:
             tag = f"{_COLOURS.get(f.severity, '')}{tag}{_RESET}"
-        lines += textwrap.wrap(f"{tag} {f.title}", WIDTH, subsequent_indent="    ")
+        lines += _wrap(f"{tag} {f.title}", WIDTH, subsequent_indent="    ")
         if f.where:
-            lines += textwrap.wrap(
+            lines += _wrap(
                 f"where: {f.where}", WIDTH, initial_indent="    ", subsequent_indent="      "
             )
-        lines += textwrap.wrap(
+        lines += _wrap(
             f"next: {f.next_step}", WIDTH, initial_indent="    ", subsequent_indent="      "
         )
+    if len(analysis.findings) > max_findings:
+        lines.append(f"(+{len(analysis.findings) - max_findings} more: wsprof analyze "
+                     f"{analysis.source})")
     lines.append("")
     lines.append(f"{'series':<30} {'shape':<17} {'accum':<5} {'slope/step':>12} {'last':>11}")
     for r in analysis.series:
@@ -65,5 +82,5 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10
                 f"{s.between_layers_s:10.3f}"
             )
     for note in analysis.notes:
-        lines += textwrap.wrap(f"note: {note}", WIDTH, subsequent_indent="      ")
+        lines += _wrap(f"note: {note}", WIDTH, subsequent_indent="      ")
     return "\n".join(lines) + "\n"

@@ -174,7 +174,7 @@ class ProcessTrace:
     @property
     def rank(self) -> int | None:
         r = self.meta.get("rank")
-        return int(r) if r is not None else None
+        return r if isinstance(r, int) else None
 
     @property
     def label(self) -> str:

@@ -80,13 +80,20 @@ def read_trace(path: str) -> ProcessTrace:
     Raises:
         InputError: missing, empty, not SQLite, corrupt or truncated, or another schema version.
     """
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: not a regular file; give a run folder or a .wsprof trace")
     db = _connect(path)
     try:
         return _read(db, path)
     except sqlite3.DatabaseError as e:
         raise InputError(
-            f"{path}: corrupt or truncated trace ({e}); analyse the other traces of the run, or "
-            "re-record"
+            f"{path}: corrupt or truncated trace ({e}); analyse the run folder (other traces are "
+            "still read) or re-record"
+        ) from e
+    except (TypeError, ValueError, KeyError) as e:
+        raise InputError(
+            f"{path}: malformed trace ({type(e).__name__}: {e}); it was not written by this "
+            "wsprof or was edited"
         ) from e
     finally:
         db.close()
@@ -123,7 +130,10 @@ def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
     counters: dict[str, tuple[Any, Any]] = {}
     by_name: dict[str, list[tuple[int, float]]] = {}
     for t, name, value in db.execute("SELECT t_ns, name, value FROM counters ORDER BY t_ns"):
-        by_name.setdefault(str(name), []).append((int(t), float(value)))
+        # SQLite stores NaN as NULL: keep it as NaN (analysis drops non-finite samples).
+        by_name.setdefault(str(name), []).append(
+            (int(t), float("nan") if value is None else float(value))
+        )
     for name, pts in by_name.items():
         counters[name] = (
             np.array([p[0] for p in pts], dtype=np.int64),
@@ -143,6 +153,37 @@ def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
     return ProcessTrace(path, meta, calls, sites, spans, counters, events, samples)
 
 
+def _pid(t: ProcessTrace) -> int:
+    pid = t.meta.get("pid")
+    return pid if isinstance(pid, int) else 0
+
+
+def read_run_lenient(path: str) -> tuple[list[ProcessTrace], list[str]]:
+    """Like :func:`read_run`, but a run folder with some unreadable traces (a rank killed
+    mid-write) is still read: the bad ones are skipped and described.
+
+    Returns:
+        (traces, one line per skipped trace).
+
+    Raises:
+        InputError: no trace at all could be read (the first problem is named).
+    """
+    paths = find_traces(path)
+    if len(paths) == 1 and paths[0] == path:
+        return read_run(path), []
+    traces: list[ProcessTrace] = []
+    problems: list[str] = []
+    for p in paths:
+        try:
+            traces.append(read_trace(p))
+        except InputError as e:
+            problems.append(f"skipped {e}")
+    if not traces:
+        raise InputError(problems[0].removeprefix("skipped ") if problems else f"{path}: no trace")
+    traces.sort(key=lambda t: (t.rank if t.rank is not None else 1 << 30, _pid(t)))
+    return traces, problems
+
+
 def read_run(path: str) -> list[ProcessTrace]:
     """Read every trace of a run folder (or one trace file), ordered by rank then pid.
 
@@ -150,5 +191,5 @@ def read_run(path: str) -> list[ProcessTrace]:
         InputError: see :func:`find_traces` and :func:`read_trace`.
     """
     traces = [read_trace(p) for p in find_traces(path)]
-    traces.sort(key=lambda t: (t.rank if t.rank is not None else 1 << 30, t.meta.get("pid", 0)))
+    traces.sort(key=lambda t: (t.rank if t.rank is not None else 1 << 30, _pid(t)))
     return traces

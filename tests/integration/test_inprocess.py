@@ -1,0 +1,98 @@
+"""wsprof.patch() inside this process, on a real world-size-1 gloo group."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from helpers import free_port
+
+import wsprof
+from wsprof.trace.reader import read_trace
+
+
+@pytest.fixture(scope="module", autouse=True)
+def gloo() -> Iterator[None]:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_occupied_trace_path_gets_a_new_file_and_repatch_never_mixes(tmp_path: Path) -> None:
+    first = wsprof.patch(str(tmp_path))
+    assert first is not None
+    dist.broadcast(torch.ones(2), 0)
+    wsprof.unpatch()
+    junk = Path(first[: -len(".wsprof")] + "-2.wsprof")
+    junk.write_text("not a trace")
+    second = wsprof.patch(str(tmp_path))
+    try:
+        assert second not in (first, str(junk)) and second is not None
+        dist.all_reduce(torch.ones(2))
+    finally:
+        wsprof.unpatch()
+    assert read_trace(first).calls.op.tolist() == ["broadcast"]
+    assert read_trace(second).calls.op.tolist() == ["all_reduce"]
+
+
+def test_keyword_arguments_keep_the_payload(tmp_path: Path) -> None:
+    path = wsprof.patch(str(tmp_path))
+    try:
+        dist.broadcast(tensor=torch.ones(4), src=0)
+    finally:
+        wsprof.unpatch()
+    calls = read_trace(str(path)).calls
+    assert calls.bytes.tolist() == [16] and calls.dtype.tolist() == ["float32"]
+
+
+def test_phases_are_per_thread(tmp_path: Path) -> None:
+    path = wsprof.patch(str(tmp_path))
+    entered, release = threading.Event(), threading.Event()
+
+    def rollout_thread() -> None:
+        with wsprof.phase("rollout"):
+            entered.set()
+            release.wait(timeout=30)
+
+    t = threading.Thread(target=rollout_thread)
+    t.start()
+    try:
+        entered.wait(timeout=30)
+        with wsprof.phase("weight_sync"):
+            dist.broadcast(torch.ones(2), 0)
+        release.set()
+        t.join()
+        dist.broadcast(torch.ones(2), 0)  # main thread, no phase
+    finally:
+        release.set()
+        wsprof.unpatch()
+    assert read_trace(str(path)).calls.phase.tolist() == ["weight_sync", None]
+
+
+def test_p2pop_identity_check_still_holds(tmp_path: Path) -> None:
+    wsprof.patch(str(tmp_path))
+    try:
+        dist.P2POp(dist.isend, torch.ones(1), 0)  # raises ValueError if identity broke
+    finally:
+        wsprof.unpatch()
+
+
+def test_nan_counter_does_not_break_analysis(tmp_path: Path) -> None:
+    from wsprof.analysis.run import analyze_path
+
+    wsprof.patch(str(tmp_path))
+    try:
+        for v in (1.0, float("nan"), 3.0):
+            wsprof.step()
+            wsprof.counter("loss", v)
+            dist.broadcast(torch.ones(2), 0)
+    finally:
+        wsprof.unpatch()
+    analysis = analyze_path(str(tmp_path))
+    assert analysis.primary is not None and len(analysis.primary.steps) == 3
