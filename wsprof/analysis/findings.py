@@ -19,6 +19,7 @@ from wsprof.analysis.model import (
     ProcessAnalysis,
     SeriesResult,
 )
+from wsprof.units import fmt_in_unit
 
 #: Growth over the observed steps at or above which an accumulating slowdown is critical: the
 #: time has at least doubled, as in the motivating case (143 s -> 1596 s in 4 steps).
@@ -71,14 +72,6 @@ class Facts:
         return self.processes[0] if self.processes else None
 
 
-def _fmt(v: float, unit: str) -> str:
-    if unit == "s":
-        if abs(v) < 1.0:
-            return f"{v * 1e3:.0f} ms"
-        return f"{v:.2f} s" if abs(v) < 100 else f"{v:.0f} s"
-    if unit == "us":
-        return f"{v:.1f} µs"
-    return f"{v:.4g}{(' ' + unit) if unit else ''}"
 
 
 def _wrapper_where(facts: Facts) -> str | None:
@@ -119,11 +112,13 @@ class AccumulatingSlowdown(Rule):
             first, last = s.values[0], s.values[-1]
             ratio = last / first if first > 0 else float("inf")
             proj = v.projection
-            proj_txt = f"; projected {_fmt(proj.value, s.unit)} at step {proj.step}" if proj else ""
+            proj_txt = (
+                f"; projected {fmt_in_unit(proj.value, s.unit)} at step {proj.step}" if proj else ""
+            )
             title = (
-                f"{LABELS.get(name, name)} grows ({v.shape}): {_fmt(first, s.unit)} -> "
-                f"{_fmt(last, s.unit)} over {len(s.values)} steps "
-                f"({_fmt(v.slope_per_step, s.unit)}/step){proj_txt}"
+                f"{LABELS.get(name, name)} grows ({v.shape}): {fmt_in_unit(first, s.unit)} -> "
+                f"{fmt_in_unit(last, s.unit)} over {len(s.values)} steps "
+                f"({fmt_in_unit(v.slope_per_step, s.unit)}/step){proj_txt}"
             )
             severity = "critical" if ratio >= CRITICAL_GROWTH_RATIO else "warning"
             evidence: dict[str, Any] = {
@@ -174,8 +169,8 @@ class BetweenLayers(Rule):
         where = _wrapper_where(facts)
         title = (
             f"time between the collective API and the backend grows "
-            f"{_fmt(bl.verdict.slope_per_step, 's')}/step ({_fmt(vals[0], 's')} -> "
-            f"{_fmt(vals[-1], 's')} per step)"
+            f"{fmt_in_unit(bl.verdict.slope_per_step, 's')}/step ({fmt_in_unit(vals[0], 's')} -> "
+            f"{fmt_in_unit(vals[-1], 's')} per step)"
         )
         if share is not None:
             title += f": {min(share, 1.0):.0%} of the weight-sync growth on this rank"
@@ -371,8 +366,8 @@ class RolloutShare(Rule):
             if sync_share:
                 ev["median_weight_sync_share"] = float(np.median(sync_share))
             parts.append(
-                f"weight sync {_fmt(float(np.median(syncs)), 's')} median "
-                f"({_fmt(syncs[-1], 's')} last step)"
+                f"weight sync {fmt_in_unit(float(np.median(syncs)), 's')} median "
+                f"({fmt_in_unit(syncs[-1], 's')} last step)"
             )
         if not parts:
             return []

@@ -37,6 +37,7 @@ from wsprof.analysis.model import (
     SeriesResult,
     StepRow,
 )
+from wsprof.units import fmt_bytes, fmt_in_unit
 
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType  # matplotlib >= 3.9; only for the type checker
@@ -175,17 +176,7 @@ def cap_indices(values: npt.NDArray[np.float64], cap: int = MAX_POINTS) -> npt.N
 
 
 def _fmt_value(value: float, unit: str) -> str:
-    if _is_bytes(unit):
-        return _human_bytes(value)
-    if unit in ("us", "µs"):
-        return _fmt_value(value / 1e6, "s")
-    if unit == "s":
-        if abs(value) < 1e-3:
-            return f"{value * 1e6:.3g} µs"
-        if abs(value) < 1.0:
-            return f"{value * 1e3:.3g} ms"
-        return f"{value:.3g} s"
-    return f"{value:.4g} {plain(unit, 20)}".rstrip()
+    return plain(fmt_in_unit(value, "bytes" if _is_bytes(unit) else unit), 40)
 
 
 def _is_bytes(unit_or_name: str) -> bool:
@@ -193,12 +184,7 @@ def _is_bytes(unit_or_name: str) -> bool:
 
 
 def _human_bytes(x: float, _pos: object = None) -> str:
-    value = float(x)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.3g} {unit}"
-        value /= 1024
-    return f"{value:.3g} TiB"  # pragma: no cover
+    return fmt_bytes(x)
 
 
 def _bytes_axis(ax: Axes, axis: str = "y") -> None:
