@@ -12,6 +12,7 @@ from wsprof.analysis.findings import Facts, run_rules
 from wsprof.analysis.growth import classify
 from wsprof.analysis.model import Analysis, ProcessAnalysis, Series, SeriesResult, StepRow
 from wsprof.analysis.process import analyze_process, counter_per_step
+from wsprof.analysis.steps import assign_calls
 from wsprof.trace.model import ProcessTrace, SampleWindow
 
 #: Fewest steps for a per-op median latency series (fewer: not a curve).
@@ -49,17 +50,19 @@ def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
     ]
     calls = trace.calls
     if len(calls) and len(rows) >= MIN_STEPS_FOR_OP_SERIES:
+        step_idx = assign_calls(calls, rows, by_step_number=pa.step_source == "markers")
         dur = calls.duration_ns
         for op in sorted(set(calls.op.tolist())):
-            meds: list[float | None] = []
-            for r in rows:
-                if pa.step_source == "markers":
-                    m = (calls.op == op) & (calls.step == r.step)
-                else:
-                    m = (calls.op == op) & (calls.t_start_ns >= r.t_start_ns) & (
-                        calls.t_start_ns < r.t_end_ns
-                    )
-                meds.append(float(np.median(dur[m])) / 1e3 if m.any() else None)
+            sel = (calls.op == op) & (step_idx >= 0)
+            idx, d = step_idx[sel], dur[sel]
+            order = np.argsort(idx, kind="stable")
+            idx, d = idx[order], d[order]
+            bounds = np.searchsorted(idx, np.arange(len(rows) + 1))
+            meds: list[float | None] = [
+                float(np.median(d[bounds[i] : bounds[i + 1]])) / 1e3
+                if bounds[i + 1] > bounds[i] else None
+                for i in range(len(rows))
+            ]
             if all(v is not None for v in meds):
                 out.append(_series(f"median_us:{op}", "us", rows, meds))
     for name, vals in sorted(counter_per_step(trace, rows).items()):

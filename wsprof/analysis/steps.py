@@ -2,13 +2,14 @@
 
 A run that only added ``wsprof.patch()`` has no markers. Weight sync is then found as
 *bursts*: runs of collectives separated from the next run by idle time. Idle gaps are told
-from in-burst gaps by the largest jump in the sorted log-gaps (a 1-D natural break), accepted
-only when the two sides differ by at least :data:`MIN_GAP_RATIO`; each burst starts a step.
+from in-burst gaps at a jump of at least :data:`MIN_GAP_RATIO` in the sorted gaps (see
+:func:`idle_gap_threshold`); each burst starts a step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
@@ -33,42 +34,89 @@ MIN_IDLE_GAP_NS = 20_000_000
 MIN_BURST_CALLS = 3
 
 
-def _phase_seconds(spans: Sequence[Span], step: int, names: frozenset[str]) -> float | None:
-    total = 0
-    found = False
+def _phase_totals(spans: Sequence[Span]) -> dict[tuple[int, str], float]:
+    """Seconds per (step, 'rollout' | 'train' | 'weight_sync') from phase spans, in one pass."""
+    kinds = (("rollout", ROLLOUT_PHASES), ("train", TRAIN_PHASES),
+             ("weight_sync", WEIGHT_SYNC_PHASES))
+    totals: dict[tuple[int, str], float] = {}
     for sp in spans:
-        if sp.kind == "phase" and sp.step == step and sp.name.lower() in names:
-            total += sp.t_end_ns - sp.t_start_ns
-            found = True
-    return total / 1e9 if found else None
+        if sp.kind != "phase":
+            continue
+        name = sp.name.lower()
+        for kind, names in kinds:
+            if name in names:
+                key = (sp.step, kind)
+                totals[key] = totals.get(key, 0.0) + (sp.t_end_ns - sp.t_start_ns) / 1e9
+    return totals
 
 
-def _row(
-    step: int,
-    t0: int,
-    t1: int,
-    calls: CallTable,
-    mask: npt.NDArray[np.bool_],
-    rollout_s: float | None,
-    train_s: float | None,
-    sync_s: float | None,
-) -> StepRow:
-    sel = calls.take(mask)
-    step_s = max(t1 - t0, 0) / 1e9
-    known = sum(v for v in (rollout_s, train_s, sync_s) if v is not None)
-    return StepRow(
-        step=step,
-        t_start_ns=t0,
-        t_end_ns=t1,
-        step_s=step_s,
-        rollout_s=rollout_s,
-        train_s=train_s,
-        weight_sync_s=sync_s,
-        other_s=max(step_s - known, 0.0),
-        n_calls=len(sel),
-        collective_s=float(sel.duration_ns.sum()) / 1e9,
-        between_layers_s=float(sel.between_layers_ns.sum()) / 1e9,
-    )
+def assign_calls(
+    calls: CallTable, rows: Sequence[StepRow], by_step_number: bool
+) -> npt.NDArray[np.int64]:
+    """Index into ``rows`` of the step each call belongs to; -1 for calls in no step.
+
+    Args:
+        calls: the process's calls, sorted by start.
+        rows: its steps, ordered by start.
+        by_step_number: match the step number stamped on each call (markers), else the step
+            whose [t_start_ns, t_end_ns) holds the call's start (bursts).
+
+    Returns:
+        Shape (n_calls,).
+    """
+    n = len(calls)
+    if not rows or n == 0:
+        return np.full(n, -1, dtype=np.int64)
+    if by_step_number:
+        keys = np.array([r.step for r in rows], dtype=np.int64)
+        t = calls.step
+    else:
+        keys = np.array([r.t_start_ns for r in rows], dtype=np.int64)
+        t = calls.t_start_ns
+    order = np.argsort(keys, kind="stable")
+    if by_step_number:
+        pos = np.searchsorted(keys[order], t, side="left")
+    else:
+        pos = np.searchsorted(keys[order], t, side="right") - 1
+    pos = np.clip(pos, 0, len(rows) - 1)
+    idx = order[pos]
+    if by_step_number:
+        ok = keys[idx] == t
+    else:
+        ends = np.array([r.t_end_ns for r in rows], dtype=np.int64)
+        ok = (t >= keys[idx]) & (t < ends[idx])
+    return np.where(ok, idx, -1).astype(np.int64)
+
+
+_Spec = tuple[int, int, int, float | None, float | None, float | None]
+
+
+def _rows(calls: CallTable, specs: Sequence[_Spec], by_step_number: bool) -> list[StepRow]:
+    """Step rows from (step, t0, t1, rollout_s, train_s, sync_s) with per-step call totals
+    summed in one pass over the calls."""
+    bare = [
+        StepRow(st, t0, t1, max(t1 - t0, 0) / 1e9, r, tr, sy, 0.0, 0, 0.0, 0.0)
+        for st, t0, t1, r, tr, sy in specs
+    ]
+    idx = assign_calls(calls, bare, by_step_number)
+    ok = idx >= 0
+    k = len(bare)
+    n_calls = np.bincount(idx[ok], minlength=k)
+    dur_s = np.bincount(idx[ok], weights=calls.duration_ns[ok], minlength=k) / 1e9
+    between_s = np.bincount(idx[ok], weights=calls.between_layers_ns[ok], minlength=k) / 1e9
+    out: list[StepRow] = []
+    for i, row in enumerate(bare):
+        known = sum(v for v in (row.rollout_s, row.train_s, row.weight_sync_s) if v is not None)
+        out.append(
+            replace(
+                row,
+                other_s=max(row.step_s - known, 0.0),
+                n_calls=int(n_calls[i]),
+                collective_s=float(dur_s[i]),
+                between_layers_s=float(between_s[i]),
+            )
+        )
+    return out
 
 
 def steps_from_markers(calls: CallTable, spans: Sequence[Span]) -> list[StepRow]:
@@ -77,25 +125,13 @@ def steps_from_markers(calls: CallTable, spans: Sequence[Span]) -> list[StepRow]
     Returns:
         Rows ordered by step; empty when the trace has no step spans.
     """
-    rows: list[StepRow] = []
-    for sp in spans:
-        if sp.kind != "step":
-            continue
-        mask = calls.step == sp.step
-        rows.append(
-            _row(
-                sp.step,
-                sp.t_start_ns,
-                sp.t_end_ns,
-                calls,
-                mask,
-                _phase_seconds(spans, sp.step, ROLLOUT_PHASES),
-                _phase_seconds(spans, sp.step, TRAIN_PHASES),
-                _phase_seconds(spans, sp.step, WEIGHT_SYNC_PHASES),
-            )
-        )
-    rows.sort(key=lambda r: r.step)
-    return rows
+    phases = _phase_totals(spans)
+    specs: list[_Spec] = [
+        (sp.step, sp.t_start_ns, sp.t_end_ns, phases.get((sp.step, "rollout")),
+         phases.get((sp.step, "train")), phases.get((sp.step, "weight_sync")))
+        for sp in sorted((sp for sp in spans if sp.kind == "step"), key=lambda sp: sp.step)
+    ]
+    return _rows(calls, specs, by_step_number=True)
 
 
 def idle_gap_threshold(gaps: npt.NDArray[np.int64]) -> float | None:
@@ -168,7 +204,7 @@ def steps_from_bursts(calls: CallTable, t_last_ns: int | None = None) -> list[St
     if len(calls) == 0:
         return []
     bursts = detect_bursts(calls.t_start_ns, calls.t_end_ns)
-    rows: list[StepRow] = []
+    specs: list[_Spec] = []
     for i, (a, b) in enumerate(bursts):
         t0 = int(calls.t_start_ns[a])
         sync_end = int(calls.t_end_ns[a : b + 1].max())
@@ -176,7 +212,5 @@ def steps_from_bursts(calls: CallTable, t_last_ns: int | None = None) -> list[St
             t1 = int(calls.t_start_ns[bursts[i + 1][0]])
         else:
             t1 = max(sync_end, t_last_ns or sync_end)
-        mask = np.zeros(len(calls), dtype=bool)
-        mask[a : b + 1] = True
-        rows.append(_row(i, t0, t1, calls, mask, None, None, (sync_end - t0) / 1e9))
-    return rows
+        specs.append((i, t0, t1, None, None, (sync_end - t0) / 1e9))
+    return _rows(calls, specs, by_step_number=False)
