@@ -109,6 +109,7 @@ def _record(
     args: tuple[Any, ...],
     ret: Any,
     step: int,
+    ident: int,
     phase: str | None,
     error: str | None,
     tensor_type: Any,
@@ -127,7 +128,7 @@ def _record(
                 t1,
                 c[_BACKEND_NS],
                 c[_N_BACKEND],
-                _get_ident(),
+                ident,
                 op,
                 api,
                 layer,
@@ -172,19 +173,21 @@ def _api_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: Any) 
         c = [0, 0, False, None]
         tls.call = c
         step = STATE.step
-        phase = STATE.phase_of(_get_ident())
+        ident = _get_ident()
+        phase = STATE.phase_of(ident)
         t0 = _now()
         try:
             ret = orig(*args, **kwargs)
         except BaseException as e:
             t1 = _now()
             tls.call = None
-            _record(rec, t0, t1, c, op, api, "api", args, None, step, phase,
+            _record(rec, t0, t1, c, op, api, "api", args, None, step, ident, phase,
                     type(e).__name__, tensor_type, kwargs)
             raise
         t1 = _now()
         tls.call = None
-        _record(rec, t0, t1, c, op, api, "api", args, ret, step, phase, None, tensor_type, kwargs)
+        _record(rec, t0, t1, c, op, api, "api", args, ret, step, ident, phase, None, tensor_type,
+                kwargs)
         return ret
 
     return wsprof_api_hook
@@ -206,7 +209,8 @@ def _backend_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: A
             c = [0, 1, True, self]
             tls.call = c
             step = STATE.step
-            phase = STATE.phase_of(_get_ident())
+            ident = _get_ident()
+            phase = STATE.phase_of(ident)
             t0 = _now()
             try:
                 ret = orig(self, *args, **kwargs)
@@ -214,13 +218,13 @@ def _backend_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: A
                 t1 = _now()
                 tls.call = None
                 c[_BACKEND_NS] = t1 - t0
-                _record(rec, t0, t1, c, op, api, "backend", args, None, step, phase,
+                _record(rec, t0, t1, c, op, api, "backend", args, None, step, ident, phase,
                         type(e).__name__, tensor_type)
                 raise
             t1 = _now()
             tls.call = None
             c[_BACKEND_NS] = t1 - t0
-            _record(rec, t0, t1, c, op, api, "backend", args, ret, step, phase, None,
+            _record(rec, t0, t1, c, op, api, "backend", args, ret, step, ident, phase, None,
                     tensor_type)
             return ret
         if c[_INSIDE]:
@@ -353,6 +357,9 @@ def install(recorder: Recorder) -> None:
             current = module.__dict__.get(name)
             if current is None or is_hook(current):
                 continue
+            fact = foreign_wrapper(current, torch.__file__)
+            if fact is not None:
+                recorder.event("wrapper", json.dumps({"api": prefix + name, **fact}))
             hook = hooks_by_id.get(id(current))
             if hook is None:
                 hook = hooks_by_id[id(current)] = _api_wrapper(current, op, prefix + name,
@@ -367,11 +374,6 @@ def install(recorder: Recorder) -> None:
     work_cls = getattr(dist, "Work", None)
     if work_cls is not None and "wait" in work_cls.__dict__:
         patches.append((work_cls, "wait", work_cls.__dict__["wait"], _wait_wrapper(work_cls.wait)))
-    for module, prefix in ((dist, "dist."), (c10d, "distributed_c10d.")):
-        for name, _op in table.api:
-            fact = foreign_wrapper(module.__dict__.get(name), torch.__file__)
-            if fact is not None:
-                recorder.event("wrapper", json.dumps({"api": prefix + name, **fact}))
     for owner, name, _orig, hook in patches:
         setattr(owner, name, hook)
     _STATE.patches = patches

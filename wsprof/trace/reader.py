@@ -153,9 +153,14 @@ def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
     return ProcessTrace(path, meta, calls, sites, spans, counters, events, samples)
 
 
-def _pid(t: ProcessTrace) -> int:
-    pid = t.meta.get("pid")
-    return pid if isinstance(pid, int) else 0
+def _ordered(traces: list[ProcessTrace]) -> list[ProcessTrace]:
+    """By rank (unknown last), then pid."""
+
+    def key(t: ProcessTrace) -> tuple[int, int]:
+        pid = t.meta.get("pid")
+        return (t.rank if t.rank is not None else 1 << 30, pid if isinstance(pid, int) else 0)
+
+    return sorted(traces, key=key)
 
 
 def read_run_lenient(path: str) -> tuple[list[ProcessTrace], list[str]]:
@@ -168,20 +173,16 @@ def read_run_lenient(path: str) -> tuple[list[ProcessTrace], list[str]]:
     Raises:
         InputError: no trace at all could be read (the first problem is named).
     """
-    paths = find_traces(path)
-    if len(paths) == 1 and paths[0] == path:
-        return read_run(path), []
     traces: list[ProcessTrace] = []
-    problems: list[str] = []
-    for p in paths:
+    problems: list[InputError] = []
+    for p in find_traces(path):
         try:
             traces.append(read_trace(p))
         except InputError as e:
-            problems.append(f"skipped {e}")
+            problems.append(e)
     if not traces:
-        raise InputError(problems[0].removeprefix("skipped ") if problems else f"{path}: no trace")
-    traces.sort(key=lambda t: (t.rank if t.rank is not None else 1 << 30, _pid(t)))
-    return traces, problems
+        raise problems[0]
+    return _ordered(traces), [f"skipped {e}" for e in problems]
 
 
 def read_run(path: str) -> list[ProcessTrace]:
@@ -190,6 +191,4 @@ def read_run(path: str) -> list[ProcessTrace]:
     Raises:
         InputError: see :func:`find_traces` and :func:`read_trace`.
     """
-    traces = [read_trace(p) for p in find_traces(path)]
-    traces.sort(key=lambda t: (t.rank if t.rank is not None else 1 << 30, _pid(t)))
-    return traces
+    return _ordered([read_trace(p) for p in find_traces(path)])
