@@ -57,6 +57,7 @@ import numpy as np
 from scipy import optimize
 
 from wsprof.analysis.growth import classify
+from wsprof.analysis.model import SHAPES
 
 SEED = 20240917
 N_SERIES = 1200
@@ -64,16 +65,9 @@ N_SERIES = 1200
 NOISE_BANDS = ((0.01, 0.05), (0.05, 0.10), (0.10, 0.25))
 #: Length bands, points (inclusive).
 LENGTH_BANDS = ((3, 4), (5, 10), (11, 50), (51, 200))
-KINDS = (
-    "flat",
-    "warmup_then_flat",
-    "step_change",
-    "linear",
-    "superlinear",
-    "exponential",
-    "sawtooth",
-    "plateau",
-)
+#: Every shape the classifier names, plus plateaus (a ramp that stops; expected as
+#: warmup_then_flat, not accumulating).
+KINDS = (*SHAPES, "plateau")
 GROWING = frozenset({"linear", "superlinear", "exponential"})
 #: Growth floor: the rise must be at least this many noise sigmas ...
 GROWTH_MIN_SIGMAS = 3.0

@@ -280,3 +280,16 @@ def test_flat_series_stays_not_accumulating_under_offset(
         assert not after.accumulating
     if noise == 0.0:
         assert before.shape == after.shape == "flat"
+
+
+def test_concave_growth_never_projects_below_where_it_is() -> None:
+    """A decelerating (concave) growth is called linear and projects along its end tangent,
+    not down the far side of a parabola."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(5, 40))
+        x = np.arange(n)
+        y = 10 + 5 * x - 0.12 * x**2 * rng.uniform(0, 1.2) + rng.normal(0, 0.5, n)
+        v = classify(list(y))
+        if v.accumulating and v.projection is not None:
+            assert v.projection.value >= v.fitted[-1] - 1e-9

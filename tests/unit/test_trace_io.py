@@ -78,14 +78,22 @@ def test_bad_input_is_one_clear_line(tmp_path: Path, make: object, message: str)
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
-def test_wrong_schema_version(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("UPDATE meta SET value='999' WHERE key='schema_version'", "schema version 999"),
+        ("UPDATE sites SET line=NULL", "malformed trace"),
+    ],
+    ids=["schema-version", "malformed-rows"],
+)
+def test_edited_trace_is_one_clear_line(tmp_path: Path, sql: str, message: str) -> None:
     p = tmp_path / "x.wsprof"
     write_trace(p)
     db = sqlite3.connect(p)
-    db.execute("UPDATE meta SET value='999' WHERE key='schema_version'")
+    db.execute(sql)
     db.commit()
     db.close()
-    with pytest.raises(InputError, match="schema version 999"):
+    with pytest.raises(InputError, match=message):
         read_trace(str(p))
 
 
@@ -101,17 +109,6 @@ def test_truncated_trace(tmp_path: Path) -> None:
 def test_empty_folder(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="holds no .wsprof trace"):
         read_run(str(tmp_path))
-
-
-def test_malformed_rows_are_one_clear_line(tmp_path: Path) -> None:
-    p = tmp_path / "x.wsprof"
-    write_trace(p)
-    db = sqlite3.connect(p)
-    db.execute("UPDATE sites SET line=NULL")
-    db.commit()
-    db.close()
-    with pytest.raises(InputError, match="malformed trace"):
-        read_trace(str(p))
 
 
 def test_one_bad_trace_does_not_block_the_run(tmp_path: Path) -> None:

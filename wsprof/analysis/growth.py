@@ -497,8 +497,19 @@ def _fit_poly(d: _Data, degree: int) -> _Fit:
     rss = _wrss(d, predict(d.x))
     if degree == 1:
         return _Fit("linear", 2, rss, predict, shape="linear")
-    shape = "superlinear" if coef[0] > 0 else "linear"  # concave growth is called linear
-    return _Fit("quadratic", 3, rss, predict, shape=shape)
+    if coef[0] > 0:
+        return _Fit("quadratic", 3, rss, predict, shape="superlinear")
+    # Concave growth is called linear, and beyond the data it goes on along its end tangent
+    # (never below flat): a parabola past its vertex would project the series falling.
+    x_end = float(d.x.max())
+    y_end = float(predict(np.array([x_end]))[0])
+    end_slope = max(float(np.polyval(np.polyder(coef), (x_end - x0) / xs)) / xs, 0.0)
+
+    def concave(q: FloatArray) -> FloatArray:
+        inside = predict(np.minimum(q, x_end))
+        return np.where(q > x_end, y_end + end_slope * (q - x_end), inside)
+
+    return _Fit("quadratic", 3, rss, concave, shape="linear")
 
 
 def _fit_exponential(d: _Data) -> _Fit | None:
@@ -1117,12 +1128,6 @@ def _classify_full(
     last = n_in - 1
     exp_fit = next((f for f in fits if f.name == "exponential"), None)
     rate = exp_fit.rate if exp_fit is not None else None
-    fitted = _samples(chosen.predict, n_in)
-    projection = _projection(chosen.predict, last, horizon) if growing else None
-    if projection is not None and not (projection.value >= fitted[-1]):
-        # A growth model that bends back down (a concave quadratic) must not project below where
-        # the series already is: extrapolate the robust slope from the last fitted value instead.
-        projection = Projection(projection.step, fitted[-1] + max(trend.slope, 0.0) * horizon)
     return GrowthVerdict(
         shape=shape,
         accumulating=accumulating,
@@ -1130,8 +1135,8 @@ def _classify_full(
         slope_per_step=trend.slope,
         growth_factor_per_step=None if rate is None else math.exp(min(rate, 700.0)),
         change_point=None if growing else chosen.change_point,
-        fitted=fitted,
-        projection=projection,
+        fitted=_samples(chosen.predict, n_in),
+        projection=_projection(chosen.predict, last, horizon) if growing else None,
         budget_step=(
             _budget_step(chosen.predict, last, horizon, budget)
             if growing and budget is not None
