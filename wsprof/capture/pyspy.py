@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -40,9 +39,9 @@ from typing import Any, Literal
 
 import psutil
 
-from wsprof.capture.recorder import trace_path
+from wsprof.capture.recorder import identity_meta, new_trace_path
 from wsprof.errors import InputError, WsprofError
-from wsprof.trace.model import TRACE_SUFFIX, SampleWindow
+from wsprof.trace.model import SampleWindow
 from wsprof.trace.writer import TraceWriter
 
 _now = time.monotonic_ns
@@ -504,8 +503,8 @@ class PySpySampler:
         self.subprocesses = subprocesses
         self.idle = idle
         self.binary = find_pyspy(pyspy_path)
-        base = trace_path(out_dir)
-        self.path = base[: -len(TRACE_SUFFIX)] + TRACE_TAG + TRACE_SUFFIX
+        self.out_dir = out_dir
+        self.path = new_trace_path(out_dir, TRACE_TAG)
         self.state: SamplerState = "created"
         self.stop_reason: str | None = None
         self.samples = 0
@@ -539,7 +538,7 @@ class PySpySampler:
                         f"no such process: pid {pid} (not running); check the pid with "
                         f"`ps -p {pid}`"
                     )
-            self.path = self._free_path(self.path)
+            self.path = new_trace_path(self.out_dir, TRACE_TAG)
             self._writer = TraceWriter(self.path)
             self._writer.set_meta(self._meta())
             self._writer.write({"events": [(_now(), EVENT_KIND, self._started_detail())]})
@@ -630,27 +629,10 @@ class PySpySampler:
 
     # -- internals -----------------------------------------------------------------------------
 
-    @staticmethod
-    def _free_path(path: str) -> str:
-        if not os.path.exists(path):
-            return path
-        stem = path[: -len(TRACE_SUFFIX)]
-        n = 2
-        while os.path.exists(f"{stem}-{n}{TRACE_SUFFIX}"):
-            n += 1
-        return f"{stem}-{n}{TRACE_SUFFIX}"
-
     def _meta(self) -> dict[str, Any]:
-        from wsprof import __version__
-
         return {
-            "source": "attach",
-            "pid": os.getpid(),
+            **identity_meta("attach"),
             "targets": list(self.pids),
-            "host": socket.gethostname(),
-            "anchor": {"monotonic_ns": _now(), "unix_ns": time.time_ns()},
-            "wsprof_version": __version__,
-            "python_version": sys.version.split()[0],
             "pyspy_version": self.binary.version_str,
             "rate_hz": self.rate_hz,
             "window_s": self.window_s,

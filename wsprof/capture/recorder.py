@@ -25,6 +25,21 @@ from wsprof.trace.writer import TraceWriter
 _now = time.monotonic_ns
 
 
+def identity_meta(source: str) -> dict[str, Any]:
+    """Who wrote a trace: wsprof and Python versions, host, pid, source, and the clock anchor
+    (one monotonic reading paired with one wall-clock reading, to align processes)."""
+    from wsprof import __version__
+
+    return {
+        "wsprof_version": __version__,
+        "python_version": sys.version.split()[0],
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "source": source,
+        "anchor": {"monotonic_ns": _now(), "unix_ns": time.time_ns()},
+    }
+
+
 def default_out_dir() -> str:
     """``$WSPROF_OUT``, else ``./wsprof-out/<YYYYmmdd-HHMMSS>``."""
     env = os.environ.get("WSPROF_OUT")
@@ -38,12 +53,13 @@ def trace_path(out_dir: str, pid: int | None = None) -> str:
     return os.path.join(out_dir, f"{socket.gethostname()}-{pid or os.getpid()}{TRACE_SUFFIX}")
 
 
-def new_trace_path(out_dir: str) -> str:
-    """:func:`trace_path`, or ``<host>-<pid>-2.wsprof``, ``-3``, ... when that file exists (a
-    second ``patch()`` in one process, or a pid reused by a container): never append to an
-    older trace."""
+def new_trace_path(out_dir: str, tag: str = "") -> str:
+    """``<out_dir>/<host>-<pid><tag>.wsprof``, or with ``-2``, ``-3``, ... before the suffix when
+    that file exists (a second ``patch()`` in one process, a pid reused by a container): never
+    append to an older trace."""
     path = trace_path(out_dir)
-    base = path[: -len(TRACE_SUFFIX)]
+    base = path[: -len(TRACE_SUFFIX)] + tag
+    path = base + TRACE_SUFFIX
     k = 2
     while os.path.lexists(path):
         path = f"{base}-{k}{TRACE_SUFFIX}"
@@ -96,26 +112,16 @@ class Recorder:
 
     @staticmethod
     def _static_meta(source: str) -> dict[str, Any]:
-        from wsprof import __version__
-
-        torch_version = None
         torch_mod = sys.modules.get("torch")
-        if torch_mod is not None:
-            torch_version = getattr(torch_mod, "__version__", None)
         alloc_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
         return {
-            "wsprof_version": __version__,
-            "torch_version": torch_version,
-            "python_version": sys.version.split()[0],
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
+            **identity_meta(source),
+            "torch_version": getattr(torch_mod, "__version__", None),
             "argv": sys.argv,
-            "source": source,
             # The allocator configuration is recorded because it decides how segments grow;
             # no other environment value is ever recorded.
             "pytorch_cuda_alloc_conf": alloc_conf,
             "expandable_segments": "expandable_segments:true" in alloc_conf.lower(),
-            "anchor": {"monotonic_ns": _now(), "unix_ns": time.time_ns()},
         }
 
     def internal_error(self, where: str, exc: BaseException) -> None:
