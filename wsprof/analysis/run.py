@@ -91,8 +91,8 @@ def _samples_by_pid(traces: Sequence[ProcessTrace]) -> dict[int, list[SampleWind
 
 
 def _is_sampler_only(t: ProcessTrace) -> bool:
-    return len(t.calls) == 0 and not t.spans and not t.counters and bool(t.samples or
-                                                                          t.meta.get("targets"))
+    """A py-spy sampler's trace: it names the pids it sampled and recorded nothing of its own."""
+    return bool(t.meta.get("targets")) and len(t.calls) == 0 and not t.spans
 
 
 def analyze_run(
@@ -123,16 +123,13 @@ def analyze_run(
     notes: list[str] = list(problems)
     results = _classify(series, notes)
     wrappers: list[dict[str, object]] = []
-    errors: list[str] = []
-    for t in procs[:1]:
-        for e in t.events:
-            if e.kind == "wrapper":
-                try:
-                    wrappers.append(json.loads(e.detail))
-                except ValueError:
-                    continue
-    for t in procs:
-        errors += [e.detail for e in t.events if e.kind == "internal_error"]
+    for e in procs[0].events if procs else []:
+        if e.kind == "wrapper":
+            try:
+                wrappers.append(json.loads(e.detail))
+            except ValueError:
+                continue
+    errors = [e.detail for t in procs for e in t.events if e.kind == "internal_error"]
     facts = Facts({r.series.name: r for r in results}, analyses, wrappers, errors)
     if analyses and not any(len(t.calls) or t.spans for t in procs):
         notes.append("nothing recorded: no collective calls and no steps in these traces (did the "
