@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from wsprof.demo.run import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = REPO / "tests" / "targets"
 #: The shared cases folder: ``$WSPROF_CASES``, else ``../shared/cases`` beside the checkout.
 CASES = Path(os.environ.get("WSPROF_CASES", REPO.parent / "shared" / "cases"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_ranks(script: Path, world: int, *args: str, timeout: float = 120) -> None:
