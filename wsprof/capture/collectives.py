@@ -161,7 +161,9 @@ def _is_handle(ret: Any) -> bool:
     return isinstance(ret, work)
 
 
-def _api_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: Any) -> Any:
+def _api_wrapper(
+    orig: Callable[..., Any], op: str, api: str, tensor_type: Any, layer: str = "api"
+) -> Any:
     inst = _STATE
     tls = _TLS
 
@@ -181,16 +183,32 @@ def _api_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: Any) 
         except BaseException as e:
             t1 = _now()
             tls.call = None
-            _record(rec, t0, t1, c, op, api, "api", args, None, step, ident, phase,
+            _record(rec, t0, t1, c, op, api, layer, args, None, step, ident, phase,
                     type(e).__name__, tensor_type, kwargs)
             raise
         t1 = _now()
         tls.call = None
-        _record(rec, t0, t1, c, op, api, "api", args, ret, step, ident, phase, None, tensor_type,
+        _record(rec, t0, t1, c, op, api, layer, args, ret, step, ident, phase, None, tensor_type,
                 kwargs)
         return ret
 
     return wsprof_api_hook
+
+
+def extra_hook(orig: Callable[..., Any], op: str, api: str) -> Any:
+    """A hook for a communicator outside ``torch.distributed`` (vLLM's ``PyNcclCommunicator``,
+    ``ray.util.collective``, a user-named ``module:qualname``): timed and recorded like an API
+    call, with layer ``'extra'``. Works for plain functions and for methods placed on a class
+    (``self`` passes through ``*args``). Records only while :func:`install` is active.
+
+    Args:
+        orig: the function or method to wrap.
+        op: canonical op (``broadcast``, ``all_reduce``, ...).
+        api: the name recorded, e.g. ``PyNcclCommunicator.broadcast``.
+    """
+    import torch
+
+    return _api_wrapper(orig, op, api, torch.Tensor, "extra")
 
 
 def _backend_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: Any) -> Any:
