@@ -95,15 +95,16 @@ def main() -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     originals = hooked_names()
     before = ops(rank, world)
-    path = wsprof.patch(os.path.join(out_dir, "trace"))
     if len(sys.argv) > 5 and sys.argv[5] == "inject":
-        # Fault injection: make wsprof's recording path fail on every call.
-        from wsprof.capture import collectives
+        # Fault injection: make wsprof's recording path fail on every call (the caller-site
+        # lookup never succeeds, so no site is ever cached and every call reaches it).
+        from wsprof.capture.sites import SiteTable
 
-        def broken_payload(*args: object) -> None:
+        def broken_site_of(self: object, frame: object) -> int:
             raise RuntimeError("injected recording failure")
 
-        collectives._payload = broken_payload  # type: ignore[assignment]
+        SiteTable.site_of = broken_site_of  # type: ignore[method-assign]
+    path = wsprof.patch(os.path.join(out_dir, "trace"))
     path_again = wsprof.patch(os.path.join(out_dir, "elsewhere"))
     patched = hooked_names()
     from wsprof.capture.collectives import is_hook

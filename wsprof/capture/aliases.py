@@ -50,6 +50,9 @@ API_OPS: dict[str, str] = {
     "recv_object_list": "recv",
 }
 
+#: The coalescing context manager: the block it opens is one logical call (op ``coalesced``).
+COALESCING = "_coalescing_manager"
+
 #: ``ProcessGroup`` methods -> canonical op.
 BACKEND_OPS: dict[str, str] = {
     "broadcast": "broadcast",

@@ -17,6 +17,7 @@ untouched; recording errors are caught and counted by the recorder.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -24,7 +25,10 @@ import sys
 import sysconfig
 import threading
 import time
+import weakref
+from collections import deque
 from collections.abc import Callable
+from types import CodeType, TracebackType
 from typing import Any
 
 from wsprof.capture import aliases
@@ -34,14 +38,25 @@ from wsprof.capture.sites import SiteTable
 
 _now = time.monotonic_ns
 _get_ident = threading.get_ident
-_TLS = threading.local()
+_getframe = sys._getframe
+
+
+class _Local(threading.local):
+    call: list[Any] | None = None  # the open API call of this thread
+
+
+_TLS = _Local()
 
 # Open-call record layout (a list, for speed): [backend_ns, n_backend, inside_backend, pg]
 _BACKEND_NS, _N_BACKEND, _INSIDE, _PG = 0, 1, 2, 3
 
+#: Most async work handles awaited at once; beyond it the oldest is forgotten (counted).
+MAX_PENDING_ASYNC = 65_536
+
 
 class _Installed:
-    """What :func:`install` changed, so that :func:`uninstall` can put it back."""
+    """What :func:`install` changed, so that :func:`uninstall` can put it back, and the caches
+    the hooks share (all keyed so that a hook does one dict lookup per field)."""
 
     def __init__(self) -> None:
         self.active = False
@@ -49,147 +64,209 @@ class _Installed:
         self.sites: SiteTable | None = None
         # (owner, attribute name, original value as stored on the owner, our wrapper)
         self.patches: list[tuple[Any, str, Any, Any]] = []
-        self.dtype_names: dict[Any, str] = {}
-        self.group_names: dict[int, str | None] = {}
+        self.tensor_type: Any = None
         self.work_type: Any = None
+        self.dtype_ids: dict[Any, int] = {}  # torch.dtype -> string id
+        self.group_ids: dict[int, tuple[Any, int]] = {}  # id(pg) -> (weakref to pg, string id)
+        self.phase_ids: dict[str, int] = {}
+        # async work handle -> (t_start_ns, thread) of the call that returned it
+        self.pending: weakref.WeakKeyDictionary[Any, tuple[int, int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.pending_order: deque[Any] = deque()
+        self.dropped_async = 0
+        self.device: Any = None  # DeviceTimer when CUDA device time is on
+        self.rewraps: set[tuple[str, str, int]] = set()  # re-wraps already recorded
 
 
 _STATE = _Installed()
 
 
-def _payload(
-    args: tuple[Any, ...], tensor_type: Any, kwargs: dict[str, Any] | None = None
-) -> tuple[int, str | None]:
-    """Bytes and dtype of the first tensor (or tensor list) among the first two arguments
-    (or, when called with keywords only, among the keyword values)."""
+def _intern_dtype(dt: Any) -> int:
+    rec = _STATE.recorder
+    i = rec.strings.intern(str(dt).replace("torch.", "")) if rec is not None else -1
+    _STATE.dtype_ids[dt] = i
+    return i
+
+
+def _payload_slow(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> tuple[int, int]:
+    """Bytes and dtype id of the first tensor (or tensor list) among the first two arguments
+    (or, when called with keywords only, among the keyword values); (-1, -1) if none."""
+    tensor_type = _STATE.tensor_type
     cands = list(args[:2])
     if kwargs and not cands:
         cands = list(kwargs.values())[:2]
     for a in cands:
         if isinstance(a, tensor_type):
-            dt = a.dtype
-            name = _STATE.dtype_names.get(dt)
-            if name is None:
-                name = _STATE.dtype_names[dt] = str(dt).replace("torch.", "")
-            return int(a.nbytes), name
+            dt = _STATE.dtype_ids.get(a.dtype)
+            return int(a.nbytes), _intern_dtype(a.dtype) if dt is None else dt
         if isinstance(a, (list, tuple)) and a:
             first = a[0]
             if isinstance(first, tensor_type):
-                dt = first.dtype
-                name = _STATE.dtype_names.get(dt)
-                if name is None:
-                    name = _STATE.dtype_names[dt] = str(dt).replace("torch.", "")
-                return sum(int(t.nbytes) for t in a if isinstance(t, tensor_type)), name
-    return -1, None
+                dt = _STATE.dtype_ids.get(first.dtype)
+                nbytes = sum(int(t.nbytes) for t in a if isinstance(t, tensor_type))
+                return nbytes, _intern_dtype(first.dtype) if dt is None else dt
+    return -1, -1
 
 
-def _group_name(pg: Any) -> str | None:
+def _group_id(pg: Any) -> int:
+    """String id of the process group's name; -1 for none or a group without a name."""
     if pg is None:
-        return None
-    key = id(pg)
-    names = _STATE.group_names
-    if key in names:
-        return names[key]
+        return -1
+    e = _STATE.group_ids.get(id(pg))
+    if e is not None and e[0]() is pg:
+        return int(e[1])
     try:
         name: str | None = str(pg.group_name)
     except Exception:  # noqa: BLE001 - some groups have no name
         name = None
-    names[key] = name
-    return name
+    rec = _STATE.recorder
+    i = rec.strings.intern(name) if rec is not None else -1
+    with contextlib.suppress(TypeError):  # no weak references: looked up every time
+        _STATE.group_ids[id(pg)] = (weakref.ref(pg), i)
+    return i
 
 
-def _record(
+def _phase_id(ident: int) -> int:
+    phases = STATE.phases
+    stack = phases.get(ident) or phases.get(STATE.main_ident or -1)
+    if not stack:
+        return -1
+    name = stack[-1]
+    i = _STATE.phase_ids.get(name)
+    if i is None:
+        rec = _STATE.recorder
+        i = _STATE.phase_ids[name] = rec.strings.intern(name) if rec is not None else -1
+    return i
+
+
+def _async_flag(ret: Any, t0: int, ident: int) -> int:
+    """1 if ``ret`` is an async work handle (or a list of them, from ``batch_isend_irecv``),
+    remembered so that its completion can be joined to the call; else 0.
+
+    ``dist.recv`` returns the sender's rank, so a non-None result alone is not a handle.
+    """
+    work = _STATE.work_type
+    if work is None:
+        return 0
+    handles = ret if isinstance(ret, list) else [ret]
+    if not handles or not all(isinstance(h, work) for h in handles):
+        return 0
+    pending, order = _STATE.pending, _STATE.pending_order
+    for h in handles:
+        try:
+            pending[h] = (t0, ident)
+            order.append(weakref.ref(h))
+        except TypeError:
+            continue
+    while len(order) > MAX_PENDING_ASYNC:
+        old = order.popleft()()
+        if old is not None and pending.pop(old, None) is not None:
+            _STATE.dropped_async += 1
+    return 1
+
+
+def _completed(work: Any) -> None:
+    """``work`` finished (wait returned, or is_completed() said so): record when."""
+    key = _STATE.pending.pop(work, None)
+    rec = _STATE.recorder
+    if key is not None and rec is not None:
+        rec.updates.append((key[0], key[1], _now(), -1))
+
+
+def _record_slow(
     rec: Recorder,
+    hook: int,
     t0: int,
     t1: int,
     c: list[Any],
-    op: str,
-    api: str,
-    layer: str,
     args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
     ret: Any,
-    step: int,
-    ident: int,
-    phase: str | None,
-    error: str | None,
-    tensor_type: Any,
-    kwargs: dict[str, Any] | None = None,
+    error: BaseException | None,
+    depth: int,
 ) -> None:
+    """The general recording path: errors, and rows of the backend layer."""
     try:
         if len(rec.calls) >= rec.max_pending:
             rec.dropped_calls += 1
             return
-        nbytes, dtype = _payload(args, tensor_type, kwargs)
+        ident = _get_ident()
+        nbytes, dt = _payload_slow(args, kwargs)
         sites = _STATE.sites
-        site = sites.site_of(sys._getframe(2)) if sites is not None else -1
-        rec.calls.append(
-            (
-                t0,
-                t1,
-                c[_BACKEND_NS],
-                c[_N_BACKEND],
-                ident,
-                op,
-                api,
-                layer,
-                nbytes,
-                dtype,
-                _group_name(c[_PG]),
-                1 if _is_handle(ret) else 0,
-                site,
-                step,
-                phase,
-                error,
-            )
-        )
+        site = sites.site_of(_getframe(depth)) if sites is not None else -1
+        err = rec.strings.intern(type(error).__name__) if error is not None else -1
+        asy = _async_flag(ret, t0, ident) if ret is not None else 0
+        rec.calls.append((t0, t1, c[_BACKEND_NS], c[_N_BACKEND], ident, hook, nbytes, dt,
+                          _group_id(c[_PG]), asy, site, STATE.step, _phase_id(ident), err))
     except Exception as e:  # noqa: BLE001 - never raise into training
         rec.internal_error("record", e)
 
 
-def _is_handle(ret: Any) -> bool:
-    """An async work handle (or a list of them, from ``batch_isend_irecv``) was returned.
-
-    ``dist.recv`` returns the sender's rank, so a non-None result alone is not a handle.
-    """
-    if ret is None:
-        return False
-    work = _STATE.work_type
-    if work is None:
-        return False
-    if isinstance(ret, list):
-        return bool(ret) and isinstance(ret[0], work)
-    return isinstance(ret, work)
-
-
-def _api_wrapper(
-    orig: Callable[..., Any], op: str, api: str, tensor_type: Any, layer: str = "api"
-) -> Any:
+def _api_wrapper(orig: Callable[..., Any], op: str, api: str, layer: str = "api") -> Any:
+    """The API-layer hook for ``orig``: times the call, records one row when it returns."""
     inst = _STATE
     tls = _TLS
+    rec = inst.recorder
+    sites = inst.sites
+    if rec is None or sites is None:
+        raise RuntimeError("wsprof hooks are created by install()")
+    hook = rec.hook_id(op, api, layer)
+    calls = rec.calls
+    max_pending = rec.max_pending
+    fast_sites = sites.fast
+    site_of = sites.site_of
+    tensor_type = inst.tensor_type
+    dtype_ids = inst.dtype_ids
+    group_ids = inst.group_ids
+    markers = STATE
+    phases = markers.phases
 
     @functools.wraps(orig)
     def wsprof_api_hook(*args: Any, **kwargs: Any) -> Any:
-        rec = inst.recorder
-        if rec is None or not inst.active or getattr(tls, "call", None) is not None:
+        if tls.call is not None or not inst.active:
             return orig(*args, **kwargs)
-        c = [0, 0, False, None]
+        c: list[Any] = [0, 0, False, None]
         tls.call = c
-        step = STATE.step
-        ident = _get_ident()
-        phase = STATE.phase_of(ident)
         t0 = _now()
         try:
             ret = orig(*args, **kwargs)
         except BaseException as e:
             t1 = _now()
             tls.call = None
-            _record(rec, t0, t1, c, op, api, layer, args, None, step, ident, phase,
-                    type(e).__name__, tensor_type, kwargs)
+            _record_slow(rec, hook, t0, t1, c, args, kwargs, None, e, 2)
             raise
         t1 = _now()
         tls.call = None
-        _record(rec, t0, t1, c, op, api, layer, args, ret, step, ident, phase, None, tensor_type,
-                kwargs)
+        # The fast recording path: plain-tensor first argument, known caller site and group.
+        try:
+            if len(calls) < max_pending:
+                ident = _get_ident()
+                a: Any = args[0] if args else None
+                if type(a) is tensor_type:
+                    nbytes = a.nbytes
+                    dt = dtype_ids.get(a.dtype)
+                    if dt is None:
+                        dt = _intern_dtype(a.dtype)
+                else:
+                    nbytes, dt = _payload_slow(args, kwargs)
+                f = _getframe(1)
+                site = fast_sites.get((f.f_code, f.f_lasti))
+                if site is None:
+                    site = site_of(f)
+                pg = c[3]
+                if pg is None:
+                    grp = -1
+                else:
+                    g = group_ids.get(id(pg))
+                    grp = g[1] if g is not None and g[0]() is pg else _group_id(pg)
+                calls.append((t0, t1, c[0], c[1], ident, hook, nbytes, dt, grp,
+                              0 if ret is None else _async_flag(ret, t0, ident), site,
+                              markers.step, _phase_id(ident) if phases else -1, -1))
+            else:
+                rec.dropped_calls += 1
+        except Exception as e:  # noqa: BLE001 - never raise into training
+            rec.internal_error("record", e)
         return ret
 
     return wsprof_api_hook
@@ -205,30 +282,34 @@ def extra_hook(orig: Callable[..., Any], op: str, api: str) -> Any:
         orig: the function or method to wrap.
         op: canonical op (``broadcast``, ``all_reduce``, ...).
         api: the name recorded, e.g. ``PyNcclCommunicator.broadcast``.
+
+    Raises:
+        RuntimeError: called before :func:`install`.
     """
-    import torch
-
-    return _api_wrapper(orig, op, api, torch.Tensor, "extra")
+    return _api_wrapper(orig, op, api, "extra")
 
 
-def _backend_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: Any) -> Any:
+def _backend_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
+    """The backend-layer hook for a ``ProcessGroup`` method: adds its time to the open API
+    call, or records a row of its own (layer 'backend') when no API call is open."""
     inst = _STATE
     tls = _TLS
+    rec = inst.recorder
+    if rec is None:
+        raise RuntimeError("wsprof hooks are created by install()")
+    hook = rec.hook_id(op, api, "backend")
 
     @functools.wraps(orig)
     def wsprof_backend_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
-        c = getattr(tls, "call", None)
+        c = tls.call
         if c is None:
-            rec = inst.recorder
-            if rec is None or not inst.active:
+            if not inst.active:
                 return orig(self, *args, **kwargs)
-            # No open API call: something called the backend directly or through a reference
-            # taken before patch(). Time it as a backend-layer call of its own.
+            # No open API call: something called the backend directly, through a reference
+            # taken before patch(), or re-wrapped the API name after patch(). Time it as a
+            # backend-layer call of its own.
             c = [0, 1, True, self]
             tls.call = c
-            step = STATE.step
-            ident = _get_ident()
-            phase = STATE.phase_of(ident)
             t0 = _now()
             try:
                 ret = orig(self, *args, **kwargs)
@@ -236,49 +317,76 @@ def _backend_wrapper(orig: Callable[..., Any], op: str, api: str, tensor_type: A
                 t1 = _now()
                 tls.call = None
                 c[_BACKEND_NS] = t1 - t0
-                _record(rec, t0, t1, c, op, api, "backend", args, None, step, ident, phase,
-                        type(e).__name__, tensor_type)
+                _record_slow(rec, hook, t0, t1, c, args, kwargs, None, e, 2)
                 raise
             t1 = _now()
             tls.call = None
             c[_BACKEND_NS] = t1 - t0
-            _record(rec, t0, t1, c, op, api, "backend", args, ret, step, ident, phase, None,
-                    tensor_type)
+            _record_slow(rec, hook, t0, t1, c, args, kwargs, ret, None, 2)
             return ret
-        if c[_INSIDE]:
+        if c[2]:
             return orig(self, *args, **kwargs)
-        c[_INSIDE] = True
-        c[_PG] = self
+        c[2] = True
+        c[3] = self
         t0 = _now()
         try:
             return orig(self, *args, **kwargs)
         finally:
-            c[_BACKEND_NS] += _now() - t0
-            c[_N_BACKEND] += 1
-            c[_INSIDE] = False
+            c[0] += _now() - t0
+            c[1] += 1
+            c[2] = False
 
     return wsprof_backend_hook
 
 
 def _wait_wrapper(orig: Callable[..., Any]) -> Any:
+    """``Work.wait``: backend time of the open call; else the completion of an async call."""
     tls = _TLS
+    inst = _STATE
 
     @functools.wraps(orig)
     def wsprof_wait_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
-        c = getattr(tls, "call", None)
-        if c is None or c[_INSIDE]:
+        c = tls.call
+        if c is None:
+            ret = orig(self, *args, **kwargs)
+            if inst.active:
+                try:
+                    _completed(self)
+                except Exception as e:  # noqa: BLE001 - never raise into training
+                    if inst.recorder is not None:
+                        inst.recorder.internal_error("wait", e)
+            return ret
+        if c[2]:
             return orig(self, *args, **kwargs)
         # A synchronous collective waits on its work handle inside the API function: that wait
         # is backend time, not wrapper time.
-        c[_INSIDE] = True
+        c[2] = True
         t0 = _now()
         try:
             return orig(self, *args, **kwargs)
         finally:
-            c[_BACKEND_NS] += _now() - t0
-            c[_INSIDE] = False
+            c[0] += _now() - t0
+            c[2] = False
 
     return wsprof_wait_hook
+
+
+def _is_completed_wrapper(orig: Callable[..., Any]) -> Any:
+    """``Work.is_completed``: the first True observed completes an async call."""
+    inst = _STATE
+
+    @functools.wraps(orig)
+    def wsprof_is_completed_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
+        ret = orig(self, *args, **kwargs)
+        if ret is True and inst.active and inst.pending:
+            try:
+                _completed(self)
+            except Exception as e:  # noqa: BLE001 - never raise into training
+                if inst.recorder is not None:
+                    inst.recorder.internal_error("is_completed", e)
+        return ret
+
+    return wsprof_is_completed_hook
 
 
 _STDLIB = sysconfig.get_paths()["stdlib"]
@@ -293,11 +401,79 @@ def _library_file(filename: str, torch_dir: str) -> bool:
     )
 
 
+class _CoalescingCall:
+    """Wraps the context manager ``_coalescing_manager`` returns: the block is one logical call
+    (op ``coalesced``), the collectives issued inside it are attributed to it."""
+
+    def __init__(self, inner: Any, rec: Recorder, hook: int) -> None:
+        self._inner = inner
+        self._rec = rec
+        self._hook = hook
+        self._c: list[Any] = [0, 0, False, None]
+        self._t0 = 0
+        self._cm: Any = None
+
+    def __enter__(self) -> Any:
+        _TLS.call = self._c
+        self._t0 = _now()
+        try:
+            self._cm = self._inner.__enter__()
+        except BaseException:
+            _TLS.call = None
+            raise
+        return self._cm
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        error: BaseException | None = exc
+        try:
+            return bool(self._inner.__exit__(exc_type, exc, tb))
+        except BaseException as e:
+            error = e
+            raise
+        finally:
+            t1 = _now()
+            _TLS.call = None
+            works = getattr(self._cm, "works", None) or None
+            _record_slow(self._rec, self._hook, self._t0, t1, self._c, (), None, works, error, 2)
+
+
+def _coalescing_wrapper(orig: Callable[..., Any], api: str) -> Any:
+    inst = _STATE
+    rec = inst.recorder
+    if rec is None:
+        raise RuntimeError("wsprof hooks are created by install()")
+    hook = rec.hook_id("coalesced", api, "api")
+
+    @functools.wraps(orig)
+    def wsprof_coalescing_hook(*args: Any, **kwargs: Any) -> Any:
+        cm = orig(*args, **kwargs)
+        if _TLS.call is not None or not inst.active:
+            return cm
+        return _CoalescingCall(cm, rec, hook)
+
+    return wsprof_coalescing_hook
+
+
+def _inner_code(factory: Callable[..., Any], name: str) -> CodeType:
+    """The code object of the hook function a factory defines (without calling it)."""
+    for const in factory.__code__.co_consts:
+        if isinstance(const, CodeType) and const.co_name == name:
+            return const
+    raise LookupError(name)
+
+
 _HOOK_CODES = frozenset(
     {
-        _api_wrapper(print, "", "", object).__code__,
-        _backend_wrapper(print, "", "", object).__code__,
-        _wait_wrapper(print).__code__,
+        _inner_code(_api_wrapper, "wsprof_api_hook"),
+        _inner_code(_backend_wrapper, "wsprof_backend_hook"),
+        _inner_code(_wait_wrapper, "wsprof_wait_hook"),
+        _inner_code(_is_completed_wrapper, "wsprof_is_completed_hook"),
+        _inner_code(_coalescing_wrapper, "wsprof_coalescing_hook"),
     }
 )
 
@@ -348,55 +524,130 @@ def is_hook(obj: Any) -> bool:
     return getattr(obj, "__code__", None) in _HOOK_CODES
 
 
-def install(recorder: Recorder) -> None:
+#: Which layers :func:`install` hooks: ``api`` (names), ``backend`` (ProcessGroup + Work), both.
+LAYERS = ("both", "api", "backend")
+
+
+def _wrapper_codes(obj: Any) -> set[CodeType]:
+    """Code objects along a foreign wrapper's ``__wrapped__`` chain (ours excluded)."""
+    codes: set[CodeType] = set()
+    depth = 0
+    while obj is not None and not is_hook(obj) and depth < 16:
+        code = getattr(obj, "__code__", None)
+        if isinstance(code, CodeType):
+            codes.add(code)
+        obj = getattr(obj, "__wrapped__", None)
+        depth += 1
+    return codes
+
+
+def install(recorder: Recorder, layers: str = "both") -> None:
     """Wrap every collective name of the installed torch. Installing twice is a no-op.
 
     Args:
         recorder: receives call rows and sites.
+        layers: ``both`` (default; time between layers known), ``api`` (names only: cheapest,
+            no backend time) or ``backend`` (``ProcessGroup`` methods only: every call becomes a
+            backend-layer row, names unknown).
+
+    Raises:
+        ValueError: an unknown ``layers``.
     """
+    if layers not in LAYERS:
+        raise ValueError(f"layers must be one of {', '.join(LAYERS)}, not {layers!r}")
     if _STATE.active:
         return
     import torch
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
-    tensor_type = torch.Tensor
+    _STATE.tensor_type = torch.Tensor
     _STATE.work_type = getattr(dist, "Work", None)
+    _STATE.dtype_ids = {}
+    _STATE.group_ids = {}
+    _STATE.phase_ids = {}
+    _STATE.pending = weakref.WeakKeyDictionary()
+    _STATE.pending_order = deque()
+    _STATE.dropped_async = 0
     table = aliases.build(dist)
     _STATE.recorder = recorder
-    _STATE.sites = SiteTable(recorder.sites)
+    sites = _STATE.sites = SiteTable(recorder.sites)
     patches: list[tuple[Any, str, Any, Any]] = []
-    # One hook per distinct function: where ``dist.X is distributed_c10d.X`` (the usual case) both
-    # names get the same hook object, so identity checks inside torch (``P2POp`` compares
-    # ``op`` with ``isend``/``irecv``) still hold.
-    hooks_by_id: dict[int, Any] = {}
-    for module, prefix in ((dist, "dist."), (c10d, "distributed_c10d.")):
-        for name, op in table.api:
-            current = module.__dict__.get(name)
-            if current is None or is_hook(current):
-                continue
-            fact = foreign_wrapper(current, torch.__file__)
-            if fact is not None:
-                recorder.event("wrapper", json.dumps({"api": prefix + name, **fact}))
-            hook = hooks_by_id.get(id(current))
-            if hook is None:
-                hook = hooks_by_id[id(current)] = _api_wrapper(current, op, prefix + name,
-                                                               tensor_type)
-            patches.append((module, name, current, hook))
-    pg_cls = dist.ProcessGroup
-    for name, op in table.backend:
-        descriptor = pg_cls.__dict__[name]
-        bound_get = getattr(pg_cls, name)
-        hook = _backend_wrapper(bound_get, op, "ProcessGroup." + name, tensor_type)
-        patches.append((pg_cls, name, descriptor, hook))
-    work_cls = getattr(dist, "Work", None)
-    if work_cls is not None and "wait" in work_cls.__dict__:
-        patches.append((work_cls, "wait", work_cls.__dict__["wait"], _wait_wrapper(work_cls.wait)))
+    wrapper_codes: set[CodeType] = set()
+    if layers in ("both", "api"):
+        # One hook per distinct function: where ``dist.X is distributed_c10d.X`` (the usual
+        # case) both names get the same hook object, so identity checks inside torch (``P2POp``
+        # compares ``op`` with ``isend``/``irecv``; the coalescing manager compares ops with
+        # ``all_reduce``) still hold.
+        hooks_by_id: dict[int, Any] = {}
+        for module, prefix in ((dist, "dist."), (c10d, "distributed_c10d.")):
+            for name, op in table.api:
+                current = module.__dict__.get(name)
+                if current is None or is_hook(current):
+                    continue
+                fact = foreign_wrapper(current, torch.__file__)
+                if fact is not None:
+                    recorder.event("wrapper", json.dumps({"api": prefix + name, **fact}))
+                    wrapper_codes |= _wrapper_codes(current)
+                hook = hooks_by_id.get(id(current))
+                if hook is None:
+                    hook = hooks_by_id[id(current)] = _api_wrapper(current, op, prefix + name)
+                patches.append((module, name, current, hook))
+            current = module.__dict__.get(aliases.COALESCING)
+            if current is not None:
+                hook = hooks_by_id.get(id(current))
+                if hook is None:
+                    hook = hooks_by_id[id(current)] = _coalescing_wrapper(
+                        current, "distributed_c10d." + aliases.COALESCING)
+                patches.append((module, aliases.COALESCING, current, hook))
+    if layers in ("both", "backend"):
+        pg_cls = dist.ProcessGroup
+        for name, op in table.backend:
+            descriptor = pg_cls.__dict__[name]
+            bound_get = getattr(pg_cls, name)
+            patches.append((pg_cls, name, descriptor,
+                            _backend_wrapper(bound_get, op, "ProcessGroup." + name)))
+        work_cls = _STATE.work_type
+        if work_cls is not None:
+            for name, factory in (("wait", _wait_wrapper),
+                                  ("is_completed", _is_completed_wrapper)):
+                if name in work_cls.__dict__:
+                    patches.append((work_cls, name, work_cls.__dict__[name],
+                                    factory(getattr(work_cls, name))))
+    if wrapper_codes:
+        sites.mark_internal(wrapper_codes)
     for owner, name, _orig, hook in patches:
         setattr(owner, name, hook)
     _STATE.patches = patches
     _STATE.active = True
-    recorder.event("patched", f"{len(table.api)} API names, {len(table.backend)} backend methods")
+    recorder.on_flush.append(_reaudit)
+    recorder.event("patched", json.dumps({"layers": layers, "api_names": len(table.api),
+                                          "backend_methods": len(table.backend)}))
+
+
+def _reaudit() -> None:
+    """Called by the writer thread at each flush: a collective name that no longer holds our
+    hook was re-wrapped after ``patch()``; record who did it (once per new value)."""
+    rec = _STATE.recorder
+    if rec is None or not _STATE.active:
+        return
+    import torch
+
+    for owner, name, _orig, hook in _STATE.patches:
+        if not isinstance(owner, type(sys)):
+            continue
+        current = owner.__dict__.get(name)
+        if current is hook or current is None:
+            continue
+        key = (owner.__name__, name, id(current))
+        if key in _STATE.rewraps:
+            continue
+        _STATE.rewraps.add(key)
+        fact = foreign_wrapper(current, torch.__file__) or {"qualname": repr(current)}
+        prefix = "dist." if owner.__name__ == "torch.distributed" else "distributed_c10d."
+        rec.event("wrapper", json.dumps({"api": prefix + name, "after_patch": True, **fact}))
+        if _STATE.sites is not None:
+            _STATE.sites.mark_internal(_wrapper_codes(current))
 
 
 def uninstall() -> None:
@@ -409,9 +660,12 @@ def uninstall() -> None:
             setattr(owner, name, orig)
         elif _STATE.recorder is not None:
             _STATE.recorder.event("rewrapped", f"{getattr(owner, '__name__', owner)}.{name}")
+    if _STATE.recorder is not None and _reaudit in _STATE.recorder.on_flush:
+        _STATE.recorder.on_flush.remove(_reaudit)
     _STATE.patches = []
     _STATE.recorder = None
     _STATE.sites = None
+    _STATE.rewraps = set()
 
 
 def installed() -> bool:

@@ -100,11 +100,15 @@ class phase:  # used like a function: ``with wsprof.phase("rollout"):``
         tb: TracebackType | None,
     ) -> None:
         t = _now()
-        stack = STATE.phases.get(threading.get_ident(), [])
+        ident = threading.get_ident()
+        stack = STATE.phases.get(ident, [])
         if stack and stack[-1] == self.name:
             stack.pop()
         elif self.name in stack:
             stack.remove(self.name)
+        if not stack:
+            # A thread that left its last phase holds no entry (threads come and go).
+            STATE.phases.pop(ident, None)
         rec = STATE.recorder
         if rec is not None:
             rec.spans.append(("phase", self.name, self._t0, t, STATE.step, threading.get_ident()))

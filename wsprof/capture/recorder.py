@@ -1,7 +1,10 @@
 """The recorder: bounded in-memory queues drained to the trace file by a background thread.
 
 Hooks append plain tuples to ``collections.deque`` objects (``append`` and ``popleft`` are
-atomic under the GIL, so producers never take a lock). A daemon thread drains them every
+atomic under the GIL, so producers never take a lock). A call row is all integers, in
+:data:`RAW_CALL_COLUMNS` order: strings are interned ids (:class:`StringTable`) and the
+(op, api, layer) triple is one hook id, so the writer turns a batch into a matrix with one
+``numpy.array`` call. A daemon thread drains them every
 ``flush_interval_s`` into :class:`~wsprof.trace.writer.TraceWriter` in one transaction, so a
 killed process loses at most one interval. When the queue of calls holds ``max_pending``
 rows, new rows are dropped and counted (``dropped_calls``), never silently.
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import os
 import socket
 import sys
@@ -19,10 +23,18 @@ import time
 from collections import deque
 from typing import Any
 
+import numpy as np
+
 from wsprof.trace.model import TRACE_SUFFIX
 from wsprof.trace.writer import TraceWriter
 
 _now = time.monotonic_ns
+
+#: Column order of a call row as hooks append it (all ints; -1 for none/unknown).
+RAW_CALL_COLUMNS = (
+    "t_start_ns", "t_end_ns", "backend_ns", "n_backend", "thread", "hook", "bytes", "dtype",
+    "grp", "is_async", "site", "step", "phase", "error",
+)
 
 
 def identity_meta(source: str) -> dict[str, Any]:
@@ -74,7 +86,9 @@ class Recorder:
         out_dir: run folder; the trace is ``<out_dir>/<host>-<pid>.wsprof``.
         source: how records are captured: 'patch' | 'attach' | 'run'.
         flush_interval_s: seconds between background flushes.
-        max_pending: most call rows held in memory before new ones are dropped.
+        max_pending: most call rows held in memory before new ones are dropped (a queued row
+            takes about 330 bytes, so the default bounds the queue near 64 MiB). When a flush
+            finds the queue over a quarter full, the next one comes sooner (bursts).
 
     Raises:
         OSError: the trace file cannot be created.
@@ -85,14 +99,15 @@ class Recorder:
         out_dir: str,
         source: str = "patch",
         flush_interval_s: float = 0.5,
-        max_pending: int = 2_000_000,
+        max_pending: int = 200_000,
     ) -> None:
         self.out_dir = out_dir
         self.path = new_trace_path(out_dir)
         self.pid = os.getpid()
         self.flush_interval_s = flush_interval_s
         self.max_pending = max_pending
-        self.calls: deque[tuple[Any, ...]] = deque()
+        self.calls: deque[tuple[int, ...]] = deque()
+        self.updates: deque[tuple[int, int, int, int]] = deque()
         self.spans: deque[tuple[Any, ...]] = deque()
         self.counters: deque[tuple[Any, ...]] = deque()
         self.events: deque[tuple[Any, ...]] = deque()
@@ -106,6 +121,11 @@ class Recorder:
         self._stop = threading.Event()
         self._writer = TraceWriter(self.path)
         self._writer.set_meta(self._static_meta(source))
+        self.strings = self._writer.strings
+        #: Called by the writer thread before each flush (the hooks' re-wrap audit).
+        self.on_flush: list[Any] = []
+        # hook id -> (op, api, layer) string ids
+        self._hooks: list[tuple[int, int, int]] = []
         self._thread = threading.Thread(target=self._run, name="wsprof-writer", daemon=True)
         self._thread.start()
         atexit.register(self.close)
@@ -124,6 +144,21 @@ class Recorder:
             "expandable_segments": "expandable_segments:true" in alloc_conf.lower(),
         }
 
+    def hook_id(self, op: str, api: str, layer: str) -> int:
+        """The id call rows carry for (canonical op, name called, layer)."""
+        self._hooks.append((self.strings.intern(op), self.strings.intern(api),
+                            self.strings.intern(layer)))
+        return len(self._hooks) - 1
+
+    def _call_matrix(self, rows: list[tuple[int, ...]]) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Raw call rows -> ``(n, 16)`` matrix in :data:`~wsprof.trace.model.CALL_COLUMNS`
+        order."""
+        k = len(RAW_CALL_COLUMNS)
+        raw = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64,
+                          count=len(rows) * k).reshape(-1, k)
+        hooks = np.array(self._hooks, dtype=np.int64).reshape(-1, 3)[raw[:, 5]]
+        return np.concatenate([raw[:, :5], hooks, raw[:, 6:]], axis=1)
+
     def internal_error(self, where: str, exc: BaseException) -> None:
         """Count an error inside wsprof and keep the first of each kind as an event."""
         self.internal_errors += 1
@@ -135,8 +170,11 @@ class Recorder:
         self.events.append((_now(), kind, detail))
 
     def _run(self) -> None:
-        while not self._stop.wait(self.flush_interval_s):
+        wait_s = self.flush_interval_s
+        while not self._stop.wait(wait_s):
+            busy = len(self.calls) > self.max_pending // 4
             self.flush()
+            wait_s = min(0.05, self.flush_interval_s) if busy else self.flush_interval_s
 
     def _identity(self) -> dict[str, Any]:
         dist = sys.modules.get("torch.distributed")
@@ -164,8 +202,13 @@ class Recorder:
             return
         with self._lock:
             t0 = _now()
+            for fn in list(self.on_flush):
+                try:
+                    fn()
+                except Exception as e:  # noqa: BLE001 - never raise into training
+                    self.internal_error("on_flush", e)
             batches: dict[str, list[tuple[Any, ...]]] = {}
-            for name in ("sites", "calls", "spans", "counters", "events"):
+            for name in ("sites", "calls", "updates", "spans", "counters", "events"):
                 q: deque[tuple[Any, ...]] = getattr(self, name)
                 n = len(q)
                 batches[name] = [q.popleft() for _ in range(n)]
@@ -173,7 +216,9 @@ class Recorder:
                 meta: dict[str, Any] = {}
                 if not self._rank_known:
                     meta.update(self._identity())
-                self._writer.write(batches)
+                calls = batches.pop("calls")
+                batches["call_updates"] = batches.pop("updates")
+                self._writer.write(batches, self._call_matrix(calls) if calls else None)
                 meta["self"] = {
                     "dropped_calls": self.dropped_calls,
                     "internal_errors": self.internal_errors,

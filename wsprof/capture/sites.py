@@ -1,7 +1,9 @@
 """Caller sites: the first frame outside torch and wsprof's own capture code, interned.
 
 Whether a code object is internal is cached per code object, and a site id per
-(code object, line), so the cost per call is a short frame walk and two dict lookups.
+(code object, line). Hooks first look up :attr:`SiteTable.fast`, keyed by the calling frame's
+(code object, ``f_lasti``): one dict lookup, no line-number computation, when the caller is
+user code; :meth:`SiteTable.site_of` walks the frames otherwise.
 """
 
 from __future__ import annotations
@@ -33,8 +35,18 @@ class SiteTable:
         self._out = out
         self._internal: dict[CodeType, bool] = {}
         self._ids: dict[tuple[CodeType, int], int] = {}
+        #: (code, f_lasti) of a non-internal calling frame -> site id; filled by site_of.
+        self.fast: dict[tuple[CodeType, int], int] = {}
         self._torch = _torch_dirs()
+        #: Code objects of audited wrappers: skipped like torch's own frames.
         self.extra_internal: set[CodeType] = set()
+
+    def mark_internal(self, codes: set[CodeType]) -> None:
+        """Treat ``codes`` (an audited wrapper's functions) as internal from now on."""
+        self.extra_internal |= codes
+        for c in codes:
+            self._internal[c] = True
+        self.fast.clear()
 
     def _is_internal(self, code: CodeType) -> bool:
         fn = code.co_filename
@@ -47,6 +59,7 @@ class SiteTable:
     def site_of(self, frame: FrameType | None) -> int:
         """Site id of the first non-internal frame at or above ``frame``; -1 if none."""
         internal = self._internal
+        first = True
         while frame is not None:
             code = frame.f_code
             flag = internal.get(code)
@@ -59,6 +72,9 @@ class SiteTable:
                     sid = self._ids[key] = len(self._ids)
                     self._out.append((sid, code.co_filename, frame.f_lineno, code.co_qualname
                                       if hasattr(code, "co_qualname") else code.co_name))
+                if first:
+                    self.fast[(code, frame.f_lasti)] = sid
                 return sid
+            first = False
             frame = frame.f_back
         return -1

@@ -17,7 +17,9 @@ import numpy as np
 import numpy.typing as npt
 
 #: Bumped whenever a table or column changes meaning; the reader refuses other versions.
-SCHEMA_VERSION = 1
+#: Version 2: calls stored as compressed column chunks with interned strings, plus
+#: ``call_updates`` (async completion and device time).
+SCHEMA_VERSION = 2
 
 #: File name suffix of a trace.
 TRACE_SUFFIX = ".wsprof"
@@ -40,6 +42,17 @@ CALL_COLUMNS = (
     "step",  # int, step number current at call start; -1 before the first step
     "phase",  # str | None, innermost phase current at call start
     "error",  # str | None, exception type name if the call raised
+)
+
+#: String columns of a ``calls`` row: stored as ids into the ``strings`` table (-1: None).
+CALL_STRING_COLUMNS = frozenset({"op", "api", "layer", "dtype", "grp", "phase", "error"})
+
+#: Columns learned after a call returned, joined onto it by ``(t_start_ns, thread)``.
+CALL_UPDATE_COLUMNS = (
+    "t_start_ns",  # int, the call's start (with thread, identifies it)
+    "thread",  # int
+    "t_done_ns",  # int, monotonic ns when completion was observed (wait() returned); -1 unknown
+    "device_ns",  # int, device (CUDA) duration of the collective, ns; -1 unknown
 )
 
 SPAN_COLUMNS = ("kind", "name", "t_start_ns", "t_end_ns", "step", "thread")
@@ -120,6 +133,18 @@ class CallTable:
     step: npt.NDArray[np.int64]
     phase: npt.NDArray[np.object_]
     error: npt.NDArray[np.object_]
+    #: When completion was observed: the return for a synchronous call, ``wait()`` (or the
+    #: first true ``is_completed()``) for an async one; -1 where never observed.
+    t_done_ns: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: Device (CUDA) duration of the collective, ns; -1 unknown (no CUDA, or not enabled).
+    device_ns: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def __post_init__(self) -> None:
+        n = len(self)
+        if self.t_done_ns.shape[0] != n:
+            self.t_done_ns = np.where(self.is_async, -1, self.t_end_ns).astype(np.int64)
+        if self.device_ns.shape[0] != n:
+            self.device_ns = np.full(n, -1, dtype=np.int64)
 
     def __len__(self) -> int:
         return int(self.t_start_ns.shape[0])
@@ -137,7 +162,8 @@ class CallTable:
 
     def take(self, index: npt.NDArray[Any]) -> CallTable:
         """A new table with the rows selected by ``index`` (mask or indices)."""
-        return CallTable(**{name: getattr(self, name)[index] for name in CALL_COLUMNS})
+        names = (*CALL_COLUMNS, "t_done_ns", "device_ns")
+        return CallTable(**{name: getattr(self, name)[index] for name in names})
 
     @classmethod
     def empty(cls) -> CallTable:
@@ -149,7 +175,7 @@ class CallTable:
         cols = list(zip(*rows)) if rows else [() for _ in CALL_COLUMNS]
         out: dict[str, Any] = {}
         for name, col in zip(CALL_COLUMNS, cols):
-            if name in ("op", "api", "layer", "dtype", "grp", "phase", "error"):
+            if name in CALL_STRING_COLUMNS:
                 out[name] = np.array(col, dtype=object)
             elif name == "is_async":
                 out[name] = np.array(col, dtype=bool)

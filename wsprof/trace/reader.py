@@ -9,13 +9,16 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import zlib
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from wsprof.errors import InputError
 from wsprof.trace.model import (
     CALL_COLUMNS,
+    CALL_STRING_COLUMNS,
     SCHEMA_VERSION,
     TRACE_SUFFIX,
     CallTable,
@@ -90,13 +93,81 @@ def read_trace(path: str) -> ProcessTrace:
             f"{path}: corrupt or truncated trace ({e}); analyse the run folder (other traces are "
             "still read) or re-record"
         ) from e
-    except (TypeError, ValueError, KeyError) as e:
+    except (TypeError, ValueError, KeyError, zlib.error) as e:
         raise InputError(
             f"{path}: malformed trace ({type(e).__name__}: {e}); it was not written by this "
             "wsprof or was edited"
         ) from e
     finally:
         db.close()
+
+
+def _read_calls(db: sqlite3.Connection) -> CallTable:
+    """Decode every call chunk, resolve string ids, join ``call_updates``; sorted by start."""
+    strings = dict(db.execute("SELECT id, value FROM strings").fetchall())
+    parts: dict[str, list[npt.NDArray[np.int64]]] = {c: [] for c in CALL_COLUMNS}
+    for n_rows, columns, data in db.execute(
+        "SELECT n_rows, columns, data FROM call_chunks ORDER BY id"
+    ):
+        names = [(str(c[0]), np.dtype(str(c[1]))) for c in json.loads(columns)]
+        raw = zlib.decompress(data)
+        n, off = int(n_rows), 0
+        for name, dt in names:
+            size = n * dt.itemsize
+            if off + size > len(raw):
+                raise ValueError("call chunk shorter than its columns")
+            if name in parts:
+                parts[name].append(np.frombuffer(raw, dtype=dt, count=n, offset=off)
+                                   .astype(np.int64))
+            off += size
+        missing = set(CALL_COLUMNS) - {name for name, _ in names}
+        if missing:
+            raise ValueError(f"call chunk lacks columns {sorted(missing)}")
+    if not parts["t_start_ns"]:
+        return CallTable.empty()
+    cols = {c: np.concatenate(parts[c]) for c in CALL_COLUMNS}
+    order = np.argsort(cols["t_start_ns"], kind="stable")
+    out: dict[str, Any] = {}
+    lookup_cache: dict[int, str | None] = {-1: None}
+    for name, col in cols.items():
+        col = col[order]
+        if name in CALL_STRING_COLUMNS:
+            ids, inverse = np.unique(col, return_inverse=True)
+            values = np.empty(len(ids), dtype=object)
+            for k, i in enumerate(ids.tolist()):
+                if i not in lookup_cache:
+                    if i not in strings:
+                        raise ValueError(f"string id {i} of column {name!r} is not in strings")
+                    lookup_cache[i] = str(strings[i])
+                values[k] = lookup_cache[i]
+            out[name] = values[inverse.reshape(-1)]
+        elif name == "is_async":
+            out[name] = col != 0
+        else:
+            out[name] = col.copy()
+    table = CallTable(**out)
+    _join_updates(db, table)
+    return table
+
+
+def _join_updates(db: sqlite3.Connection, table: CallTable) -> None:
+    """Apply ``call_updates`` (async completion, device time) to the calls they name."""
+    rows = db.execute(
+        "SELECT t_start_ns, thread, t_done_ns, device_ns FROM call_updates"
+    ).fetchall()
+    if not rows or not len(table):
+        return
+    starts = table.t_start_ns
+    for t0, thread, t_done, device in rows:
+        lo = int(np.searchsorted(starts, t0, side="left"))
+        hi = int(np.searchsorted(starts, t0, side="right"))
+        for i in range(lo, hi):
+            if int(table.thread[i]) == thread:
+                if t_done is not None and t_done >= 0:
+                    table.t_done_ns[i] = max(int(table.t_done_ns[i]), int(t_done))
+                if device is not None and device >= 0:
+                    table.device_ns[i] = int(device)
+                break
 
 
 def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
@@ -115,8 +186,7 @@ def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
             f"{path}: trace schema version {version!r}, this wsprof reads version "
             f"{SCHEMA_VERSION}; analyse it with the wsprof version that wrote it"
         )
-    rows = db.execute(f"SELECT {','.join(CALL_COLUMNS)} FROM calls ORDER BY t_start_ns").fetchall()
-    calls = CallTable.from_rows(rows)
+    calls = _read_calls(db)
     sites = {
         int(r[0]): Site(int(r[0]), str(r[1]), int(r[2]), str(r[3]))
         for r in db.execute("SELECT id, file, line, function FROM sites")

@@ -1,14 +1,22 @@
-"""SQLite schema of a trace file (see :mod:`wsprof.trace.model` for column meanings)."""
+"""SQLite schema of a trace file (see :mod:`wsprof.trace.model` for column meanings).
+
+Calls, the one high-volume table, are stored as chunks: each ``call_chunks`` row holds
+``n_rows`` calls as a zlib-compressed, column-major ``int64`` matrix whose columns are named in
+``columns`` (JSON list, :data:`~wsprof.trace.model.CALL_COLUMNS`); string columns hold ids into
+``strings`` (-1 for None). One SQLite row per call cost about 3.5 µs of writer CPU per call;
+a chunk costs well under 1 µs per call and a few bytes compressed.
+"""
 
 from __future__ import annotations
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sites (id INTEGER PRIMARY KEY, file TEXT, line INTEGER, function TEXT);
-CREATE TABLE IF NOT EXISTS calls (
-    t_start_ns INTEGER, t_end_ns INTEGER, backend_ns INTEGER, n_backend INTEGER,
-    thread INTEGER, op TEXT, api TEXT, layer TEXT, bytes INTEGER, dtype TEXT, grp TEXT,
-    is_async INTEGER, site INTEGER, step INTEGER, phase TEXT, error TEXT);
+CREATE TABLE IF NOT EXISTS strings (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS call_chunks (
+    id INTEGER PRIMARY KEY, n_rows INTEGER NOT NULL, columns TEXT NOT NULL, data BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS call_updates (
+    t_start_ns INTEGER, thread INTEGER, t_done_ns INTEGER, device_ns INTEGER);
 CREATE TABLE IF NOT EXISTS spans (
     kind TEXT, name TEXT, t_start_ns INTEGER, t_end_ns INTEGER, step INTEGER, thread INTEGER);
 CREATE TABLE IF NOT EXISTS counters (t_ns INTEGER, name TEXT, value REAL);
@@ -19,7 +27,9 @@ CREATE TABLE IF NOT EXISTS samples (
 """
 
 INSERT = {
-    "calls": "INSERT INTO calls VALUES (" + ",".join("?" * 16) + ")",
+    "strings": "INSERT INTO strings VALUES (?,?)",
+    "call_chunks": "INSERT INTO call_chunks (n_rows, columns, data) VALUES (?,?,?)",
+    "call_updates": "INSERT INTO call_updates VALUES (?,?,?,?)",
     "spans": "INSERT INTO spans VALUES (?,?,?,?,?,?)",
     "counters": "INSERT INTO counters VALUES (?,?,?)",
     "events": "INSERT INTO events VALUES (?,?,?)",

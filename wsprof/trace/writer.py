@@ -5,11 +5,91 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
+import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from wsprof.trace.model import SCHEMA_VERSION
+import numpy as np
+import numpy.typing as npt
+
+from wsprof.trace.model import CALL_COLUMNS, CALL_STRING_COLUMNS, SCHEMA_VERSION
 from wsprof.trace.schema import DDL, INSERT
+
+
+class StringTable:
+    """Interns strings to small ids for the ``strings`` table; None is -1.
+
+    Thread-safe: capture threads intern on a cache miss while the writer thread drains
+    :meth:`take_new`.
+    """
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self._new: list[tuple[int, str]] = []
+        self._lock = threading.Lock()
+
+    def intern(self, value: str | None) -> int:
+        """The id of ``value`` (-1 for None), allocating one on first sight."""
+        if value is None:
+            return -1
+        i = self.ids.get(value)
+        if i is not None:
+            return i
+        with self._lock:
+            i = self.ids.get(value)
+            if i is None:
+                i = len(self.ids)
+                self._new.append((i, value))
+                self.ids[value] = i
+            return i
+
+    def take_new(self) -> list[tuple[int, str]]:
+        """Rows for strings interned since the last call."""
+        with self._lock:
+            new, self._new = self._new, []
+        return new
+
+    def put_back(self, rows: list[tuple[int, str]]) -> None:
+        """Return rows from :meth:`take_new` whose write failed, to be written next time."""
+        with self._lock:
+            self._new = rows + self._new
+
+
+def encode_calls(rows: Iterable[tuple[Any, ...]], strings: StringTable) -> npt.NDArray[np.int64]:
+    """Rows in :data:`CALL_COLUMNS` order (strings as ``str``) -> an ``(n, 16)`` int64 matrix
+    with strings interned in ``strings``; None in a numeric column becomes -1."""
+    out = []
+    str_cols = [i for i, c in enumerate(CALL_COLUMNS) if c in CALL_STRING_COLUMNS]
+    for r in rows:
+        row = [(-1 if v is None else v) for v in r]
+        for i in str_cols:
+            row[i] = strings.intern(r[i])
+        out.append(row)
+    return np.array(out, dtype=np.int64).reshape(-1, len(CALL_COLUMNS))
+
+
+_NARROW = (np.int8, np.int16, np.int32, np.int64)
+
+
+def pack_columns(m: npt.NDArray[np.int64]) -> tuple[str, bytes]:
+    """An ``(n, 16)`` call matrix -> (columns JSON, zlib data) of one ``call_chunks`` row.
+
+    Each column is stored in the narrowest integer type that holds its values (most columns
+    are small ids that repeat within a chunk), column after column, then compressed (zlib
+    level 1): a few bytes per call.
+    """
+    columns: list[list[str]] = []
+    parts: list[bytes] = []
+    for name, col in zip(CALL_COLUMNS, m.T):
+        lo, hi = (int(col.min()), int(col.max())) if len(col) else (0, 0)
+        for dt in _NARROW:
+            info = np.iinfo(dt)
+            if info.min <= lo and hi <= info.max:
+                break
+        columns.append([name, np.dtype(dt).str])
+        parts.append(col.astype(dt).tobytes())
+    return json.dumps(columns), zlib.compress(b"".join(parts), 1)
 
 
 class TraceWriter:
@@ -34,6 +114,7 @@ class TraceWriter:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(DDL)
+        self.strings = StringTable()
         self.set_meta({"schema_version": SCHEMA_VERSION})
 
     def set_meta(self, values: Mapping[str, Any]) -> None:
@@ -44,18 +125,38 @@ class TraceWriter:
                 [(k, json.dumps(v)) for k, v in values.items()],
             )
 
-    def write(self, batches: Mapping[str, Iterable[tuple[Any, ...]]]) -> None:
+    def write(
+        self,
+        batches: Mapping[str, Iterable[tuple[Any, ...]]],
+        call_matrix: npt.NDArray[np.int64] | None = None,
+    ) -> None:
         """Write rows for several tables in one transaction.
 
         Args:
-            batches: table name (calls, spans, counters, events, sites, stacks, samples) to rows
-                in that table's column order.
+            batches: table name (calls, call_updates, spans, counters, events, sites, stacks,
+                samples) to rows in that table's column order; ``calls`` rows hold strings
+                (convenient, slower: :func:`encode_calls`).
+            call_matrix: calls already encoded, shape ``(n, 16)`` in :data:`CALL_COLUMNS` order
+                with string ids from :attr:`strings` (the recorder's fast path).
         """
+        chunks: list[npt.NDArray[np.int64]] = []
+        if "calls" in batches:
+            chunks.append(encode_calls(batches["calls"], self.strings))
+        if call_matrix is not None:
+            chunks.append(call_matrix)
+        new_strings = self.strings.take_new()
         self._db.execute("BEGIN")
         try:
+            self._db.executemany(INSERT["strings"], new_strings)
+            for m in chunks:
+                if len(m):
+                    columns, data = pack_columns(m)
+                    self._db.execute(INSERT["call_chunks"], (len(m), columns, data))
             for table, rows in batches.items():
-                self._db.executemany(INSERT[table], rows)
+                if table != "calls":
+                    self._db.executemany(INSERT[table], rows)
         except BaseException:
+            self.strings.put_back(new_strings)
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
