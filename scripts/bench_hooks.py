@@ -1,11 +1,15 @@
 """Added host time per collective call from wsprof's hooks, against the unpatched call.
 
 Runs ``dist.broadcast`` on torch's fake process group (a no-op backend, so the collective costs
-only its Python dispatch) N times unpatched, then patched, interleaved in rounds, and prints the
-median per-call time of each and the difference in ns and as a ratio. Not a test: speed checks
-stay out of the suite.
+only its Python dispatch) unpatched and with each hook layer setting (``api``: names only;
+``both``: the default, names plus ProcessGroup methods and ``Work.wait``), interleaved in rounds
+so that machine noise hits every setting alike. Each round is long enough for the
+recorder's writer thread to flush during it, so its cost (GIL time) is included. Prints the
+median ns per call of each setting, the added ns per call (median of the per-round
+differences to unpatched, with their interquartile range) and the ratio, and the
+writer's own CPU per recorded call. Not a test: speed checks stay out of the suite.
 
-Usage: python scripts/bench_hooks.py [--calls 20000] [--rounds 7]
+Usage: python scripts/bench_hooks.py [--calls 50000] [--rounds 21] [--flush-s 0.2]
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import wsprof
 
+MODES = ("none", "api", "both")
+
 
 def per_call_ns(n: int) -> float:
     t = torch.ones(16)
@@ -34,26 +40,42 @@ def per_call_ns(n: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--calls", type=int, default=20_000)
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--calls", type=int, default=50_000)
+    ap.add_argument("--rounds", type=int, default=21)
+    ap.add_argument("--flush-s", type=float, default=0.2,
+                    help="writer interval; a large value keeps the writer out of the timing")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
     out = tempfile.mkdtemp(prefix="wsprof-bench-")
-    base: list[float] = []
-    hooked: list[float] = []
-    per_call_ns(2_000)
+    times: dict[str, list[float]] = {m: [] for m in MODES}
+    flush_ns = 0
+    recorded = 0
+    per_call_ns(5_000)
     for _ in range(args.rounds):
-        base.append(per_call_ns(args.calls))
-        wsprof.patch(out)
-        hooked.append(per_call_ns(args.calls))
-        wsprof.unpatch()
-    b, h = statistics.median(base), statistics.median(hooked)
+        for mode in MODES:
+            if mode != "none":
+                wsprof.patch(out, layers=mode, flush_interval_s=args.flush_s)
+            times[mode].append(per_call_ns(args.calls))
+            if mode != "none":
+                rec = wsprof._recorder
+                wsprof.unpatch()
+                flush_ns += rec.flush_ns_total
+                recorded += args.calls
+    med = {m: statistics.median(v) for m, v in times.items()}
     print(f"torch {torch.__version__}, fake process group, {args.rounds} rounds x {args.calls} "
-          "dist.broadcast calls")
-    print(f"unpatched  {b:10.0f} ns/call")
-    print(f"patched    {h:10.0f} ns/call (API + backend + Work.wait layers, recorded to SQLite)")
-    print(f"added      {h - b:10.0f} ns/call   ratio {h / b:.3f}")
+          f"dist.broadcast calls per setting, writer thread flushing every {args.flush_s:g} s")
+    print("added = median over rounds of (setting - unpatched in the same round); IQR in brackets")
+    print(f"{'layers':<10}{'ns/call':>10}{'added ns':>10}{'IQR':>16}{'ratio':>8}")
+    for m in MODES:
+        diffs = sorted(h - b for h, b in zip(times[m], times["none"]))
+        added = statistics.median(diffs)
+        q = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else [added, added, added]
+        iqr = f"[{q[0]:.0f}, {q[2]:.0f}]"
+        ratio = statistics.median(h / b for h, b in zip(times[m], times["none"]))
+        print(f"{m:<10}{med[m]:>10.0f}{added:>10.0f}{iqr:>16}{ratio:>8.3f}")
+    print(f"writer thread: {flush_ns / max(recorded, 1):.0f} ns of flush time per recorded call "
+          "(off the calling thread; included above only where it held the GIL)")
 
 
 if __name__ == "__main__":

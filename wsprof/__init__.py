@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from wsprof.capture.markers import close_step, counter, phase, step
@@ -29,7 +30,14 @@ __all__ = ["__version__", "counter", "flush", "patch", "phase", "step", "trace_p
 _recorder: Any = None
 
 
-def patch(out: str | None = None, *, flush_interval_s: float = 0.5) -> str | None:
+def patch(
+    out: str | None = None,
+    *,
+    flush_interval_s: float = 0.5,
+    extra: Sequence[str] | None = None,
+    layers: str | None = None,
+    device_time: bool | None = None,
+) -> str | None:
     """Hook every collective of ``torch.distributed`` and start recording.
 
     Calling it twice is the same as calling it once. ``WSPROF_DISABLE=1`` turns it into a no-op.
@@ -38,6 +46,17 @@ def patch(out: str | None = None, *, flush_interval_s: float = 0.5) -> str | Non
         out: run folder; default ``$WSPROF_OUT``, else ``./wsprof-out/<timestamp>``. The trace is
             ``<out>/<host>-<pid>.wsprof``.
         flush_interval_s: seconds between background writes (the most a SIGKILL can lose).
+        extra: more communicators outside ``torch.distributed`` to hook, as
+            ``"module:qualname"`` or ``"module:qualname=op"`` (e.g.
+            ``"mylib.sync:push_weights=broadcast"``); added to the built-in vLLM, SGLang and
+            ``ray.util.collective`` targets and to ``$WSPROF_EXTRA`` (comma-separated). A target
+            whose module is not imported yet is hooked when it is; one that cannot be hooked is an
+            ``extra_missing`` event in the trace, never an exception.
+        layers: ``both`` (default, or ``$WSPROF_LAYERS``): API names and the ``ProcessGroup``
+            backend, so the time between them is known; ``api``: names only (cheapest).
+        device_time: also measure each collective's device time with CUDA events and the NCCL
+            completion hook (default ``$WSPROF_DEVICE_TIME=1``); costs a few µs per call, so off
+            by default; without CUDA it is skipped (an event in the trace says so).
 
     Returns:
         The trace file path, or None when disabled or when the trace cannot be created (a one-line
@@ -63,7 +82,20 @@ def patch(out: str | None = None, *, flush_interval_s: float = 0.5) -> str | Non
         return None
     _recorder = rec
     STATE.recorder = rec
-    collectives.install(rec)
+    try:
+        if device_time is None:
+            device_time = os.environ.get("WSPROF_DEVICE_TIME") == "1"
+        collectives.install(rec, layers or os.environ.get("WSPROF_LAYERS") or "both",
+                            device_time)
+    except Exception as e:  # noqa: BLE001 - never raise into training
+        sys.stderr.write(f"wsprof: collectives not hooked ({type(e).__name__}: {e})\n")
+        rec.internal_error("install", e)
+    try:
+        from wsprof.capture import extra as extra_hooks
+
+        extra_hooks.install(extra_hooks.targets_from(extra), recorder=rec)
+    except Exception as e:  # noqa: BLE001 - never raise into training
+        rec.internal_error("extra", e)
     atexit.register(_at_exit)
     return str(rec.path)
 
@@ -72,11 +104,13 @@ def unpatch() -> None:
     """Restore every original collective, close the open step and write everything recorded."""
     global _recorder
     from wsprof.capture import collectives
+    from wsprof.capture import extra as extra_hooks
     from wsprof.capture.markers import STATE
 
     if _recorder is None:
         return
     collectives.uninstall()
+    extra_hooks.uninstall()
     close_step()
     _recorder.close()
     STATE.recorder = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,3 +97,48 @@ def test_nan_counter_does_not_break_analysis(tmp_path: Path) -> None:
         wsprof.unpatch()
     analysis = analyze_path(str(tmp_path))
     assert analysis.primary is not None and len(analysis.primary.steps) == 3
+
+
+def test_async_completion_is_joined_to_its_call(tmp_path: Path) -> None:
+    path = wsprof.patch(str(tmp_path), device_time=True)
+    try:
+        w = dist.all_reduce(torch.ones(4), async_op=True)
+        before_wait = time.monotonic_ns()
+        w.wait()
+        w2 = dist.all_reduce(torch.ones(4), async_op=True)
+        while not w2.is_completed():
+            time.sleep(0.001)
+        w3 = dist.all_reduce(torch.ones(4), async_op=True)  # never waited: completion unknown
+        dist.broadcast(torch.ones(2), 0)
+    finally:
+        wsprof.unpatch()
+    trace = read_trace(str(path))
+    calls = trace.calls
+    assert calls.is_async.tolist() == [True, True, True, False]
+    assert calls.t_done_ns[0] >= before_wait
+    assert calls.t_done_ns[1] >= calls.t_end_ns[1]
+    assert calls.t_done_ns[2] == -1
+    assert calls.t_done_ns[3] == calls.t_end_ns[3]
+    del w3
+    # No CUDA here: device time is off, said once, and nothing else changed.
+    if not torch.cuda.is_available():
+        assert any(e.kind == "device_time" and "off" in e.detail for e in trace.events)
+        assert (calls.device_ns == -1).all()
+
+
+def test_layers_option_hooks_only_what_it_names(tmp_path: Path) -> None:
+    path = wsprof.patch(str(tmp_path), layers="api")
+    try:
+        from wsprof.capture.collectives import is_hook
+
+        assert not is_hook(dist.ProcessGroup.__dict__["broadcast"])
+        assert is_hook(dist.__dict__["broadcast"])
+        dist.broadcast(torch.ones(2), 0)
+    finally:
+        wsprof.unpatch()
+    calls = read_trace(str(path)).calls
+    assert calls.layer.tolist() == ["api"] and calls.n_backend.tolist() == [0]
+    with pytest.raises(ValueError, match="layers"):
+        from wsprof.capture import collectives
+
+        collectives.install(None, "backend")  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ from wsprof.analysis.model import (
     Finding,
     ProcessAnalysis,
     SeriesResult,
+    WrapperFact,
 )
 from wsprof.units import fmt_in_unit
 
@@ -56,7 +57,7 @@ class Facts:
 
     series: dict[str, SeriesResult]
     processes: Sequence[ProcessAnalysis]
-    wrappers: list[dict[str, Any]] = field(default_factory=list)
+    wrappers: list[WrapperFact] = field(default_factory=list)
     internal_errors: list[str] = field(default_factory=list)
     #: Series judged as times per step (slowdowns) and as counters (growth).
     time_series: tuple[str, ...] = TIME_SERIES
@@ -74,16 +75,25 @@ class Facts:
 
 
 
+def _top_wrapper(facts: Facts) -> WrapperFact | None:
+    """The wrapper on a collective name through which the most between-layers time went
+    (``facts.wrappers`` is sorted that way)."""
+    names = [w for w in facts.wrappers if w.kind == "name"]
+    return names[0] if names else None
+
+
 def _wrapper_where(facts: Facts) -> str | None:
-    if not facts.wrappers:
-        return None
-    w = facts.wrappers[0]
-    return f"{w.get('qualname')} ({w.get('file')}:{w.get('line')})"
+    w = _top_wrapper(facts)
+    return w.label() if w is not None else None
 
 
 def _wrapped_names(facts: Facts) -> str:
-    names = sorted({str(w.get("api", "?")) for w in facts.wrappers})
-    return ", ".join(names)
+    """Every name the top wrapper sits on (the same bug under several names)."""
+    top = _top_wrapper(facts)
+    if top is None:
+        return ""
+    same = {w.api for w in facts.wrappers if w.qualname == top.qualname and w.file == top.file}
+    return ", ".join(sorted(same))
 
 
 class Rule:

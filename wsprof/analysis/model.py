@@ -206,6 +206,35 @@ class ProcessAnalysis:
 
 
 @dataclass(frozen=True)
+class WrapperFact:
+    """A foreign wrapper on a collective name, or a ``ProcessGroup`` subclass in use.
+
+    Attributes:
+        api: the name it sits on (``dist.broadcast``) or ``ProcessGroup`` for a subclass.
+        kind: ``name`` (a wrapper on a collective name) or ``group_class``.
+        qualname: the wrapper's (or subclass's) qualified name; file and line where defined.
+        wraps: what it wraps, outermost first.
+        after_patch: found on a re-wrap after ``wsprof.patch()`` (else at patch time).
+        between_s: total time between layers of the calls made through ``api``, s (None when
+            no call went through it).
+    """
+
+    api: str
+    kind: str
+    qualname: str
+    module: str | None
+    file: str | None
+    line: int | None
+    wraps: tuple[str, ...]
+    after_patch: bool
+    between_s: float | None
+
+    def label(self) -> str:
+        """``qualname (file:line)``."""
+        return f"{self.qualname} ({self.file}:{self.line})"
+
+
+@dataclass(frozen=True)
 class Analysis:
     """The whole result of ``wsprof analyze``: what every renderer reads.
 
@@ -219,6 +248,9 @@ class Analysis:
     series: tuple[SeriesResult, ...]
     findings: tuple[Finding, ...]
     notes: tuple[str, ...] = ()
+    #: Wrappers found on collective names and ProcessGroup subclasses, most between-layers
+    #: time first.
+    wrappers: tuple[WrapperFact, ...] = ()
 
     @property
     def primary(self) -> ProcessAnalysis | None:

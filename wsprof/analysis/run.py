@@ -10,7 +10,14 @@ import numpy as np
 
 from wsprof.analysis.findings import Facts, run_rules
 from wsprof.analysis.growth import classify
-from wsprof.analysis.model import Analysis, ProcessAnalysis, Series, SeriesResult, StepRow
+from wsprof.analysis.model import (
+    Analysis,
+    ProcessAnalysis,
+    Series,
+    SeriesResult,
+    StepRow,
+    WrapperFact,
+)
 from wsprof.analysis.process import analyze_process, counter_per_step
 from wsprof.analysis.steps import assign_calls
 from wsprof.trace.model import ProcessTrace, SampleWindow
@@ -122,13 +129,10 @@ def analyze_run(
     series = step_series(analyses[0], procs[0]) if analyses else []
     notes: list[str] = list(problems)
     results = _classify(series, notes)
-    wrappers: list[dict[str, object]] = []
-    for e in procs[0].events if procs else []:
-        if e.kind == "wrapper":
-            try:
-                wrappers.append(json.loads(e.detail))
-            except ValueError:
-                continue
+    wrappers = wrapper_facts(procs[0]) if procs else []
+    unattributed = _unattributed_backend(procs[0]) if procs else None
+    if unattributed:
+        notes.append(unattributed)
     errors = [e.detail for t in procs for e in t.events if e.kind == "internal_error"]
     facts = Facts({r.series.name: r for r in results}, analyses, wrappers, errors)
     if analyses and not any(len(t.calls) or t.spans for t in procs):
@@ -150,7 +154,65 @@ def analyze_run(
         series=tuple(results),
         findings=tuple(run_rules(facts)),
         notes=tuple(notes),
+        wrappers=tuple(wrappers),
     )
+
+
+def wrapper_facts(trace: ProcessTrace) -> list[WrapperFact]:
+    """The wrapper audit of one process: every ``wrapper`` event, with the time between layers
+    of the calls made through the name it sits on; most of that time first."""
+    calls = trace.calls
+    between: dict[str, float] = {}
+    if len(calls):
+        bl = calls.between_layers_ns
+        for api in set(calls.api.tolist()):
+            between[str(api)] = float(bl[calls.api == api].sum()) / 1e9
+    out: list[WrapperFact] = []
+    seen: set[tuple[str, str, str | None, int | None]] = set()
+    for e in trace.events:
+        if e.kind != "wrapper":
+            continue
+        try:
+            d = json.loads(e.detail)
+        except ValueError:
+            continue
+        if not isinstance(d, dict):
+            continue
+        api = str(d.get("api", "?"))
+        line = d.get("line")
+        fact = WrapperFact(
+            api=api,
+            kind=str(d.get("kind", "name")),
+            qualname=str(d.get("qualname", "?")),
+            module=str(d["module"]) if d.get("module") is not None else None,
+            file=str(d["file"]) if d.get("file") is not None else None,
+            line=int(line) if isinstance(line, int) else None,
+            wraps=tuple(str(w) for w in d.get("wraps", ()) or ()),
+            after_patch=bool(d.get("after_patch", False)),
+            between_s=between.get(api),
+        )
+        key = (fact.api, fact.qualname, fact.file, fact.line)
+        if key not in seen:
+            seen.add(key)
+            out.append(fact)
+    out.sort(key=lambda w: -(w.between_s or 0.0))
+    return out
+
+
+def _unattributed_backend(trace: ProcessTrace) -> str | None:
+    """A note when backend-layer calls arrived with no API call open."""
+    calls = trace.calls
+    if not len(calls):
+        return None
+    m = calls.layer == "backend"
+    n = int(m.sum())
+    if not n:
+        return None
+    names = sorted({str(a) for a in calls.api[m].tolist()})
+    return (f"{n} of {len(calls)} calls reached the ProcessGroup backend with no collective name "
+            f"open ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}): they were made "
+            "through a reference taken before wsprof.patch(), a name re-wrapped after it, or the "
+            "backend directly; they are timed, but their time between layers is unknown")
 
 
 def analyze_series(series: Sequence[Series], source: str) -> Analysis:

@@ -179,14 +179,14 @@ def unclassified(dist: Any) -> tuple[list[str], list[str]]:
         if name.startswith("_") and not looks_collective(name):
             continue
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+            warnings.simplefilter("ignore")  # deprecated names warn on access (reduce_op)
             obj = getattr(dist, name)
-        if not inspect.isfunction(obj) and not callable(obj):
-            continue
-        if getattr(obj, "__module__", "") != "torch.distributed.distributed_c10d":
-            continue
-        if inspect.isclass(obj):
-            continue
+            if not inspect.isfunction(obj) and not callable(obj):
+                continue
+            if getattr(obj, "__module__", "") != "torch.distributed.distributed_c10d":
+                continue
+            if inspect.isclass(obj):
+                continue
         if name not in API_OPS and name not in API_EXCLUDED:
             api.append(name)
     backend: list[str] = []

@@ -21,6 +21,7 @@ import contextlib
 import functools
 import json
 import os
+import struct
 import sys
 import sysconfig
 import threading
@@ -39,6 +40,9 @@ from wsprof.capture.sites import SiteTable
 _now = time.monotonic_ns
 _get_ident = threading.get_ident
 _getframe = sys._getframe
+#: A call row: 14 little-endian int64 in RAW_CALL_COLUMNS order (``bytes`` objects are not
+#: tracked by the garbage collector, and the writer reads a batch with one ``numpy.frombuffer``).
+_pack_row = struct.Struct("<14q").pack
 
 
 class _Local(threading.local):
@@ -74,9 +78,9 @@ class _Installed:
             weakref.WeakKeyDictionary()
         )
         self.pending_order: deque[Any] = deque()
-        self.dropped_async = 0
         self.device: Any = None  # DeviceTimer when CUDA device time is on
         self.rewraps: set[tuple[str, str, int]] = set()  # re-wraps already recorded
+        self.group_classes: set[type] = set()  # ProcessGroup classes seen
 
 
 _STATE = _Installed()
@@ -91,11 +95,12 @@ def _intern_dtype(dt: Any) -> int:
 
 def _payload_slow(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> tuple[int, int]:
     """Bytes and dtype id of the first tensor (or tensor list) among the first two arguments
-    (or, when called with keywords only, among the keyword values); (-1, -1) if none."""
+    after ``self`` (a method of a communicator) and then the keyword values; (-1, -1) if none.
+    """
     tensor_type = _STATE.tensor_type
-    cands = list(args[:2])
-    if kwargs and not cands:
-        cands = list(kwargs.values())[:2]
+    cands = list(args[:3])
+    if kwargs:
+        cands += list(kwargs.values())[:2]
     for a in cands:
         if isinstance(a, tensor_type):
             dt = _STATE.dtype_ids.get(a.dtype)
@@ -122,9 +127,36 @@ def _group_id(pg: Any) -> int:
         name = None
     rec = _STATE.recorder
     i = rec.strings.intern(name) if rec is not None else -1
+    if rec is not None:
+        _audit_group_class(rec, type(pg))
+        if _STATE.device is not None:
+            _STATE.device.watch_group(pg)
     with contextlib.suppress(TypeError):  # no weak references: looked up every time
         _STATE.group_ids[id(pg)] = (weakref.ref(pg), i)
     return i
+
+
+def _audit_group_class(rec: Recorder, cls: type) -> None:
+    """Record a ``ProcessGroup`` subclass defined outside torch (a framework's reloadable or
+    instrumented group) the first time a call goes through one."""
+    if cls in _STATE.group_classes:
+        return
+    _STATE.group_classes.add(cls)
+    module = getattr(cls, "__module__", "") or ""
+    if module.startswith("torch"):
+        return
+    import inspect
+
+    try:
+        file: str | None = inspect.getsourcefile(cls)
+        line: int | None = inspect.getsourcelines(cls)[1]
+    except (OSError, TypeError):
+        file, line = None, None
+    rec.event("wrapper", json.dumps({
+        "api": "ProcessGroup", "kind": "group_class", "qualname": cls.__qualname__,
+        "module": module, "file": file, "line": line,
+        "wraps": [f"{b.__module__}.{b.__qualname__}" for b in cls.__mro__[1:3]],
+    }))
 
 
 def _phase_id(ident: int) -> int:
@@ -161,8 +193,8 @@ def _async_flag(ret: Any, t0: int, ident: int) -> int:
             continue
     while len(order) > MAX_PENDING_ASYNC:
         old = order.popleft()()
-        if old is not None and pending.pop(old, None) is not None:
-            _STATE.dropped_async += 1
+        if old is not None and pending.pop(old, None) is not None and _STATE.recorder:
+            _STATE.recorder.forgotten_async += 1
     return 1
 
 
@@ -172,6 +204,23 @@ def _completed(work: Any) -> None:
     rec = _STATE.recorder
     if key is not None and rec is not None:
         rec.updates.append((key[0], key[1], _now(), -1))
+
+
+def _device_start(device: Any) -> Any:
+    try:
+        return device.start()
+    except Exception as e:  # noqa: BLE001 - never raise into training
+        if _STATE.recorder is not None:
+            _STATE.recorder.internal_error("device_time", e)
+        return None
+
+
+def _device_end(device: Any, ev: Any, t0: int) -> None:
+    try:
+        device.end(ev, t0, _get_ident())
+    except Exception as e:  # noqa: BLE001 - never raise into training
+        if _STATE.recorder is not None:
+            _STATE.recorder.internal_error("device_time", e)
 
 
 def _record_slow(
@@ -197,8 +246,9 @@ def _record_slow(
         site = sites.site_of(_getframe(depth)) if sites is not None else -1
         err = rec.strings.intern(type(error).__name__) if error is not None else -1
         asy = _async_flag(ret, t0, ident) if ret is not None else 0
-        rec.calls.append((t0, t1, c[_BACKEND_NS], c[_N_BACKEND], ident, hook, nbytes, dt,
-                          _group_id(c[_PG]), asy, site, STATE.step, _phase_id(ident), err))
+        rec.calls.append(_pack_row(t0, t1, c[_BACKEND_NS], c[_N_BACKEND], ident, hook, nbytes, dt,
+                                   _group_id(c[_PG]), asy, site, STATE.step, _phase_id(ident),
+                                   err))
     except Exception as e:  # noqa: BLE001 - never raise into training
         rec.internal_error("record", e)
 
@@ -221,13 +271,18 @@ def _api_wrapper(orig: Callable[..., Any], op: str, api: str, layer: str = "api"
     group_ids = inst.group_ids
     markers = STATE
     phases = markers.phases
+    device = inst.device
+    pack_row = _pack_row
+    last_site: tuple[Any, int, int] = (None, -1, -1)
 
     @functools.wraps(orig)
     def wsprof_api_hook(*args: Any, **kwargs: Any) -> Any:
+        nonlocal last_site
         if tls.call is not None or not inst.active:
             return orig(*args, **kwargs)
         c: list[Any] = [0, 0, False, None]
         tls.call = c
+        ev = _device_start(device) if device is not None else None
         t0 = _now()
         try:
             ret = orig(*args, **kwargs)
@@ -238,6 +293,8 @@ def _api_wrapper(orig: Callable[..., Any], op: str, api: str, layer: str = "api"
             raise
         t1 = _now()
         tls.call = None
+        if ev is not None:
+            _device_end(device, ev, t0)
         # The fast recording path: plain-tensor first argument, known caller site and group.
         try:
             if len(calls) < max_pending:
@@ -251,18 +308,25 @@ def _api_wrapper(orig: Callable[..., Any], op: str, api: str, layer: str = "api"
                 else:
                     nbytes, dt = _payload_slow(args, kwargs)
                 f = _getframe(1)
-                site = fast_sites.get((f.f_code, f.f_lasti))
-                if site is None:
-                    site = site_of(f)
+                code = f.f_code
+                lasti = f.f_lasti
+                # Most calls come from the call site of the previous one: compare identities
+                # first (hashing a code object costs more than the rest of this lookup).
+                if code is last_site[0] and lasti == last_site[1]:
+                    site = last_site[2]
+                else:
+                    cached = fast_sites.get((code, lasti))
+                    site = site_of(f) if cached is None else cached
+                    last_site = (code, lasti, site)
                 pg = c[3]
                 if pg is None:
                     grp = -1
                 else:
                     g = group_ids.get(id(pg))
                     grp = g[1] if g is not None and g[0]() is pg else _group_id(pg)
-                calls.append((t0, t1, c[0], c[1], ident, hook, nbytes, dt, grp,
-                              0 if ret is None else _async_flag(ret, t0, ident), site,
-                              markers.step, _phase_id(ident) if phases else -1, -1))
+                calls.append(pack_row(t0, t1, c[0], c[1], ident, hook, nbytes, dt, grp,
+                                      0 if ret is None else _async_flag(ret, t0, ident), site,
+                                      markers.step, _phase_id(ident) if phases else -1, -1))
             else:
                 rec.dropped_calls += 1
         except Exception as e:  # noqa: BLE001 - never raise into training
@@ -524,8 +588,9 @@ def is_hook(obj: Any) -> bool:
     return getattr(obj, "__code__", None) in _HOOK_CODES
 
 
-#: Which layers :func:`install` hooks: ``api`` (names), ``backend`` (ProcessGroup + Work), both.
-LAYERS = ("both", "api", "backend")
+#: Which layers :func:`install` hooks: ``both`` (names, ProcessGroup methods and Work), or
+#: ``api`` (names only).
+LAYERS = ("both", "api")
 
 
 def _wrapper_codes(obj: Any) -> set[CodeType]:
@@ -541,14 +606,17 @@ def _wrapper_codes(obj: Any) -> set[CodeType]:
     return codes
 
 
-def install(recorder: Recorder, layers: str = "both") -> None:
+def install(recorder: Recorder, layers: str = "both", device_time: bool = False) -> None:
     """Wrap every collective name of the installed torch. Installing twice is a no-op.
 
     Args:
         recorder: receives call rows and sites.
-        layers: ``both`` (default; time between layers known), ``api`` (names only: cheapest,
-            no backend time) or ``backend`` (``ProcessGroup`` methods only: every call becomes a
-            backend-layer row, names unknown).
+        layers: ``both`` (default; time between layers known; calls through references
+            taken before ``patch()`` still seen) or ``api`` (names only: cheapest, no backend
+            time).
+        device_time: also time each API-layer call on the device with CUDA events, and
+            register the NCCL completion hook on each process group
+            (:mod:`wsprof.capture.device`); ignored, with an event, without CUDA.
 
     Raises:
         ValueError: an unknown ``layers``.
@@ -568,10 +636,18 @@ def install(recorder: Recorder, layers: str = "both") -> None:
     _STATE.phase_ids = {}
     _STATE.pending = weakref.WeakKeyDictionary()
     _STATE.pending_order = deque()
-    _STATE.dropped_async = 0
     table = aliases.build(dist)
     _STATE.recorder = recorder
     sites = _STATE.sites = SiteTable(recorder.sites)
+    _STATE.device = None
+    if device_time:
+        from wsprof.capture.device import DeviceTimer
+
+        try:
+            _STATE.device = DeviceTimer(recorder)
+            recorder.on_flush.append(_STATE.device.resolve)
+        except Exception as e:  # noqa: BLE001 - no CUDA: record it, go on without
+            recorder.event("device_time", f"off: {e}")
     patches: list[tuple[Any, str, Any, Any]] = []
     wrapper_codes: set[CodeType] = set()
     if layers in ("both", "api"):
@@ -600,7 +676,7 @@ def install(recorder: Recorder, layers: str = "both") -> None:
                     hook = hooks_by_id[id(current)] = _coalescing_wrapper(
                         current, "distributed_c10d." + aliases.COALESCING)
                 patches.append((module, aliases.COALESCING, current, hook))
-    if layers in ("both", "backend"):
+    if layers == "both":
         pg_cls = dist.ProcessGroup
         for name, op in table.backend:
             descriptor = pg_cls.__dict__[name]
@@ -660,12 +736,19 @@ def uninstall() -> None:
             setattr(owner, name, orig)
         elif _STATE.recorder is not None:
             _STATE.recorder.event("rewrapped", f"{getattr(owner, '__name__', owner)}.{name}")
-    if _STATE.recorder is not None and _reaudit in _STATE.recorder.on_flush:
-        _STATE.recorder.on_flush.remove(_reaudit)
+    rec = _STATE.recorder
+    if rec is not None:
+        device = _STATE.device
+        rec.on_flush[:] = [f for f in rec.on_flush
+                           if f is not _reaudit and getattr(f, "__self__", None) is not device]
+        if _STATE.device is not None:
+            _STATE.device.resolve()
     _STATE.patches = []
     _STATE.recorder = None
     _STATE.sites = None
     _STATE.rewraps = set()
+    _STATE.group_classes = set()
+    _STATE.device = None
 
 
 def installed() -> bool:

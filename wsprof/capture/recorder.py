@@ -1,20 +1,20 @@
 """The recorder: bounded in-memory queues drained to the trace file by a background thread.
 
-Hooks append plain tuples to ``collections.deque`` objects (``append`` and ``popleft`` are
-atomic under the GIL, so producers never take a lock). A call row is all integers, in
-:data:`RAW_CALL_COLUMNS` order: strings are interned ids (:class:`StringTable`) and the
-(op, api, layer) triple is one hook id, so the writer turns a batch into a matrix with one
-``numpy.array`` call. A daemon thread drains them every
-``flush_interval_s`` into :class:`~wsprof.trace.writer.TraceWriter` in one transaction, so a
-killed process loses at most one interval. When the queue of calls holds ``max_pending``
-rows, new rows are dropped and counted (``dropped_calls``), never silently.
+Hooks append rows to ``collections.deque`` objects (``append`` and ``popleft`` are atomic under
+the GIL, so producers never take a lock). A call row is 14 integers in
+:data:`RAW_CALL_COLUMNS` order packed into one ``bytes`` object (not tracked by the garbage
+collector; about 145 bytes queued): strings are interned ids
+(:class:`~wsprof.trace.writer.StringTable`) and the (op, api, layer) triple is one hook id, so
+the writer turns a batch into a matrix with one ``numpy.frombuffer``. A daemon thread drains
+the queues every ``flush_interval_s`` into :class:`~wsprof.trace.writer.TraceWriter` in one
+transaction, so a killed process loses at most one interval. When the queue of calls holds
+``max_pending`` rows, new rows are dropped and counted (``dropped_calls``), never silently.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import itertools
 import os
 import socket
 import sys
@@ -87,7 +87,7 @@ class Recorder:
         source: how records are captured: 'patch' | 'attach' | 'run'.
         flush_interval_s: seconds between background flushes.
         max_pending: most call rows held in memory before new ones are dropped (a queued row
-            takes about 330 bytes, so the default bounds the queue near 64 MiB). When a flush
+            takes about 145 bytes, so the default bounds the queue near 56 MiB). When a flush
             finds the queue over a quarter full, the next one comes sooner (bursts).
 
     Raises:
@@ -99,20 +99,22 @@ class Recorder:
         out_dir: str,
         source: str = "patch",
         flush_interval_s: float = 0.5,
-        max_pending: int = 200_000,
+        max_pending: int = 400_000,
     ) -> None:
         self.out_dir = out_dir
         self.path = new_trace_path(out_dir)
         self.pid = os.getpid()
         self.flush_interval_s = flush_interval_s
         self.max_pending = max_pending
-        self.calls: deque[tuple[int, ...]] = deque()
+        self.calls: deque[bytes] = deque()
         self.updates: deque[tuple[int, int, int, int]] = deque()
         self.spans: deque[tuple[Any, ...]] = deque()
         self.counters: deque[tuple[Any, ...]] = deque()
         self.events: deque[tuple[Any, ...]] = deque()
         self.sites: deque[tuple[Any, ...]] = deque()
         self.dropped_calls = 0
+        #: async work handles forgotten before completion was seen (bounded table)
+        self.forgotten_async = 0
         self.internal_errors = 0
         self.write_errors = 0
         self.flush_ns_total = 0
@@ -150,12 +152,11 @@ class Recorder:
                             self.strings.intern(layer)))
         return len(self._hooks) - 1
 
-    def _call_matrix(self, rows: list[tuple[int, ...]]) -> np.ndarray[Any, np.dtype[np.int64]]:
-        """Raw call rows -> ``(n, 16)`` matrix in :data:`~wsprof.trace.model.CALL_COLUMNS`
-        order."""
-        k = len(RAW_CALL_COLUMNS)
-        raw = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64,
-                          count=len(rows) * k).reshape(-1, k)
+    def _call_matrix(self, rows: list[bytes]) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """Packed call rows (14 little-endian int64 each) -> ``(n, 16)`` matrix in
+        :data:`~wsprof.trace.model.CALL_COLUMNS` order."""
+        raw = np.frombuffer(b"".join(rows), dtype="<i8").astype(np.int64).reshape(
+            -1, len(RAW_CALL_COLUMNS))
         hooks = np.array(self._hooks, dtype=np.int64).reshape(-1, 3)[raw[:, 5]]
         return np.concatenate([raw[:, :5], hooks, raw[:, 6:]], axis=1)
 
@@ -216,11 +217,12 @@ class Recorder:
                 meta: dict[str, Any] = {}
                 if not self._rank_known:
                     meta.update(self._identity())
-                calls = batches.pop("calls")
+                calls: list[bytes] = batches.pop("calls")  # type: ignore[assignment]
                 batches["call_updates"] = batches.pop("updates")
                 self._writer.write(batches, self._call_matrix(calls) if calls else None)
                 meta["self"] = {
                     "dropped_calls": self.dropped_calls,
+                    "forgotten_async": self.forgotten_async,
                     "internal_errors": self.internal_errors,
                     "write_errors": self.write_errors,
                     # this flush included, up to its last write

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any
@@ -25,7 +26,8 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
     """The JSON document: ``series`` (name, unit, shape, accumulating, confidence,
     slope_per_step, growth_factor_per_step, change_point, projection {step, value}, steps,
     values), ``findings`` (kind, severity, title, evidence, where, next_step), ``steps`` of the
-    primary process, ``notes``. Non-finite numbers become null."""
+    primary process, ``notes``, ``wrappers`` (the wrapper audit: api, kind, qualname, module,
+    file, line, wraps, after_patch, between_s). Non-finite numbers become null."""
     series = []
     for r in analysis.series:
         v = r.verdict
@@ -84,6 +86,7 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             "findings": findings,
             "steps": steps,
             "notes": list(analysis.notes),
+            "wrappers": [dataclasses.asdict(w) for w in analysis.wrappers],
         }
     )
     return doc

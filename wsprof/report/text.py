@@ -81,6 +81,17 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10
                 f"{s.step:>5} {s.step_s:9.3f} {roll} {share} {sync} {s.n_calls:>6} "
                 f"{s.between_layers_s:10.3f}"
             )
+    if analysis.wrappers:
+        lines.append("")
+        lines.append("wrappers on collective names (most time between layers first):")
+        for w in analysis.wrappers[:8]:
+            spent = f"{w.between_s:.3f} s between layers" if w.between_s is not None else "no calls"
+            when = ", after patch()" if w.after_patch else ""
+            what = "ProcessGroup subclass" if w.kind == "group_class" else w.api
+            lines += _wrap(f"{what}: {w.label()} ({spent}{when})", WIDTH,
+                           initial_indent="  ", subsequent_indent="    ")
+        if len(analysis.wrappers) > 8:
+            lines.append(f"  (+{len(analysis.wrappers) - 8} more: --format json)")
     for note in analysis.notes:
         lines += _wrap(f"note: {note}", WIDTH, subsequent_indent="      ")
     return "\n".join(lines) + "\n"
