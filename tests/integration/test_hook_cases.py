@@ -129,6 +129,12 @@ def test_wrapper_installed_after_patch_survives_unpatch_and_is_reported(job: Pat
         rewrapped = [e.detail for e in rk.trace.events if e.kind == "rewrapped"]
         assert any(d.endswith(".broadcast") for d in rewrapped), rewrapped
         assert any(d.endswith(".all_gather_into_tensor") for d in rewrapped), rewrapped
+        # The re-wrap is named in the wrapper audit, as found after patch().
+        facts = [json.loads(e.detail) for e in rk.trace.events if e.kind == "wrapper"]
+        late = {f["api"]: f for f in facts if f.get("after_patch")}
+        assert {"dist.broadcast", "dist.all_gather_into_tensor"} <= set(late), facts
+        assert late["dist.broadcast"]["qualname"].endswith("framework_after")
+        assert late["dist.broadcast"]["file"].endswith("hook_cases.py")
 
 
 # 3 -------------------------------------------------------------------------------------------

@@ -142,3 +142,22 @@ def test_layers_option_hooks_only_what_it_names(tmp_path: Path) -> None:
         from wsprof.capture import collectives
 
         collectives.install(None, "backend")  # type: ignore[arg-type]
+
+
+def test_a_full_queue_drops_rows_and_says_how_many(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wsprof.analysis.run import analyze_path
+
+    monkeypatch.setenv("WSPROF_MAX_PENDING", "10")
+    path = wsprof.patch(str(tmp_path), flush_interval_s=60)
+    try:
+        for _ in range(50):
+            dist.broadcast(torch.ones(2), 0)
+    finally:
+        wsprof.unpatch()
+    trace = read_trace(str(path))
+    assert len(trace.calls) == 10
+    assert trace.meta["self"]["dropped_calls"] == 40
+    over = [f for f in analyze_path(str(tmp_path)).findings if f.kind == "self_overhead"]
+    assert over[0].severity == "warning" and "dropped 40 calls" in over[0].title

@@ -428,27 +428,44 @@ class SelfOverhead(Rule):
     description = "wsprof's own cost, dropped records and internal errors"
 
     def match(self, facts: Facts) -> list[Finding]:
-        flush_s = 0.0
-        dropped = internal = write = 0
+        flush_s = hooks_s = steps_s = 0.0
+        dropped = internal = write = forgotten = lost = 0
+        hook_ns: list[int] = []
         for pa in facts.processes:
             own = pa.meta.get("self") or {}
             flush_s += float(own.get("flush_ns_total", 0)) / 1e9
             dropped += int(own.get("dropped_calls", 0))
             internal += int(own.get("internal_errors", 0))
             write += int(own.get("write_errors", 0))
+            forgotten += int(own.get("forgotten_async", 0))
+            lost += int(own.get("lost_calls", 0))
+            per_call = int(own.get("hook_ns_per_call", -1))
+            if per_call >= 0:
+                hook_ns.append(per_call)
+                hooks_s += per_call * sum(o.n_calls for o in pa.ops) / 1e9
+            steps_s += sum(r.step_s for r in pa.steps)
         if not facts.processes:
             return []
-        bad = dropped or internal or write
+        bad = dropped or internal or write or lost
         title = f"wsprof wrote its traces in {flush_s:.2f} s of background time"
+        if hook_ns:
+            title = (f"wsprof's hooks cost about {fmt_in_unit(hooks_s, 's')} in all "
+                     f"({max(hook_ns) / 1e3:.1f} µs per call, measured at patch)")
+            if steps_s > 0:
+                title += f", {hooks_s / steps_s:.2%} of step time"
+            title += f"; its writer {flush_s:.2f} s in the background"
         if bad:
-            title += f"; dropped {dropped} calls, {internal} internal errors, {write} write errors"
+            title += (f"; dropped {dropped} calls (queue full), lost {lost} (failed writes), "
+                      f"{internal} internal errors, {write} write errors")
         return [
             Finding(
                 self.kind,
                 "warning" if bad else "info",
                 title,
-                {"flush_s": flush_s, "dropped_calls": dropped, "internal_errors": internal,
-                 "write_errors": write, "first_errors": facts.internal_errors[:5]},
+                {"flush_s": flush_s, "hooks_s": hooks_s, "hook_ns_per_call": hook_ns,
+                 "dropped_calls": dropped, "internal_errors": internal, "write_errors": write,
+                 "forgotten_async": forgotten, "lost_calls": lost,
+                 "first_errors": facts.internal_errors[:5]},
                 None,
                 "report internal errors to wsprof; training was not affected"
                 if bad else "nothing to do",

@@ -200,7 +200,10 @@ def _async_flag(ret: Any, t0: int, ident: int) -> int:
 
 def _completed(work: Any) -> None:
     """``work`` finished (wait returned, or is_completed() said so): record when."""
-    key = _STATE.pending.pop(work, None)
+    try:
+        key = _STATE.pending.pop(work, None)
+    except TypeError:  # not weak-referenceable: never registered
+        return
     rec = _STATE.recorder
     if key is not None and rec is not None:
         rec.updates.append((key[0], key[1], _now(), -1))
@@ -606,6 +609,69 @@ def _wrapper_codes(obj: Any) -> set[CodeType]:
     return codes
 
 
+#: Calls per repetition and repetitions of the start-up calibration (about 1 ms in all).
+CALIBRATION_CALLS, CALIBRATION_REPEATS = 200, 5
+
+
+def _calibrate(rec: Recorder, layers: str) -> int:
+    """Median ns a call pays for wsprof's hooks, measured once before any hook is installed.
+
+    Times a no-op "collective" bare and through the same hook code the real names get (API
+    hook, and with ``layers='both'`` a backend hook and a ``Work.wait``-style hook inside it),
+    recording into ``rec``; the rows are removed again under the recorder's lock. The trace's
+    ``self_overhead`` finding multiplies it by the number of calls (an estimate of the hooks'
+    host time; the benchmark in ``scripts/bench_hooks.py`` is the measurement).
+    """
+    tensor = _STATE.tensor_type(1) if _STATE.tensor_type is not None else None
+
+    def wait_noop(self: Any) -> None:
+        return None
+
+    def backend_noop(self: Any, t: Any) -> None:
+        return None
+
+    backend = _backend_wrapper(backend_noop, "calibration", "calibration")
+    wait = _wait_wrapper(wait_noop)
+
+    def bare(t: Any, src: int = 0) -> None:
+        if layers == "both":
+            backend_noop(None, t)
+            wait_noop(None)
+
+    def collective(t: Any, src: int = 0) -> None:
+        if layers == "both":
+            backend(None, t)
+            wait(None)
+
+    saved_max, saved_dropped = rec.max_pending, rec.dropped_calls
+    rec.max_pending = 1 << 62  # the calibration hook measures the recording path
+    hook = _api_wrapper(collective, "calibration", "calibration")
+    rec.max_pending = saved_max
+    import statistics
+
+    with rec.lock:
+        n0 = len(rec.calls)
+        was = _STATE.active
+        _STATE.active = True
+        try:
+            added: list[float] = []
+            for _ in range(CALIBRATION_REPEATS):
+                t0 = _now()
+                for _ in range(CALIBRATION_CALLS):
+                    bare(tensor, 0)
+                t1 = _now()
+                for _ in range(CALIBRATION_CALLS):
+                    hook(tensor, 0)
+                t2 = _now()
+                added.append(((t2 - t1) - (t1 - t0)) / CALIBRATION_CALLS)
+        finally:
+            _STATE.active = was
+            while len(rec.calls) > n0:
+                rec.calls.pop()
+            rec.dropped_calls = saved_dropped
+    return max(0, int(statistics.median(added)))
+
+
 def install(recorder: Recorder, layers: str = "both", device_time: bool = False) -> None:
     """Wrap every collective name of the installed torch. Installing twice is a no-op.
 
@@ -692,6 +758,10 @@ def install(recorder: Recorder, layers: str = "both", device_time: bool = False)
                                     factory(getattr(work_cls, name))))
     if wrapper_codes:
         sites.mark_internal(wrapper_codes)
+    try:
+        recorder.hook_ns_per_call = _calibrate(recorder, layers)
+    except Exception as e:  # noqa: BLE001 - an estimate only
+        recorder.internal_error("calibrate", e)
     for owner, name, _orig, hook in patches:
         setattr(owner, name, hook)
     _STATE.patches = patches
@@ -729,6 +799,11 @@ def _reaudit() -> None:
 def uninstall() -> None:
     """Put every original back. Where something re-wrapped one of our hooks after us, the
     hook is left in place (removing it would remove the other wrapper too) but goes inert."""
+    try:
+        _reaudit()  # a re-wrap since the last flush is named too
+    except Exception as e:  # noqa: BLE001 - never raise into training
+        if _STATE.recorder is not None:
+            _STATE.recorder.internal_error("reaudit", e)
     _STATE.active = False
     for owner, name, orig, hook in reversed(_STATE.patches):
         current = (owner.__dict__ if isinstance(owner, type) else vars(owner)).get(name)

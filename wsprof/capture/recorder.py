@@ -30,6 +30,9 @@ from wsprof.trace.writer import TraceWriter
 
 _now = time.monotonic_ns
 
+#: Most call rows written per transaction (bounds a flush's transient memory to ~20 MiB).
+FLUSH_CHUNK_ROWS = 65_536
+
 #: Column order of a call row as hooks append it (all ints; -1 for none/unknown).
 RAW_CALL_COLUMNS = (
     "t_start_ns", "t_end_ns", "backend_ns", "n_backend", "thread", "hook", "bytes", "dtype",
@@ -87,7 +90,8 @@ class Recorder:
         source: how records are captured: 'patch' | 'attach' | 'run'.
         flush_interval_s: seconds between background flushes.
         max_pending: most call rows held in memory before new ones are dropped (a queued row
-            takes about 145 bytes, so the default bounds the queue near 56 MiB). When a flush
+            takes about 145 bytes, so the default, 262,144 or ``$WSPROF_MAX_PENDING``, bounds the
+            queue near 36 MiB). When a flush
             finds the queue over a quarter full, the next one comes sooner (bursts).
 
     Raises:
@@ -99,13 +103,13 @@ class Recorder:
         out_dir: str,
         source: str = "patch",
         flush_interval_s: float = 0.5,
-        max_pending: int = 400_000,
+        max_pending: int | None = None,
     ) -> None:
         self.out_dir = out_dir
         self.path = new_trace_path(out_dir)
         self.pid = os.getpid()
         self.flush_interval_s = flush_interval_s
-        self.max_pending = max_pending
+        self.max_pending = max_pending or int(os.environ.get("WSPROF_MAX_PENDING") or 262_144)
         self.calls: deque[bytes] = deque()
         self.updates: deque[tuple[int, int, int, int]] = deque()
         self.spans: deque[tuple[Any, ...]] = deque()
@@ -113,13 +117,17 @@ class Recorder:
         self.events: deque[tuple[Any, ...]] = deque()
         self.sites: deque[tuple[Any, ...]] = deque()
         self.dropped_calls = 0
+        #: call rows taken from the queue whose write failed (disk full, read-only folder)
+        self.lost_calls = 0
         #: async work handles forgotten before completion was seen (bounded table)
         self.forgotten_async = 0
+        #: host ns a hooked call pays, measured at install (-1: not measured)
+        self.hook_ns_per_call = -1
         self.internal_errors = 0
         self.write_errors = 0
         self.flush_ns_total = 0
         self._rank_known = False
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()  # held by flush; the calibration holds it too
         self._stop = threading.Event()
         self._writer = TraceWriter(self.path)
         self._writer.set_meta(self._static_meta(source))
@@ -201,7 +209,7 @@ class Recorder:
         """
         if os.getpid() != self.pid:
             return
-        with self._lock:
+        with self.lock:
             t0 = _now()
             for fn in list(self.on_flush):
                 try:
@@ -209,24 +217,39 @@ class Recorder:
                 except Exception as e:  # noqa: BLE001 - never raise into training
                     self.internal_error("on_flush", e)
             batches: dict[str, list[tuple[Any, ...]]] = {}
-            for name in ("sites", "calls", "updates", "spans", "counters", "events"):
+            for name in ("sites", "updates", "spans", "counters", "events"):
                 q: deque[tuple[Any, ...]] = getattr(self, name)
                 n = len(q)
                 batches[name] = [q.popleft() for _ in range(n)]
+            batches["call_updates"] = batches.pop("updates")
+            pending = len(self.calls)
             try:
                 meta: dict[str, Any] = {}
                 if not self._rank_known:
                     meta.update(self._identity())
-                calls: list[bytes] = batches.pop("calls")  # type: ignore[assignment]
-                batches["call_updates"] = batches.pop("updates")
-                self._writer.write(batches, self._call_matrix(calls) if calls else None)
+                # Calls go in chunks of at most FLUSH_CHUNK_ROWS, so that the transient copies a
+                # flush makes stay small however long the queue is.
+                while True:
+                    k = min(pending, FLUSH_CHUNK_ROWS)
+                    pending -= k
+                    calls = [self.calls.popleft() for _ in range(k)]
+                    try:
+                        self._writer.write(batches, self._call_matrix(calls) if calls else None)
+                    except Exception:
+                        self.lost_calls += len(calls)
+                        raise
+                    batches = {}
+                    if pending <= 0:
+                        break
                 meta["self"] = {
                     "dropped_calls": self.dropped_calls,
+                    "lost_calls": self.lost_calls,
                     "forgotten_async": self.forgotten_async,
                     "internal_errors": self.internal_errors,
                     "write_errors": self.write_errors,
                     # this flush included, up to its last write
                     "flush_ns_total": self.flush_ns_total + (_now() - t0),
+                    "hook_ns_per_call": self.hook_ns_per_call,
                 }
                 self._writer.set_meta(meta)
             except Exception as e:  # noqa: BLE001 - never raise into training
