@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from wsprof.demo.run import free_port
@@ -13,6 +15,37 @@ REPO = Path(__file__).resolve().parents[1]
 TARGETS = REPO / "tests" / "targets"
 #: The shared cases folder: ``$WSPROF_CASES``, else ``../shared/cases`` beside the checkout.
 CASES = Path(os.environ.get("WSPROF_CASES", REPO.parent / "shared" / "cases"))
+#: A Python process with a known hot function (see its docstring).
+BUSY_TARGET = TARGETS / "busy_target.py"
+#: Seconds a target may take to end after release before a test kills it.
+TARGET_EXIT_TIMEOUT_S = 10
+
+
+@contextmanager
+def running_target(*args: str, script: Path = BUSY_TARGET) -> Iterator[subprocess.Popen[str]]:
+    """Start a target script, wait for its ``ready`` line, release (close stdin) and reap it
+    afterwards."""
+    proc = subprocess.Popen(
+        [sys.executable, str(script), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.strip() == "ready", f"target did not start (printed {line!r})"
+        yield proc
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=TARGET_EXIT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def run_ranks(script: Path, world: int, *args: str, timeout: float = 120) -> None:

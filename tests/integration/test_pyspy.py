@@ -13,11 +13,10 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from helpers import BUSY_TARGET, running_target
 
 from wsprof.analysis.samples import frame_shares_by_window, hot_frames, hot_stacks
 from wsprof.capture.pyspy import (
@@ -33,12 +32,10 @@ from wsprof.errors import InputError
 from wsprof.trace.reader import read_trace
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TARGET = os.path.join(REPO, "tests", "targets", "busy_target.py")
+TARGET = str(BUSY_TARGET)
 
 #: Least share of active samples that must be inside hot_spin (it is the only busy thread).
 MIN_HOT_SHARE = 0.5
-#: Seconds a target may take to end after release before the test kills it.
-TARGET_EXIT_TIMEOUT_S = 10
 
 
 def _pyspy_missing() -> str | None:
@@ -59,32 +56,6 @@ pytestmark = [
 needs_ptrace = pytest.mark.skipif(
     _NO_PTRACE is not None, reason=f"ptrace not allowed here: {_NO_PTRACE}"
 )
-
-
-@contextmanager
-def running_target(*args: str) -> Iterator[subprocess.Popen[str]]:
-    """Start busy_target.py, wait for its ``ready`` line, release and reap it afterwards."""
-    proc = subprocess.Popen(
-        [sys.executable, TARGET, *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.strip() == "ready", f"target did not start (printed {line!r})"
-        yield proc
-    finally:
-        if proc.stdin is not None:
-            proc.stdin.close()
-        try:
-            proc.wait(timeout=TARGET_EXIT_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def _function_share(frames: list[tuple[str, int, int]], function: str) -> float:

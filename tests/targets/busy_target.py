@@ -5,7 +5,9 @@ Prints ``ready`` (flushed) once both are running, then the main thread spins in
 (the test releases it), or on its own after ``--exit-after SECONDS`` of spinning (a target that
 exits in the middle of a sampling window).
 
-Usage: ``python busy_target.py [--exit-after SECONDS]``
+``--tag TEXT`` only puts TEXT on the command line (for ``wsprof attach --match``).
+
+Usage: ``python busy_target.py [--exit-after SECONDS] [--tag TEXT]``
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def _wait_for_stdin_close() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--exit-after", type=float, default=None, help="seconds of spinning")
+    parser.add_argument("--tag", default=None, help="ignored; a mark on the command line")
     args = parser.parse_args()
     threading.Thread(target=idle_sleep, name="sleeper", daemon=True).start()
     if args.exit_after is None:

@@ -20,9 +20,10 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from wsprof.cli import analyze, demo, report
+    from wsprof.cli import analyze, attach, demo, report
 
     cli.add_command(demo.demo)
+    cli.add_command(attach.attach)
     cli.add_command(analyze.analyze)
     cli.add_command(report.report)
 

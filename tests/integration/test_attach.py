@@ -1,0 +1,147 @@
+"""``wsprof attach`` end to end: real py-spy against real target processes.
+
+Targets print ``ready`` and spin until released; the tests synchronise on that line, on trace
+contents and on process exit, never on fixed sleeps. Assertions are proportions of samples.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import REPO, running_target
+
+from wsprof.analysis.run import analyze_path
+from wsprof.capture.pyspy import find_pyspy, ptrace_problem
+from wsprof.errors import InputError
+from wsprof.trace.reader import read_run, read_trace
+
+
+def _skip_reason() -> str | None:
+    try:
+        find_pyspy()
+    except InputError as e:
+        return f"py-spy unavailable: {e}"
+    problem = ptrace_problem(os.getpid())
+    return f"ptrace not allowed here: {problem}" if problem else None
+
+
+pytestmark = [pytest.mark.pyspy, pytest.mark.skipif(_skip_reason() is not None,
+                                                    reason=str(_skip_reason()))]
+
+WSPROF = [sys.executable, "-c", "import sys; from wsprof.cli import main; sys.exit(main())"]
+#: Least share of a target's active samples inside hot_spin (its only busy Python thread
+#: besides the stdin reader, which blocks).
+MIN_HOT_SHARE = 0.5
+
+
+def wsprof(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*WSPROF, *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO, check=False)
+
+
+def _attach_traces(out: Path) -> list[Path]:
+    return sorted(out.glob("*-attach.wsprof"))
+
+
+def test_attach_samples_counts_and_analyses(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with running_target() as target:
+        done = wsprof("attach", str(target.pid), "--duration", "3", "--window", "1",
+                      "--out", str(out), "--no-report")
+    assert done.returncode == 0, done.stderr
+    assert "samples in" in done.stderr and "duration reached" in done.stderr
+    [proc_trace] = _attach_traces(out)
+    trace = read_trace(str(proc_trace))
+    assert trace.meta["pid"] == target.pid and trace.meta["source"] == "attach"
+    assert any("busy_target.py" in a for a in trace.meta["argv"])
+    rss = trace.counters["proc.rss_bytes"][1]
+    assert len(rss) >= 2 and (rss > 10 * 2**20).all()
+    assert "proc.threads" in trace.counters and "proc.cpu_pct" in trace.counters
+    analysis = analyze_path(str(out))
+    [pa] = analysis.processes
+    assert pa.pid == target.pid and pa.n_samples > 0
+    hot = sum(f.samples for f in pa.hot_frames if f.frame.startswith("hot_spin ("))
+    assert hot / pa.hot_frames[0].total >= MIN_HOT_SHARE
+    assert "hot_spin" in done.stdout  # the verdict names the hot frame
+
+
+def test_match_picks_targets_by_command_line(tmp_path: Path) -> None:
+    token = f"wsprof-test-{os.getpid()}-{time.monotonic_ns()}"
+    out = tmp_path / "run"
+    with running_target("--tag", token) as target:
+        done = wsprof("attach", "--match", token, "--duration", "2", "--window", "1",
+                      "--out", str(out), "--no-report")
+    assert done.returncode == 0, done.stderr
+    assert [read_trace(str(p)).meta["pid"] for p in _attach_traces(out)] == [target.pid]
+
+
+def test_target_exiting_mid_run_keeps_samples_and_says_so(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with running_target("--exit-after", "2.5") as target:
+        done = wsprof("attach", str(target.pid), "--window", "1", "--out", str(out),
+                      "--no-report")
+    assert done.returncode == 2, done.stdout + done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("wsprof: error: pid") and "exited after" in last, last
+    assert str(out) in last
+    samples = [w for t in read_run(str(out)) for w in t.samples]
+    assert sum(w.count for w in samples) > 0
+    assert "Traceback" not in done.stderr
+
+
+def test_ctrl_c_stops_and_keeps_everything(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with running_target() as target:
+        proc = subprocess.Popen(
+            [*WSPROF, "attach", str(target.pid), "--window", "1", "--out", str(out),
+             "--no-report"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until the first window is on disk
+            sampler = list(out.glob("*-pyspy.wsprof"))
+            try:
+                if sampler and read_trace(str(sampler[0])).samples:
+                    break
+            except InputError:
+                pass  # being created
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert "interrupted" in stderr
+    assert sum(w.count for t in read_run(str(out)) for w in t.samples) > 0
+    assert "trace:" in stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["999999999"], "no such process: pid 999999999"),
+        ([], "nothing to attach to"),
+        (["--match", "no-process-has-this-in-its-command-line-x7q"], "no running process"),
+        (["--match", "(["], "bad regular expression"),
+        (["1", "--phase", "no-equals-sign"], "expected NAME=REGEX"),
+        (["1", "--native"], "--native needs --blocking"),
+        (["1", "--window", "10", "--every", "5"], "shorter than --window"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], words: str) -> None:
+    done = wsprof("attach", *args, "--out", str(tmp_path / "run"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], done.stderr
+    assert lines[0].startswith("wsprof: error:")
+
+
+def test_live_view_runs_without_a_terminal(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with running_target() as target:
+        done = wsprof("attach", str(target.pid), "--duration", "2", "--window", "1", "--live",
+                      "--phase", "busy=hot_spin", "--out", str(out), "--no-report")
+    assert done.returncode == 0, done.stderr
+    assert "top frames" in done.stdout and "hot_spin" in done.stdout

@@ -1,0 +1,268 @@
+"""``wsprof attach``: sample running processes from outside, with no change to them.
+
+Two parts run side by side until the duration ends, the targets exit or the caller stops:
+
+* :class:`~wsprof.capture.pyspy.PySpySampler` writes stack samples, window after window, to
+  ``<out>/<host>-<wsprofpid>-pyspy.wsprof``;
+* :class:`ProcessPoller` writes, per target, ``<out>/<host>-<pid>-attach.wsprof``: the target's
+  identity (pid, command line, host; never its environment) and counters polled every
+  ``interval_s``: ``proc.rss_bytes``, ``proc.threads``, ``proc.open_fds``, ``proc.cpu_pct``
+  (psutil) and, where NVML is available, ``nvml.process_gpu_bytes`` (the target's GPU memory)
+  and ``nvml.gpu<i>.util_pct`` of the GPUs it uses.
+
+Analysis joins each target's samples to its attach trace by pid, so ``wsprof analyze`` and
+``wsprof report`` read an attach run like any other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import psutil
+
+from wsprof.capture.pyspy import ptrace_problem
+from wsprof.capture.recorder import identity_meta
+from wsprof.errors import InputError
+from wsprof.trace.model import TRACE_SUFFIX
+from wsprof.trace.writer import TraceWriter
+
+_now = time.monotonic_ns
+
+#: Seconds between two polls of the targets' process counters.
+DEFAULT_POLL_S = 1.0
+#: Inserted before ``.wsprof``: the trace of a target attached to.
+TRACE_TAG = "-attach"
+
+
+def parse_phase(text: str) -> tuple[str, str]:
+    """``NAME=REGEX`` -> (name, regex).
+
+    Raises:
+        InputError: no ``=``, an empty name, or a regex that does not compile.
+    """
+    name, sep, regex = text.partition("=")
+    name = name.strip()
+    if not sep or not name or not regex:
+        raise InputError(f"--phase {text!r}: expected NAME=REGEX, e.g. weight_sync=update_weights")
+    try:
+        re.compile(regex)
+    except re.error as e:
+        raise InputError(f"--phase {text!r}: bad regular expression ({e})") from e
+    return name, regex
+
+
+def _ancestors() -> set[int]:
+    out = {os.getpid()}
+    with contextlib.suppress(psutil.Error):
+        out |= {p.pid for p in psutil.Process().parents()}
+    return out
+
+
+def resolve_targets(
+    pids: Sequence[int], match: str | None = None, check_ptrace: bool = True
+) -> list[int]:
+    """The processes to attach to: ``pids`` plus every process whose command line matches
+    ``match`` (wsprof itself and its parents excluded), each checked to exist and, where the
+    OS tells, to be ptrace-able.
+
+    Args:
+        pids: process ids given on the command line.
+        match: a regular expression searched in each process's command line (space-joined).
+        check_ptrace: refuse targets this process may not ptrace (with the cause and the fix).
+
+    Returns:
+        Distinct pids, in the order given then found.
+
+    Raises:
+        InputError: no target; a pid that does not exist; a bad regex; ptrace not allowed.
+    """
+    found: list[int] = []
+    for pid in pids:
+        if pid <= 0 or not psutil.pid_exists(pid):
+            raise InputError(f"no such process: pid {pid}; check the pid with `ps -p {pid}`")
+        found.append(pid)
+    if match:
+        try:
+            rx = re.compile(match)
+        except re.error as e:
+            raise InputError(f"--match {match!r}: bad regular expression ({e})") from e
+        skip = _ancestors()
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            cmd = " ".join(proc.info.get("cmdline") or [])
+            if proc.info["pid"] not in skip and cmd and rx.search(cmd):
+                found.append(int(proc.info["pid"]))
+        if not any(p not in pids for p in found) and not pids:
+            raise InputError(
+                f"--match {match!r}: no running process's command line matches; list them with "
+                "`ps -eo pid,args`"
+            )
+    if not found:
+        raise InputError("nothing to attach to: give a PID or --match REGEX")
+    targets = list(dict.fromkeys(found))
+    if check_ptrace:
+        for pid in targets:
+            problem = ptrace_problem(pid)
+            if problem is not None:
+                raise InputError(f"cannot attach to pid {pid}: {problem}")
+    return targets
+
+
+class _Nvml:
+    """NVML, when importable and initialised: per-process GPU memory and GPU utilization."""
+
+    def __init__(self) -> None:
+        self.ok = False
+        self.why = ""
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nv: Any = pynvml
+            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
+                             for i in range(pynvml.nvmlDeviceGetCount())]
+            self.ok = True
+        except Exception as e:  # noqa: BLE001 - no driver, no GPU, no library
+            self.why = f"{type(e).__name__}: {e}"
+
+    def sample(self, pids: Sequence[int]) -> dict[int, list[tuple[str, float]]]:
+        """Counters per pid: the pid's GPU memory summed over GPUs, and each GPU's utilization
+        for the GPUs the pid uses."""
+        out: dict[int, list[tuple[str, float]]] = {p: [] for p in pids}
+        if not self.ok:
+            return out
+        nv = self._nv
+        used: dict[int, float] = {}
+        for i, h in enumerate(self._handles):
+            try:
+                procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
+                util = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
+            except Exception:  # noqa: BLE001 - a GPU that cannot tell is skipped
+                continue
+            for p in procs:
+                if p.pid in out:
+                    used[p.pid] = used.get(p.pid, 0.0) + float(p.usedGpuMemory or 0)
+                    out[p.pid].append((f"nvml.gpu{i}.util_pct", util))
+        for pid, nbytes in used.items():
+            out[pid].append(("nvml.process_gpu_bytes", nbytes))
+        return out
+
+
+class ProcessPoller:
+    """Polls each target's process counters into its own attach trace.
+
+    Args:
+        pids: targets.
+        out_dir: run folder.
+        interval_s: seconds between polls.
+        extra_meta: added to every target's trace meta (sampling options, phase patterns).
+
+    Raises:
+        OSError: a trace file cannot be created.
+
+    Attributes:
+        exited: targets seen to exit, with the monotonic ns when first missed.
+        paths: pid -> trace path.
+        write_errors: polls that could not be written (disk full, folder removed).
+    """
+
+    def __init__(
+        self,
+        pids: Sequence[int],
+        out_dir: str,
+        interval_s: float = DEFAULT_POLL_S,
+        extra_meta: dict[str, Any] | None = None,
+    ) -> None:
+        self.interval_s = interval_s
+        self.exited: dict[int, int] = {}
+        self.paths: dict[int, str] = {}
+        self.write_errors = 0
+        self._writers: dict[int, TraceWriter] = {}
+        self._procs: dict[int, psutil.Process] = {}
+        self._stop = threading.Event()
+        self._nvml = _Nvml()
+        host = socket.gethostname()
+        for pid in pids:
+            path = os.path.join(out_dir, f"{host}-{pid}{TRACE_TAG}{TRACE_SUFFIX}")
+            k = 2
+            while os.path.lexists(path):
+                path = os.path.join(out_dir, f"{host}-{pid}{TRACE_TAG}-{k}{TRACE_SUFFIX}")
+                k += 1
+            w = TraceWriter(path)
+            meta = {**identity_meta("attach"), **(extra_meta or {}), "pid": pid,
+                    "attached_by_pid": os.getpid()}
+            try:
+                proc = psutil.Process(pid)
+                meta["argv"] = proc.cmdline()
+                meta["process_name"] = proc.name()
+                self._procs[pid] = proc
+                proc.cpu_percent(None)  # primes the CPU% counter
+            except psutil.Error:
+                self.exited[pid] = _now()
+            if not self._nvml.ok:
+                meta["nvml"] = f"unavailable ({self._nvml.why})"
+            w.set_meta(meta)
+            self._writers[pid] = w
+            self.paths[pid] = path
+        self._thread = threading.Thread(target=self._run, name="wsprof-poller", daemon=True)
+
+    def start(self) -> None:
+        """Poll once now and then every ``interval_s`` in a background thread."""
+        self.poll()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Poll a last time, stop and close every trace. Idempotent."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.poll()
+        for w in self._writers.values():
+            with contextlib.suppress(Exception):
+                w.close()
+
+    def alive(self) -> list[int]:
+        """Targets not seen to exit."""
+        return [p for p in self._writers if p not in self.exited]
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.poll()
+
+    def poll(self) -> None:
+        """One poll of every live target (never raises: a failure is an event in its trace)."""
+        t = _now()
+        live = self.alive()
+        gpu = self._nvml.sample(live)
+        for pid in live:
+            w = self._writers[pid]
+            rows: list[tuple[int, str, float]] = []
+            events: list[tuple[int, str, str]] = []
+            proc = self._procs.get(pid)
+            try:
+                if proc is None or not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+                    raise psutil.NoSuchProcess(pid)
+                with proc.oneshot():
+                    rows.append((t, "proc.rss_bytes", float(proc.memory_info().rss)))
+                    rows.append((t, "proc.threads", float(proc.num_threads())))
+                    rows.append((t, "proc.cpu_pct", float(proc.cpu_percent(None))))
+                    with contextlib.suppress(psutil.Error, AttributeError):
+                        rows.append((t, "proc.open_fds", float(proc.num_fds())))
+                rows += [(t, name, value) for name, value in gpu.get(pid, [])]
+            except psutil.NoSuchProcess:
+                self.exited[pid] = t
+                events.append((t, "target_exited", f"pid {pid} exited"))
+            except psutil.Error as e:
+                events.append((t, "poll_error", f"{type(e).__name__}: {e}"))
+            try:
+                w.write({"counters": rows, "events": events})
+            except Exception:  # noqa: BLE001 - counted; sampling goes on
+                self.write_errors += 1

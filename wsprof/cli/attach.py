@@ -1,0 +1,126 @@
+"""``wsprof attach PID...``: sample running processes from outside with py-spy, then analyse."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+
+from wsprof.errors import EXIT_OK, EXIT_USAGE, InputError
+
+
+@click.command()
+@click.argument("pids", nargs=-1, type=int)
+@click.option("--match", default=None, metavar="REGEX",
+              help="also attach to every process whose command line matches REGEX "
+                   "(e.g. every Ray actor of one job)")
+@click.option("--duration", type=click.FloatRange(min=1), default=None, metavar="S",
+              help="stop after S seconds (default: until Ctrl-C or the targets exit)")
+@click.option("--rate", type=click.IntRange(1, 1000), default=100, show_default=True,
+              metavar="HZ", help="samples per second per thread")
+@click.option("--window", type=click.IntRange(1, 3600), default=5, show_default=True,
+              metavar="S", help="length of one sampling window, whole seconds")
+@click.option("--every", type=click.FloatRange(min=1), default=None, metavar="S",
+              help="start a window every S seconds (>= --window; default back to back), "
+                   "e.g. --window 10 --every 60 for long runs")
+@click.option("--subprocesses", is_flag=True, help="sample the targets' child processes too")
+@click.option("--blocking", is_flag=True,
+              help="pause the target for each sample (exact stacks; can slow a target with "
+                   "many threads 5-15x at 100 Hz)")
+@click.option("--native", is_flag=True,
+              help="native frames too (see a call blocked inside CUDA/NCCL); needs --blocking")
+@click.option("--phase", "phases", multiple=True, metavar="NAME=REGEX",
+              help="classify samples whose stack has a frame matching REGEX as phase NAME "
+                   "(before the built-in slime/verl/OpenRLHF/AReaL/TRL patterns); repeatable")
+@click.option("--framework", type=click.Choice(["slime", "verl", "openrlhf", "areal", "trl"]),
+              default=None, help="built-in phase patterns to use (default: detected)")
+@click.option("--live", is_flag=True, help="a terminal view of top frames and phase shares")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="run folder (default: wsprof-out/attach-<time>)")
+@click.option("--report/--no-report", "want_report", default=True, show_default=True,
+              help="write the HTML report at the end")
+def attach(pids: tuple[int, ...], match: str | None, duration: float | None, rate: int,
+           window: int, every: float | None, subprocesses: bool, blocking: bool, native: bool,
+           phases: tuple[str, ...], framework: str | None, live: bool, out: str | None,
+           want_report: bool) -> int:
+    """Sample running Python processes (PIDS and/or --match) with py-spy: no code change, no
+    restart. Ctrl-C stops sampling and keeps everything sampled so far."""
+    from wsprof.capture.attach import ProcessPoller, parse_phase, resolve_targets
+    from wsprof.capture.pyspy import PySpySampler
+
+    if native and not blocking:
+        raise InputError("--native needs --blocking (py-spy pauses the target to unwind "
+                         "native frames)")
+    if every is not None and every < window:
+        raise InputError(f"--every {every:g} is shorter than --window {window}")
+    patterns = dict(parse_phase(p) for p in phases)
+    targets = resolve_targets(pids, match)
+    out = out or os.path.join("wsprof-out", f"attach-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.makedirs(out, exist_ok=True)
+    sampler = PySpySampler(targets, out, rate_hz=rate, window_s=window, every_s=every,
+                           duration_s=duration, blocking=blocking, native=native,
+                           subprocesses=subprocesses)
+    meta = {"phase_patterns": patterns, "framework": framework, "rate_hz": rate,
+            "blocking": blocking}
+    poller = ProcessPoller(targets, out, extra_meta=meta)
+    mode = "blocking" if blocking else "non-blocking"
+    until = f"for {duration:g} s" if duration else "until Ctrl-C"
+    click.echo(f"wsprof attach: pid {', '.join(map(str, targets))}, {rate} Hz {mode}, windows "
+               f"of {window} s{'' if every is None else f' every {every:g} s'}, "
+               f"{until}; trace in {out}",
+               err=True)
+    t0 = time.monotonic()
+    interrupted = False
+    error: InputError | None = None
+    poller.start()
+    sampler.start()
+    try:
+        if live:
+            from wsprof.cli.live import run_live
+
+            run_live(sampler, poller, patterns, framework)
+        else:
+            while sampler.wait(timeout_s=0.5) is None:
+                if not poller.alive():
+                    sampler.stop()
+    except KeyboardInterrupt:
+        interrupted = True
+    except InputError as e:  # ptrace denied or py-spy failed mid-run
+        error = e
+    finally:
+        sampler.stop()
+        poller.stop()
+    if error is None and sampler.error is not None:
+        error = InputError(str(sampler.error))
+    elapsed = time.monotonic() - t0
+    click.echo(f"wsprof attach: {sampler.samples} samples in {sampler.windows} windows over "
+               f"{elapsed:.1f} s ({'interrupted' if interrupted else sampler.stop_reason})",
+               err=True)
+    exited = sorted(set(sampler.exited) | set(poller.exited))
+    if sampler.windows or poller.paths:
+        _analyse(out, want_report)
+    if error is not None:
+        raise error
+    if exited and not interrupted:
+        sys.stderr.write(
+            f"wsprof: error: pid {', '.join(map(str, exited))} exited after {elapsed:.1f} s; "
+            f"kept {sampler.samples} samples in {out} (wsprof analyze {out})\n")
+        return EXIT_USAGE
+    return EXIT_OK
+
+
+def _analyse(out: str, want_report: bool) -> None:
+    from wsprof.analysis.run import analyze_path
+    from wsprof.report.text import render_text
+
+    analysis = analyze_path(out)
+    click.echo(render_text(analysis, colour=sys.stdout.isatty(), max_findings=8), nl=False)
+    if want_report:
+        from wsprof.cli.options import default_report_path
+        from wsprof.report.html import write_html
+
+        path = write_html(analysis, default_report_path(out))
+        click.echo(f"report: {os.path.abspath(path)}")
+    click.echo(f"trace:  {os.path.abspath(out)}  (wsprof analyze {out})")
