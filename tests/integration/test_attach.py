@@ -7,6 +7,7 @@ contents and on process exit, never on fixed sleeps. Assertions are proportions 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -128,6 +129,7 @@ def test_ctrl_c_stops_and_keeps_everything(tmp_path: Path) -> None:
         (["1", "--phase", "no-equals-sign"], "expected NAME=REGEX"),
         (["1", "--native"], "--native needs --blocking"),
         (["1", "--window", "10", "--every", "5"], "shorter than --window"),
+        (["1", "--pyspy", "/nonexistent/py-spy"], "py-spy not found at /nonexistent/py-spy"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], words: str) -> None:
@@ -145,3 +147,21 @@ def test_live_view_runs_without_a_terminal(tmp_path: Path) -> None:
                       "--phase", "busy=hot_spin", "--out", str(out), "--no-report")
     assert done.returncode == 0, done.stderr
     assert "top frames" in done.stdout and "hot_spin" in done.stdout
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="needs root and setpriv to drop CAP_SYS_PTRACE in a child",
+)
+def test_ptrace_denied_names_the_cause_and_the_fix(tmp_path: Path) -> None:
+    drop = ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace"]
+    with running_target() as target:
+        done = subprocess.run([*drop, *WSPROF, "attach", str(target.pid), "--duration", "2",
+                               "--window", "1", "--out", str(tmp_path / "run")],
+                              capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+    if done.stderr.startswith("setpriv:"):
+        pytest.skip(f"setpriv cannot drop capabilities here: {done.stderr.strip()}")
+    assert done.returncode == 2, done.stdout + done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"wsprof: error: cannot attach to pid {target.pid}")
+    assert "CAP_SYS_PTRACE" in line and ("--cap-add SYS_PTRACE" in line or "root" in line)

@@ -41,14 +41,17 @@ from wsprof.errors import EXIT_OK, EXIT_USAGE, InputError
               help="run folder (default: wsprof-out/attach-<time>)")
 @click.option("--report/--no-report", "want_report", default=True, show_default=True,
               help="write the HTML report at the end")
+@click.option("--pyspy", "pyspy_path", type=click.Path(dir_okay=False), default=None,
+              envvar="WSPROF_PYSPY",
+              help="py-spy binary (default: the one installed with wsprof, else on PATH)")
 def attach(pids: tuple[int, ...], match: str | None, duration: float | None, rate: int,
            window: int, every: float | None, subprocesses: bool, blocking: bool, native: bool,
            phases: tuple[str, ...], framework: str | None, live: bool, out: str | None,
-           want_report: bool) -> int:
+           want_report: bool, pyspy_path: str | None) -> int:
     """Sample running Python processes (PIDS and/or --match) with py-spy: no code change, no
     restart. Ctrl-C stops sampling and keeps everything sampled so far."""
     from wsprof.capture.attach import ProcessPoller, parse_phase, resolve_targets
-    from wsprof.capture.pyspy import PySpySampler
+    from wsprof.capture.pyspy import PySpySampler, find_pyspy
 
     if native and not blocking:
         raise InputError("--native needs --blocking (py-spy pauses the target to unwind "
@@ -56,12 +59,13 @@ def attach(pids: tuple[int, ...], match: str | None, duration: float | None, rat
     if every is not None and every < window:
         raise InputError(f"--every {every:g} is shorter than --window {window}")
     patterns = dict(parse_phase(p) for p in phases)
+    find_pyspy(pyspy_path)  # missing or too old: say so before touching any target
     targets = resolve_targets(pids, match)
     out = out or os.path.join("wsprof-out", f"attach-{time.strftime('%Y%m%d-%H%M%S')}")
     os.makedirs(out, exist_ok=True)
     sampler = PySpySampler(targets, out, rate_hz=rate, window_s=window, every_s=every,
                            duration_s=duration, blocking=blocking, native=native,
-                           subprocesses=subprocesses)
+                           subprocesses=subprocesses, pyspy_path=pyspy_path)
     meta = {"phase_patterns": patterns, "framework": framework, "rate_hz": rate,
             "blocking": blocking}
     poller = ProcessPoller(targets, out, extra_meta=meta)
