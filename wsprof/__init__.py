@@ -96,6 +96,14 @@ def patch(
         extra_hooks.install(extra_hooks.targets_from(extra), recorder=rec)
     except Exception as e:  # noqa: BLE001 - never raise into training
         rec.internal_error("extra", e)
+    try:
+        from wsprof.capture import signals
+
+        why_not = signals.install(_flush_all)
+        if why_not:
+            rec.event("signals", f"no SIGTERM flush: {why_not}")
+    except Exception as e:  # noqa: BLE001 - never raise into training
+        rec.internal_error("signals", e)
     atexit.register(_at_exit)
     return str(rec.path)
 
@@ -109,8 +117,11 @@ def unpatch() -> None:
 
     if _recorder is None:
         return
+    from wsprof.capture import signals
+
     collectives.uninstall()
     extra_hooks.uninstall()
+    signals.uninstall()
     close_step()
     _recorder.close()
     STATE.recorder = None
@@ -129,6 +140,15 @@ def flush() -> None:
 def trace_path() -> str | None:
     """The current trace file, or None when not patched."""
     return None if _recorder is None else str(_recorder.path)
+
+
+def _flush_all(final: bool) -> None:
+    """On SIGTERM: write everything recorded; when the process ends now, close the open step
+    span first (a user handler that carries on keeps its step open)."""
+    if _recorder is not None:
+        if final:
+            close_step()
+        _recorder.flush()
 
 
 def _at_exit() -> None:

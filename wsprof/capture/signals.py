@@ -1,0 +1,73 @@
+"""Flush on SIGTERM, chaining to whatever handler was there before.
+
+A process killed by SIGTERM (torchrun and Ray stop workers that way) does not run ``atexit``
+handlers, so without this the last flush interval would be lost. The handler writes everything
+recorded, then does what the previous disposition would have done: call the user's handler, do
+nothing for ``SIG_IGN``, or re-deliver the signal with the default action (the process ends with
+the same signal status as without wsprof). SIGKILL cannot be caught: it loses at most one flush
+interval.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+_installed: dict[int, Any] = {}
+_handlers: dict[int, Callable[[int, FrameType | None], None]] = {}
+
+
+def install(
+    on_signal: Callable[[bool], None], signals: tuple[int, ...] = (signal.SIGTERM,)
+) -> str:
+    """Install the chaining handler for ``signals``.
+
+    Args:
+        on_signal: called first on each signal (wsprof's flush), with True when the process
+            is about to end (the previous disposition is the default action), False when a
+            user handler runs next and may carry on; its errors are swallowed.
+        signals: signal numbers.
+
+    Returns:
+        '' when installed, else why not (not the main thread: Python only lets the main thread
+        set handlers).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return "patch() was called from a thread other than the main thread"
+    for signum in signals:
+        if signum in _installed:
+            continue
+        previous = signal.getsignal(signum)
+
+        def handler(num: int, frame: FrameType | None, previous: Any = previous) -> None:
+            try:
+                on_signal(not callable(previous) and previous != signal.SIG_IGN)
+            except Exception:  # noqa: BLE001 - the signal's own effect matters more
+                pass
+            if callable(previous):
+                previous(num, frame)
+            elif previous == signal.SIG_IGN:
+                return
+            else:  # SIG_DFL (or unknown, set from C): restore it and re-deliver
+                signal.signal(num, signal.SIG_DFL)
+                os.kill(os.getpid(), num)
+
+        signal.signal(signum, handler)
+        _installed[signum] = previous
+        _handlers[signum] = handler
+    return ""
+
+
+def uninstall() -> None:
+    """Put the previous handlers back where ours is still the one installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum, previous in list(_installed.items()):
+        if signal.getsignal(signum) is _handlers[signum]:
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        del _installed[signum]
+        del _handlers[signum]
