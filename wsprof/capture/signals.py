@@ -10,6 +10,7 @@ interval.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -44,10 +45,9 @@ def install(
         previous = signal.getsignal(signum)
 
         def handler(num: int, frame: FrameType | None, previous: Any = previous) -> None:
-            try:
+            # The signal's own effect matters more than wsprof's flush: never let it fail.
+            with contextlib.suppress(Exception):
                 on_signal(not callable(previous) and previous != signal.SIG_IGN)
-            except Exception:  # noqa: BLE001 - the signal's own effect matters more
-                pass
             if callable(previous):
                 previous(num, frame)
             elif previous == signal.SIG_IGN:
