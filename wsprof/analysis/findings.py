@@ -6,6 +6,7 @@ Modelled on ``torch.profiler._pattern_matcher``: a rule has a ``kind``, a ``desc
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,29 @@ CORRELATION_MIN_STEPS = 4
 #: Share of py-spy samples in one leaf frame for it to be called hot (the motivating case had
 #: 6 of 6 samples in one place).
 HOT_FRAME_SHARE = 0.3
+#: Least gain in a frame's share of samples, first windows against last, to report it: a fifth
+#: of the process's time moved there. Below it sampling noise and ordinary variation between
+#: windows explain the change (at py-spy's 100 Hz a 1 s window holds about 100 samples per busy
+#: thread, and consecutive samples of one call are not independent).
+FRAME_SHIFT_MIN_CHANGE = 0.2
+#: Fewest active samples on each side (first and last windows) for a shift to be reported:
+#: half a second of one busy thread at py-spy's default 100 Hz; fewer make shares too coarse.
+FRAME_SHIFT_MIN_SAMPLES = 50
+#: Late share at or above which a gaining frame is a warning: it now holds most of the active
+#: samples, where it held at least 20 points less: the time added went there.
+FRAME_SHIFT_WARN_LATE_SHARE = 0.5
+#: Least rise of the fitted weight-sync share over the windows for its growth (an accumulating
+#: verdict) to be a warning: 10 points of the process's time; a trend in a share that stays
+#: within a few points is not a slowdown worth acting on.
+SAMPLED_SHARE_MIN_RISE = 0.1
+#: Least rise of the mean weight-sync share, first third of the windows against the last third,
+#: to be a warning whatever the curve's shape: a share cannot exceed 1, so weight sync that
+#: takes over the process saturates (warmup_then_flat) instead of growing linearly. The same
+#: materiality as :data:`FRAME_SHIFT_MIN_CHANGE`.
+SAMPLED_SHARE_MIN_SHIFT = FRAME_SHIFT_MIN_CHANGE
+#: Fewest windows with active samples for a rising weight-sync share to be judged (fewer: not a
+#: curve, as for steps).
+SAMPLED_SHARE_MIN_WINDOWS = 3
 
 TIME_SERIES = ("weight_sync_s", "step_s", "rollout_s")
 LABELS = {
@@ -408,16 +432,165 @@ class HotFrame(Rule):
             top = pa.hot_frames[0]
             if top.share < HOT_FRAME_SHARE:
                 continue
+            title = f"{top.samples} of {top.total} samples in {top.frame} ({pa.label})"
+            evidence: dict[str, Any] = {"samples": top.samples, "total": top.total,
+                                        "share": top.share, "windows": len(pa.windows)}
+            common = Counter(w.common_frame for w in pa.windows if w.common_frame)
+            if common:
+                frame, n = min(common.items(), key=lambda kv: (-kv[1], kv[0]))
+                title += f"; common frame {frame} in {n} of {len(pa.windows)} windows"
+                evidence.update(common_frame=frame, common_frame_windows=n)
+            elif pa.windows:
+                title += f"; {len(pa.windows)} windows, none with a frame in half its samples"
             out.append(
                 Finding(
                     self.kind,
                     "info",
-                    f"{top.samples} of {top.total} samples in {top.frame} ({pa.label})",
-                    {"samples": top.samples, "total": top.total, "share": top.share},
+                    title,
+                    evidence,
                     top.frame,
                     "this is where the process spends its time; after fixing it, sample again",
                 )
             )
+        return out
+
+
+def _windows_word(n: int) -> str:
+    return f"{n} window" if n == 1 else f"{n} windows"
+
+
+def _first_last(k: int) -> tuple[str, str]:
+    """("the first 3 windows", "the last 3") or, for one, ("the first window", "the last")."""
+    return ("the first window", "the last") if k == 1 else (f"the first {k} windows",
+                                                            f"the last {k}")
+
+
+class EarlyLateShift(Rule):
+    """A frame's share of samples grew from the first sampling windows to the last: where the
+    time added over the run went (from py-spy samples, no step markers needed)."""
+
+    kind = "frame_shift"
+    description = "a frame gained share of samples from the first windows to the last"
+
+    def match(self, facts: Facts) -> list[Finding]:
+        out: list[Finding] = []
+        for pa in facts.processes:
+            sh = pa.shift
+            if sh is None or not sh.gained:
+                continue
+            if min(sh.early_total, sh.late_total) < FRAME_SHIFT_MIN_SAMPLES:
+                continue
+            top = sh.gained[0]
+            if top.change < FRAME_SHIFT_MIN_CHANGE:
+                continue
+            first, last = _first_last(sh.k)
+            title = (f"{top.frame}: {top.early_share:.0%} of samples in {first} -> "
+                     f"{top.late_share:.0%} in {last} ({pa.label})")
+            lost = sh.lost[0] if sh.lost else None
+            if lost is not None:
+                title += (f"; {lost.frame} lost most ({lost.early_share:.0%} -> "
+                          f"{lost.late_share:.0%})")
+            severity = "warning" if top.late_share >= FRAME_SHIFT_WARN_LATE_SHARE else "info"
+            evidence: dict[str, Any] = {
+                "frame": top.frame,
+                "early_share": top.early_share,
+                "late_share": top.late_share,
+                "change": top.change,
+                "k_windows": sh.k,
+                "windows": sh.n_windows,
+                "early_samples": sh.early_total,
+                "late_samples": sh.late_total,
+                "gained": [{"frame": g.frame, "early_share": g.early_share,
+                            "late_share": g.late_share} for g in sh.gained[:5]],
+                "lost": [{"frame": g.frame, "early_share": g.early_share,
+                          "late_share": g.late_share} for g in sh.lost[:5]],
+            }
+            out.append(
+                Finding(
+                    self.kind,
+                    severity,
+                    title,
+                    evidence,
+                    top.frame,
+                    "the time added over the run went into this frame: find what in it grows "
+                    "(py-spy dump --pid PID while it runs), or time it per step with "
+                    "wsprof.phase(); fix it, then sample again",
+                )
+            )
+        return out
+
+
+def _pct_span(values: Sequence[float]) -> str:
+    return f"{np.median(values):.0%} median ({values[0]:.0%} first -> {values[-1]:.0%} last)"
+
+
+class SampledPhaseShare(Rule):
+    """Rollout share and weight-sync share per sampling window, from py-spy samples classified
+    by frame patterns (:mod:`wsprof.analysis.phases`): the two numbers without step markers."""
+
+    kind = "sampled_phase_share"
+    description = "rollout and weight-sync share of samples per window, and whether sync grows"
+
+    def match(self, facts: Facts) -> list[Finding]:
+        out: list[Finding] = []
+        for i, pa in enumerate(facts.processes):
+            active = [w for w in pa.windows if w.n_active > 0]
+            if not active:
+                continue
+            sync = [w.weight_sync_share or 0.0 for w in active]
+            roll = [w.rollout_share or 0.0 for w in active]
+            src = pa.phase_source or "generic"
+            ev: dict[str, Any] = {
+                "windows": len(active),
+                "phase_source": src,
+                "median_weight_sync_share": float(np.median(sync)),
+                "first_weight_sync_share": sync[0],
+                "last_weight_sync_share": sync[-1],
+                "median_rollout_share": float(np.median(roll)),
+                "first_rollout_share": roll[0],
+                "last_rollout_share": roll[-1],
+            }
+            where = f"{pa.label}, {_windows_word(len(active))}, {src} patterns"
+            severity = "info"
+            if not any(sync) and not any(roll):
+                title = (f"sampled phases ({where}): no sample matched a rollout or "
+                         "weight-sync pattern")
+                next_step = ("name the entry points: wsprof attach PID --phase "
+                             "weight_sync=REGEX --phase rollout=REGEX (or --framework NAME)")
+            else:
+                title = (f"sampled phases per window ({where}): weight sync {_pct_span(sync)} "
+                         f"of active samples; rollout {_pct_span(roll)}")
+                next_step = ("a low rollout share with a large weight-sync share means the GPUs "
+                             "that generate wait on the sync")
+            k = max(1, len(sync) // 3)
+            early, late = float(np.mean(sync[:k])), float(np.mean(sync[-k:]))
+            ev.update(k_windows=k, early_weight_sync_share=early, late_weight_sync_share=late)
+            grows = len(sync) >= SAMPLED_SHARE_MIN_WINDOWS and late - early >= (
+                SAMPLED_SHARE_MIN_SHIFT)
+            res = facts.series.get("window_weight_sync_share") if i == 0 else None
+            shape = ""
+            if res is not None:
+                v = res.verdict
+                rise = v.fitted[-1] - v.fitted[0] if v.fitted else 0.0
+                ev.update(shape=v.shape, accumulating=v.accumulating,
+                          slope_per_window=v.slope_per_step, fitted_rise=rise)
+                shape = f"{v.shape}, {v.slope_per_step * 100:+.1f} points per window; "
+                grows = grows or (v.accumulating and rise >= SAMPLED_SHARE_MIN_RISE)
+            ev["grows"] = grows
+            if grows:
+                severity = "warning"
+                first, last = _first_last(k)
+                title = (
+                    f"weight-sync share of samples rises per window: {sync[0]:.0%} -> "
+                    f"{sync[-1]:.0%} over {_windows_word(len(sync))} ({shape}mean {early:.0%} "
+                    f"in {first}, {late:.0%} in {last}; {pa.label}, {src} patterns); "
+                    f"rollout {_pct_span(roll)}"
+                )
+                next_step = ("weight sync takes more of the process's time window after window "
+                             "(a share saturates as sync takes the window over): see the "
+                             "frame_shift finding for where the time goes, fix it, then sample "
+                             "again")
+            out.append(Finding(self.kind, severity, title, ev, pa.label, next_step))
         return out
 
 
@@ -481,6 +654,8 @@ RULES: tuple[Rule, ...] = (
     CounterGrowth(),
     RolloutShare(),
     HotFrame(),
+    EarlyLateShift(),
+    SampledPhaseShare(),
     SelfOverhead(),
 )
 

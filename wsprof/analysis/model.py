@@ -188,6 +188,83 @@ class HotFrame:
 
 
 @dataclass(frozen=True)
+class WindowSummary:
+    """One py-spy sampling window of one process: where its samples were and in which phase.
+
+    Attributes:
+        t_start_ns: window start, sampler monotonic ns.
+        t_end_ns: window end, sampler monotonic ns.
+        n_samples: every sample of the window (all threads), idle ones included.
+        n_active: samples whose leaf is not a blocking call.
+        top_frame: the leaf frame with most active samples (``total`` is ``n_active``); None
+            without active samples.
+        common_frame: the deepest frame (``function (file)``) present in at least half of the
+            active samples (:func:`wsprof.analysis.samples.common_frame`); None when none is.
+        phase_shares: phase -> share of ``n_samples``; idle samples are phase ``idle``,
+            samples no pattern matched ``other``.
+        rollout_share: rollout samples / ``n_active``; None without active samples.
+        weight_sync_share: weight-sync samples / ``n_active``; None without active samples.
+        phase_samples: phase -> samples (the counts behind ``phase_shares``).
+    """
+
+    t_start_ns: int
+    t_end_ns: int
+    n_samples: int
+    n_active: int
+    top_frame: HotFrame | None
+    common_frame: str | None
+    phase_shares: dict[str, float]
+    rollout_share: float | None
+    weight_sync_share: float | None
+    phase_samples: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FrameShift:
+    """One frame's inclusive share of active samples early and late in the sampling.
+
+    Attributes:
+        frame: ``function (file)``.
+        early_share: share of the early windows' active samples whose stack holds the frame.
+        late_share: the same over the late windows.
+        early_samples: samples behind ``early_share``.
+        late_samples: samples behind ``late_share``.
+    """
+
+    frame: str
+    early_share: float
+    late_share: float
+    early_samples: int
+    late_samples: int
+
+    @property
+    def change(self) -> float:
+        """late_share - early_share (positive: gained share)."""
+        return self.late_share - self.early_share
+
+
+@dataclass(frozen=True)
+class WindowShift:
+    """The first ``k`` sampling windows against the last ``k``: which frames gained share.
+
+    Attributes:
+        k: windows on each side.
+        n_windows: windows with active samples.
+        early_total: active samples in the first ``k`` windows.
+        late_total: active samples in the last ``k`` windows.
+        gained: frames that gained share, most first.
+        lost: frames that lost share, most first.
+    """
+
+    k: int
+    n_windows: int
+    early_total: int
+    late_total: int
+    gained: tuple[FrameShift, ...]
+    lost: tuple[FrameShift, ...]
+
+
+@dataclass(frozen=True)
 class ProcessAnalysis:
     """Everything analysis derived for one process (one rank)."""
 
@@ -203,6 +280,14 @@ class ProcessAnalysis:
     hot_stacks: tuple[tuple[tuple[str, ...], int], ...]  # (stack root-first, samples)
     n_samples: int
     meta: dict[str, Any]
+    #: py-spy sampling windows of this process, in time order.
+    windows: tuple[WindowSummary, ...] = ()
+    #: Where the phase patterns came from: a framework name (slime, verl, openrlhf, areal,
+    #: trl), ``generic`` (no framework recognised), ``user`` or ``user+<framework>`` (``--phase``
+    #: patterns first); None without samples.
+    phase_source: str | None = None
+    #: First third of the windows against the last third (None with fewer than 2 windows).
+    shift: WindowShift | None = None
 
 
 @dataclass(frozen=True)

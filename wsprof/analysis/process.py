@@ -7,8 +7,16 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from wsprof.analysis.model import CallPoints, CounterTrack, OpStats, ProcessAnalysis, StepRow
-from wsprof.analysis.samples import hot_frames, hot_stacks
+from wsprof.analysis.model import (
+    CallPoints,
+    CounterTrack,
+    OpStats,
+    ProcessAnalysis,
+    StepRow,
+    WindowSummary,
+)
+from wsprof.analysis.phases import patterns_from_meta, window_summaries
+from wsprof.analysis.samples import early_late_shift, hot_frames, hot_stacks
 from wsprof.analysis.steps import steps_from_bursts, steps_from_markers
 from wsprof.trace.model import CallTable, ProcessTrace, SampleWindow
 
@@ -138,7 +146,11 @@ def last_record_ns(trace: ProcessTrace) -> int:
 
 
 def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -> ProcessAnalysis:
-    """Everything derived from one process's trace (plus py-spy windows sampled from it)."""
+    """Everything derived from one process's trace (plus py-spy windows sampled from it).
+
+    Sampling windows are summarised with the phase patterns of the trace's meta
+    (``phase_patterns``, ``framework``; see :func:`wsprof.analysis.phases.patterns_from_meta`).
+    """
     calls = trace.calls
     steps = steps_from_markers(calls, trace.spans)
     source = "markers"
@@ -146,6 +158,12 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
         steps = steps_from_bursts(calls, last_record_ns(trace))
         source = "bursts" if steps else "none"
     windows = list(samples) + list(trace.samples)
+    summaries: list[WindowSummary] = []
+    phase_source = None
+    if windows:
+        patterns = patterns_from_meta(trace.meta, windows)
+        summaries = window_summaries(windows, patterns)
+        phase_source = patterns.source if summaries else None
     return ProcessAnalysis(
         label=trace.label,
         rank=trace.rank,
@@ -159,4 +177,7 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
         hot_stacks=tuple(hot_stacks(windows)),
         n_samples=sum(w.count for w in windows),
         meta=dict(trace.meta),
+        windows=tuple(summaries),
+        phase_source=phase_source,
+        shift=early_late_shift(windows) if windows else None,
     )

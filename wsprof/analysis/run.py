@@ -18,12 +18,21 @@ from wsprof.analysis.model import (
     StepRow,
     WrapperFact,
 )
+from wsprof.analysis.phases import pattern_problems
 from wsprof.analysis.process import analyze_process, counter_per_step
 from wsprof.analysis.steps import assign_calls
 from wsprof.trace.model import ProcessTrace, SampleWindow
 
 #: Fewest steps for a per-op median latency series (fewer: not a curve).
 MIN_STEPS_FOR_OP_SERIES = 3
+#: Fewest sampling windows with active samples for the per-window phase-share series of a
+#: process without steps (fewer: not a curve, as for steps).
+MIN_WINDOWS_FOR_SERIES = 3
+#: Per-window series (a sampling window stands in for a step), and the window field each reads.
+WINDOW_SERIES = {
+    "window_weight_sync_share": "weight_sync_share",
+    "window_rollout_share": "rollout_share",
+}
 
 
 def _series(name: str, unit: str, rows: Sequence[StepRow], values: Sequence[float | None]) -> (
@@ -77,6 +86,29 @@ def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
     return [s for s in out if s is not None]
 
 
+def window_series(pa: ProcessAnalysis) -> list[Series]:
+    """Per-window phase shares of a process that has no steps (``wsprof attach``).
+
+    ``window_weight_sync_share`` and ``window_rollout_share``: weight-sync (rollout) samples /
+    active samples of each sampling window, unit ``ratio``. ``steps`` holds the window's
+    index among the process's windows: a window stands in for a step, so growth is judged per
+    window. Empty with steps, or with fewer than :data:`MIN_WINDOWS_FOR_SERIES` windows with
+    active samples.
+    """
+    if pa.steps:
+        return []
+    active = [(i, w) for i, w in enumerate(pa.windows) if w.n_active > 0]
+    if len(active) < MIN_WINDOWS_FOR_SERIES:
+        return []
+    out: list[Series] = []
+    for name, attr in WINDOW_SERIES.items():
+        pts = [(i, getattr(w, attr)) for i, w in active]
+        pts = [(i, float(v)) for i, v in pts if v is not None]
+        if len(pts) >= MIN_WINDOWS_FOR_SERIES:
+            out.append(Series(name, "ratio", tuple(p[0] for p in pts), tuple(p[1] for p in pts)))
+    return out
+
+
 def _classify(series: Sequence[Series], notes: list[str]) -> list[SeriesResult]:
     """Classify each series; one that cannot be judged (no finite value, overflow) is left out
     and described in ``notes``."""
@@ -127,7 +159,11 @@ def analyze_run(
         own = [] if t.samples else samples.get(pid, []) if isinstance(pid, int) else []
         analyses.append(analyze_process(t, own))
     series = step_series(analyses[0], procs[0]) if analyses else []
+    if analyses:
+        series += window_series(analyses[0])
     notes: list[str] = list(problems)
+    for t in procs:
+        notes += [f"{t.label}: {p}" for p in pattern_problems(t.meta)]
     results = _classify(series, notes)
     wrappers = wrapper_facts(procs[0]) if procs else []
     unattributed = _unattributed_backend(procs[0]) if procs else None
@@ -135,14 +171,20 @@ def analyze_run(
         notes.append(unattributed)
     errors = [e.detail for t in procs for e in t.events if e.kind == "internal_error"]
     facts = Facts({r.series.name: r for r in results}, analyses, wrappers, errors)
-    if analyses and not any(len(t.calls) or t.spans for t in procs):
+    sampled = any(pa.n_samples for pa in analyses)
+    if analyses and not sampled and not any(len(t.calls) or t.spans for t in procs):
         notes.append("nothing recorded: no collective calls and no steps in these traces (did the "
                      "process exit before the first flush, or never call a collective?)")
     if analyses and analyses[0].step_source == "bursts":
         notes.append("no step markers: steps were found as bursts of collectives separated by "
                      "idle time; rollout and train times are unknown")
     if analyses and analyses[0].step_source == "none":
-        notes.append("no steps found: add wsprof.step() at the top of each training step")
+        if analyses[0].windows:
+            notes.append("no steps: py-spy sampling windows stand in for steps (per-window "
+                         "series); for per-step times add wsprof.step() at the top of each "
+                         "training step")
+        else:
+            notes.append("no steps found: add wsprof.step() at the top of each training step")
     if not any(pa.n_samples for pa in analyses):
         notes.append("no py-spy samples in this run")
     if not any(c.name.startswith(("cuda.", "nvml.")) for pa in analyses for c in pa.counters):

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from wsprof.analysis.model import HotFrame
+from wsprof.analysis.model import FrameShift, HotFrame, WindowShift
 from wsprof.trace.model import SampleWindow
 
 #: Prefix of the thread pseudo-frame py-spy adds with ``--threads``.
@@ -130,6 +130,15 @@ def code_frames(frames: Sequence[str]) -> tuple[str, ...]:
     return tuple(f for f in frames if not is_pseudo_frame(f))
 
 
+def idle_stack(frames: Sequence[str]) -> bool:
+    """True when a stack's leaf is a blocking call: the thread was waiting, not working.
+
+    Args:
+        frames: a stack, root first (pseudo-frames are dropped first).
+    """
+    return _idle_leaf(code_frames(frames))
+
+
 def _idle_leaf(frames: Sequence[str]) -> bool:
     # Native unwinding may end in unnamed addresses ('0x7f... (libc.so.6)') below the wait.
     for frame in reversed(frames):
@@ -231,3 +240,116 @@ def frame_shares_by_window(
         if frames:
             out.append(WindowShares(t0, t1, tuple(frames)))
     return out
+
+
+#: Least share of a window's active samples a frame must be in to be the window's *common
+#: frame*. Half: the frame then names where the majority of the window's time went, and two
+#: qualifying frames always share samples (they cannot be unrelated halves of the window).
+COMMON_FRAME_SHARE = 0.5
+#: Most frames kept on each side (gained, lost) by :func:`early_late_shift`.
+MAX_SHIFT_FRAMES = 20
+
+
+def group_windows(windows: Iterable[SampleWindow]) -> list[tuple[int, int, list[SampleWindow]]]:
+    """Sample groups by sampling window, in time order.
+
+    Sample groups with the same ``(t_start_ns, t_end_ns)`` form one window (the sampler stamps
+    every pid and thread of a window alike).
+
+    Returns:
+        ``(t_start_ns, t_end_ns, groups)`` per window, earliest first.
+    """
+    groups: dict[tuple[int, int], list[SampleWindow]] = {}
+    for w in windows:
+        groups.setdefault((w.t_start_ns, w.t_end_ns), []).append(w)
+    return [(t0, t1, group) for (t0, t1), group in sorted(groups.items())]
+
+
+def _inclusive(windows: Iterable[SampleWindow]) -> tuple[Counter[str], dict[str, float], int]:
+    """Per function and file: active samples holding the frame, the sum over those samples of
+    its depth (index from the root of its deepest occurrence), and the active total."""
+    counts: Counter[str] = Counter()
+    depth_sum: dict[str, float] = {}
+    total = 0
+    for frames, n in _active(windows, lines=False):
+        total += n
+        deepest = {frame: i for i, frame in enumerate(frames)}
+        for frame, depth in deepest.items():
+            counts[frame] += n
+            depth_sum[frame] = depth_sum.get(frame, 0.0) + depth * n
+    return counts, depth_sum, total
+
+
+def common_frame(windows: Iterable[SampleWindow]) -> str | None:
+    """The frame common to most samples: the deepest frame (closest to the leaf) present in at
+    least :data:`COMMON_FRAME_SHARE` of the active samples.
+
+    Frames are taken per function and file (``f (a.py)``: the lines of a loop differ from
+    sample to sample). Depth is a frame's index from the root, averaged over the samples that
+    hold it; ties go to the frame in more samples, then to the name. With one busy thread this
+    is the innermost function the thread stays in for most of the window (``update_weights``
+    rather than ``main``); samples of several threads can leave no frame qualifying.
+
+    Args:
+        windows: sample groups (usually one sampling window of one process).
+
+    Returns:
+        ``function (file)``, or None without active samples or without a qualifying frame.
+    """
+    counts, depth_sum, total = _inclusive(windows)
+    if total <= 0:
+        return None
+    cands = [f for f, n in counts.items() if n >= COMMON_FRAME_SHARE * total]
+    if not cands:
+        return None
+    return min(cands, key=lambda f: (-depth_sum[f] / counts[f], -counts[f], f))
+
+
+def early_late_shift(windows: Iterable[SampleWindow], k: int | None = None) -> WindowShift | None:
+    """Frames whose share of samples changed between the first and the last windows.
+
+    Shares are inclusive (a frame counts in every sample whose stack holds it) and per function
+    and file, of the active samples pooled over the first ``k`` windows and over the last ``k``.
+    A frame that gained share is where added time went (the slowdown); one that lost share is
+    what it displaced. Callers of a gaining frame gain as much when it is their only growing
+    child: ties go to the deeper frame.
+
+    Args:
+        windows: sample groups; only windows with active samples count.
+        k: windows on each side; default a third of the windows. Clamped to at least 1 and at
+            most half of the windows (the two sides never overlap).
+
+    Returns:
+        The shift, or None with fewer than 2 windows with active samples. ``gained`` is sorted
+        most gained first, ``lost`` most lost first, at most :data:`MAX_SHIFT_FRAMES` each.
+    """
+    groups = [g for _, _, g in group_windows(windows) if any(True for _ in _active(g, False))]
+    n = len(groups)
+    if n < 2:
+        return None
+    k = max(1, n // 3) if k is None else k
+    k = max(1, min(k, n // 2))
+    early, e_depth, e_total = _inclusive(w for g in groups[:k] for w in g)
+    late, l_depth, l_total = _inclusive(w for g in groups[-k:] for w in g)
+    shifts: list[tuple[FrameShift, float]] = []
+    for frame in set(early) | set(late):
+        e_n, l_n = early.get(frame, 0), late.get(frame, 0)
+        depth = (e_depth.get(frame, 0.0) + l_depth.get(frame, 0.0)) / max(e_n + l_n, 1)
+        shift = FrameShift(frame, e_n / e_total, l_n / l_total, e_n, l_n)
+        shifts.append((shift, depth))
+    gained = sorted(
+        (p for p in shifts if p[0].change > 0),
+        key=lambda p: (-round(p[0].change, 9), -p[1], p[0].frame),
+    )
+    lost = sorted(
+        (p for p in shifts if p[0].change < 0),
+        key=lambda p: (round(p[0].change, 9), -p[1], p[0].frame),
+    )
+    return WindowShift(
+        k=k,
+        n_windows=n,
+        early_total=e_total,
+        late_total=l_total,
+        gained=tuple(p[0] for p in gained[:MAX_SHIFT_FRAMES]),
+        lost=tuple(p[0] for p in lost[:MAX_SHIFT_FRAMES]),
+    )

@@ -228,6 +228,8 @@ def growth_figure(
     x = np.asarray(s.steps[:n], dtype=np.float64)[idx]
     y = np.asarray(s.values[:n], dtype=np.float64)[idx]
     name = plain(s.name)
+    # Series of a process without steps are per sampling window (wsprof.analysis.run).
+    point = "window" if s.name.startswith("window_") else "step"
     with _figure(3.2, width_in) as fig:
         ax = fig.add_subplot()
         ax.plot(
@@ -259,7 +261,7 @@ def growth_figure(
                 marker="D",
                 markersize=6,
                 color=_C_PROJ,
-                label=f"projection at step {v.projection.step}",
+                label=f"projection at {point} {v.projection.step}",
             )
             ax.annotate(
                 _fmt_value(v.projection.value, "bytes" if _is_bytes(s.name) else s.unit),
@@ -282,13 +284,13 @@ def growth_figure(
                 linewidth=1,
                 label="change point",
             )
-        ax.set_xlabel("step")
+        ax.set_xlabel(point)
         ax.set_ylabel(f"{name} ({plain(s.unit, 20)})" if s.unit else name)
         if _is_bytes(s.unit) or _is_bytes(s.name):
             _bytes_axis(ax)
         ax.set_title(plain(title) if title is not None else f"{name}: {v.shape}", loc="left")
         ax.legend(loc="upper left")
-        return _to_svg(fig, f"{s.name} per step with fitted {v.shape} curve")
+        return _to_svg(fig, f"{s.name} per {point} with fitted {v.shape} curve")
 
 
 def step_breakdown_figure(steps: Sequence[StepRow]) -> str | None:

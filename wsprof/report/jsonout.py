@@ -27,7 +27,13 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
     slope_per_step, growth_factor_per_step, change_point, projection {step, value}, steps,
     values), ``findings`` (kind, severity, title, evidence, where, next_step), ``steps`` of the
     primary process, ``notes``, ``wrappers`` (the wrapper audit: api, kind, qualname, module,
-    file, line, wraps, after_patch, between_s). Non-finite numbers become null."""
+    file, line, wraps, after_patch, between_s), ``windows`` of the primary process (its py-spy
+    sampling windows: index, t_start_ns, t_end_ns, n_samples, n_active, top_frame {frame,
+    samples, total, share} or null, common_frame, phase_shares, phase_samples, rollout_share,
+    weight_sync_share), ``phase_source`` (where the phase patterns came from) and
+    ``frame_shift`` (first windows against last: k, n_windows, early_total, late_total,
+    gained and lost [{frame, early_share, late_share, change}]). Non-finite numbers become
+    null."""
     series = []
     for r in analysis.series:
         v = r.verdict
@@ -76,6 +82,38 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             }
             for s in pa.steps
         ]
+    windows = []
+    shift = None
+    if pa is not None:
+        for i, w in enumerate(pa.windows):
+            top = w.top_frame
+            windows.append(
+                {
+                    "index": i,
+                    "t_start_ns": w.t_start_ns,
+                    "t_end_ns": w.t_end_ns,
+                    "n_samples": w.n_samples,
+                    "n_active": w.n_active,
+                    "top_frame": None if top is None else {
+                        "frame": top.frame, "samples": top.samples, "total": top.total,
+                        "share": top.share},
+                    "common_frame": w.common_frame,
+                    "phase_shares": dict(w.phase_shares),
+                    "phase_samples": dict(w.phase_samples),
+                    "rollout_share": w.rollout_share,
+                    "weight_sync_share": w.weight_sync_share,
+                }
+            )
+        if pa.shift is not None:
+            sh = pa.shift
+
+            def frames(items: Any) -> list[dict[str, Any]]:
+                return [{"frame": f.frame, "early_share": f.early_share,
+                         "late_share": f.late_share, "change": f.change} for f in items]
+
+            shift = {"k": sh.k, "n_windows": sh.n_windows, "early_total": sh.early_total,
+                     "late_total": sh.late_total, "gained": frames(sh.gained),
+                     "lost": frames(sh.lost)}
     doc: dict[str, Any] = _clean(
         {
             "source": analysis.source,
@@ -87,6 +125,9 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             "steps": steps,
             "notes": list(analysis.notes),
             "wrappers": [dataclasses.asdict(w) for w in analysis.wrappers],
+            "windows": windows,
+            "phase_source": None if pa is None else pa.phase_source,
+            "frame_shift": shift,
         }
     )
     return doc

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import textwrap
+from collections import Counter
 
-from wsprof.analysis.model import Analysis
+from wsprof.analysis.model import Analysis, ProcessAnalysis
 
 WIDTH = 80
 
@@ -21,6 +22,58 @@ def _wrap(
         break_on_hyphens=False,
         break_long_words=False,
     )
+
+
+#: The windows table lists every window up to this many, else the first and last half.
+MAX_WINDOW_ROWS = 20
+
+
+def shorten_frame(frame: str, width: int) -> str:
+    """A frame in at most ``width`` characters: the function kept whole where it fits, the
+    file path cut from the left (``…/update_weight_from_distributed.py:12``)."""
+    if len(frame) <= width:
+        return frame
+    head, sep, tail = frame.partition(" (")
+    if sep and len(head) + 4 < width:
+        room = width - len(head) - 3  # ' (' + '…'
+        return f"{head} (…{tail[-room:]}"
+    return frame[: max(width - 1, 0)] + "…"
+
+
+def _share(x: float | None) -> str:
+    return f"{x:.0%}" if x is not None else "-"
+
+
+def _windows_lines(pa: ProcessAnalysis) -> list[str]:
+    """The windows table of one process: index, samples, weight-sync and rollout share of
+    active samples, top leaf frame with its share; 80 columns."""
+    ws = pa.windows
+    lines = ["", f"windows of {pa.label} (phases: {pa.phase_source or 'generic'} patterns; "
+             "shares of active samples):"]
+    lines.append(f"{'#':>3} {'samples':>7} {'sync':>5} {'roll':>5} {'top':>4}  top frame")
+    fixed = 3 + 1 + 7 + 1 + 5 + 1 + 5 + 1 + 4 + 2
+    rows = list(enumerate(ws))
+    gap = None
+    if len(rows) > MAX_WINDOW_ROWS:
+        half = MAX_WINDOW_ROWS // 2
+        rows, gap = rows[:half] + rows[-half:], half
+    for j, (i, w) in enumerate(rows):
+        if j == gap:
+            lines.append(f"{'...':>3} ({len(ws) - MAX_WINDOW_ROWS} more windows)")
+        top = w.top_frame
+        frame = shorten_frame(top.frame, WIDTH - fixed) if top else "-"
+        lines.append(
+            f"{i:>3} {w.n_samples:>7} {_share(w.weight_sync_share):>5} "
+            f"{_share(w.rollout_share):>5} {_share(top.share if top else None):>4}  {frame}"
+        )
+    common = Counter(w.common_frame for w in ws if w.common_frame)
+    if common:
+        frame, n = min(common.items(), key=lambda kv: (-kv[1], kv[0]))
+        lines += _wrap(f"common frame (in at least half of a window's active samples): {frame} "
+                       f"in {n} of {len(ws)} windows", WIDTH, subsequent_indent="  ")
+    return lines
+
+
 _COLOURS = {"critical": "\033[31m", "warning": "\033[33m", "info": "\033[36m"}
 _RESET = "\033[0m"
 
@@ -81,6 +134,8 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10
                 f"{s.step:>5} {s.step_s:9.3f} {roll} {share} {sync} {s.n_calls:>6} "
                 f"{s.between_layers_s:10.3f}"
             )
+    if pa is not None and pa.windows:
+        lines += _windows_lines(pa)
     if analysis.wrappers:
         lines.append("")
         lines.append("wrappers on collective names (most time between layers first):")

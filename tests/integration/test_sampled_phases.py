@@ -1,0 +1,109 @@
+"""Sampled phases from real py-spy samples of a real process (tests/targets/phase_target.py).
+
+The target repeats steps of a constant ``generate`` and an ``update_weights`` that grows every
+step. Sampled in 1 s windows and classified with ``--phase``-style user patterns, the
+weight-sync share must be larger in the late windows than in the early ones, and the frame that
+gained share must be ``update_weights``. Proportions only, never exact counts; the test
+synchronises on the target's ``ready`` line and on the sampler, never on sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wsprof.analysis.phases import build_patterns, phase_shares_by_window
+from wsprof.analysis.run import analyze_run
+from wsprof.analysis.samples import early_late_shift
+from wsprof.capture.pyspy import STOP_DURATION, PySpySampler, find_pyspy, ptrace_problem
+from wsprof.errors import InputError
+from wsprof.trace.reader import read_run, read_trace
+from wsprof.trace.writer import TraceWriter
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TARGET = os.path.join(REPO, "tests", "targets", "phase_target.py")
+#: The patterns a user would give: ``--phase weight_sync=update_weights --phase rollout=...``.
+PATTERNS = {"weight_sync": r"update_weights", "rollout": r"(?:^|\.)generate \("}
+#: Windows sampled (1 s each): enough for a first and a last third of 2 windows each.
+WINDOWS = 6
+#: Least rise of the weight-sync share, first 2 windows against the last 2. The target's sync
+#: goes from about 30% to about 70% of each step over the sampling; half that margin keeps the
+#: test robust on a loaded machine.
+MIN_RISE = 0.15
+#: Seconds the target may take to end after release before the test kills it.
+TARGET_EXIT_TIMEOUT_S = 10
+
+
+def _pyspy_missing() -> str | None:
+    try:
+        find_pyspy()
+    except InputError as e:
+        return str(e)
+    return None
+
+
+_NO_PYSPY = _pyspy_missing()
+_NO_PTRACE = ptrace_problem(os.getpid())
+
+pytestmark = [
+    pytest.mark.pyspy,
+    pytest.mark.skipif(_NO_PYSPY is not None, reason=f"py-spy unavailable: {_NO_PYSPY}"),
+    pytest.mark.skipif(_NO_PTRACE is not None, reason=f"ptrace not allowed here: {_NO_PTRACE}"),
+]
+
+
+def test_weight_sync_share_grows_in_real_samples(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, TARGET], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.strip() == "ready", f"target did not start (printed {line!r})"
+        sampler = PySpySampler([proc.pid], str(tmp_path), window_s=1, duration_s=WINDOWS)
+        sampler.start()
+        reason = sampler.wait(timeout_s=30)
+        assert proc.poll() is None, "the target must outlive the sampling"
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=TARGET_EXIT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    assert reason == STOP_DURATION and sampler.samples > 0
+
+    samples = read_trace(sampler.path).samples
+    rows = [r for r in phase_shares_by_window(samples, build_patterns(None, PATTERNS))
+            if r.n_active > 0]
+    assert len(rows) >= 4, f"expected {WINDOWS} windows with samples, got {len(rows)}"
+    for r in rows:  # the target only generates and syncs
+        assert (r.rollout_share or 0) + (r.weight_sync_share or 0) >= 0.8
+    early = sum(r.weight_sync_share or 0.0 for r in rows[:2]) / 2
+    late = sum(r.weight_sync_share or 0.0 for r in rows[-2:]) / 2
+    assert late - early >= MIN_RISE, f"weight-sync share {early:.0%} -> {late:.0%}"
+
+    shift = early_late_shift(samples, k=2)
+    assert shift is not None and shift.gained and shift.lost
+    assert shift.gained[0].frame.startswith("update_weights (")
+    assert shift.lost[0].frame.startswith("generate (")
+
+    # The same through analyze_run, as `wsprof attach --phase ...` leaves the run folder: a
+    # process trace naming the target and its patterns, next to the sampler's trace.
+    writer = TraceWriter(str(tmp_path / f"host-{proc.pid}.wsprof"))
+    writer.set_meta({"pid": proc.pid, "source": "attach", "phase_patterns": PATTERNS})
+    writer.close()
+    analysis = analyze_run(read_run(str(tmp_path)), str(tmp_path))
+    pa = analysis.primary
+    assert pa is not None and pa.pid == proc.pid and pa.phase_source == "user"
+    assert len(pa.windows) >= 4
+    found = {f.kind: f for f in analysis.findings}
+    assert found["sampled_phase_share"].evidence["late_weight_sync_share"] > (
+        found["sampled_phase_share"].evidence["early_weight_sync_share"])
+    assert any(r.series.name == "window_weight_sync_share" for r in analysis.series)

@@ -1,0 +1,651 @@
+"""Phases without code change: py-spy samples classified by frame patterns.
+
+Every sample's stack is put in one phase: ``rollout`` (generation), ``weight_sync`` (pushing new
+weights to the inference engines), ``train`` (forward/backward/optimizer), ``idle`` (the leaf is
+a blocking call, see :func:`wsprof.analysis.samples.idle_stack`) or ``other`` (nothing matched).
+User patterns (``wsprof attach --phase NAME=REGEX``) may add phases of any other name.
+
+Patterns are regular expressions searched in py-spy frames, ``function (file:line)``. What
+py-spy writes there matters:
+
+- ``function`` is the qualified name (``UpdateWeightFromDistributed.update_weights``) on
+  Python >= 3.11 and the bare name (``update_weights``) before; built-in patterns match both.
+- ``file`` is the path relative to the Python prefix or ``site-packages`` for installed code
+  (``torch/distributed/distributed_c10d.py``, ``verl/workers/fsdp_workers.py``) and the bare
+  file name for anything else (a source checkout installed in editable mode: ``actor.py``).
+
+Precedence (:func:`classify_stack`), first rule that applies decides:
+
+1. an idle leaf -> ``idle``;
+2. user patterns, scanning the stack from the leaf to the root (a user pattern anywhere in the
+   stack beats every built-in one);
+3. the framework's patterns and the generic ones (:data:`GENERIC_PATTERNS`), from the leaf to
+   the root: the innermost matching frame decides, so ``update_weights`` called from inside a
+   rollout function (TRL syncs weights in ``_generate_single_turn``; verl's sharding manager
+   in ``generate_sequences``) is weight sync, and ``backward`` under a framework's training
+   step is train. Within one frame the framework's patterns come before the generic ones and
+   phases are tried in the order weight_sync, rollout, train;
+4. fallback (:data:`FALLBACK_PATTERNS`): a weight-moving collective (``broadcast``,
+   ``all_gather*``, ``_all_gather_base``, point-to-point) of ``distributed_c10d.py`` or of a
+   communicator outside torch, under no rollout or train frame -> ``weight_sync``;
+5. ``other``.
+
+Pure: no torch, no live process.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from wsprof.analysis.model import WindowSummary
+from wsprof.analysis.samples import (
+    code_frames,
+    common_frame,
+    group_windows,
+    hot_frames,
+    idle_stack,
+    split_frame,
+)
+from wsprof.trace.model import SampleWindow
+
+ROLLOUT = "rollout"
+WEIGHT_SYNC = "weight_sync"
+TRAIN = "train"
+IDLE = "idle"
+OTHER = "other"
+#: Built-in phases in the order they are tried on one frame.
+PHASE_ORDER = (WEIGHT_SYNC, ROLLOUT, TRAIN)
+#: Names a user pattern cannot take: they are what classification itself assigns.
+RESERVED_PHASES = frozenset({IDLE, OTHER})
+#: Other spellings of the built-in phase names accepted in ``--phase NAME=REGEX``.
+PHASE_ALIASES = {
+    "sync": WEIGHT_SYNC,
+    "weight_update": WEIGHT_SYNC,
+    "weights_sync": WEIGHT_SYNC,
+    "refit": WEIGHT_SYNC,
+    "generate": ROLLOUT,
+    "generation": ROLLOUT,
+    "training": TRAIN,
+}
+
+#: Frameworks with built-in patterns, in the order that breaks detection ties.
+FRAMEWORKS = ("slime", "verl", "openrlhf", "areal", "trl")
+#: Folder each framework's code lives in (as py-spy shows installed packages' files).
+FRAMEWORK_MODULES = {
+    "slime": ("slime",),
+    "verl": ("verl",),
+    "openrlhf": ("openrlhf",),
+    "areal": ("areal", "realhf"),
+    "trl": ("trl",),
+}
+
+
+#: Regex of any function name (for "every function of this file").
+ANY = r"[^ ()]+"
+
+
+def _frame(function: str, file: str | None = None) -> str:
+    """Regex of a py-spy frame ``function (file:line)``.
+
+    Args:
+        function: regex of the function name; it must end the qualified name and start it or
+            follow a dot, so ``update_weights`` matches ``update_weights`` and
+            ``Actor.update_weights`` but not ``pre_update_weights``; ``Actor\\.f`` needs the
+            class (Python >= 3.11 only).
+        file: regex of the end of the file path, matched at its start or after a ``/``
+            (``actor\\.py`` matches ``actor.py`` and ``slime/backends/actor.py``); None: any.
+    """
+    head = rf"^(?:[^ ()]*\.)?(?:{function}) \("
+    if file is None:
+        return head
+    return head + rf"(?:[^()]*/)?(?:{file})(?::\d+)?\)$"
+
+
+#: TRL's online trainers (trl/trainer/<name>_trainer.py) that generate with vLLM.
+_TRL_TRAINERS = r"(?:grpo|rloo|online_dpo|gkd|xpo|nash_md|gold)_trainer\.py"
+
+# Entry points checked against each framework's sources (repository paths in the comments).
+# Methods are matched by name plus a distinctive file, and by class-qualified name.
+BUILTIN_PATTERNS: dict[str, dict[str, list[str]]] = {
+    # THUDM/slime
+    "slime": {
+        WEIGHT_SYNC: [
+            # slime/backends/megatron_utils/update_weight/update_weight_from_{distributed,
+            # tensor,disk,...}.py: UpdateWeightFromDistributed.update_weights and helpers
+            _frame(ANY, r"update_weight_from_\w+\.py"),
+            _frame(r"UpdateWeightFrom\w+\.\w+"),
+            # slime/backends/megatron_utils/actor.py: MegatronTrainRayActor.update_weights
+            _frame(r"(?:MegatronTrainRayActor|FSDPTrainRayActor)\.update_weights"),
+            _frame(r"update_weights", r"megatron_utils/actor\.py|fsdp_utils/actor\.py"),
+        ],
+        ROLLOUT: [
+            # slime/rollout/sglang_rollout.py: generate_rollout(_async), generate_and_rm(_group),
+            # generate
+            _frame(r"generate_rollout(?:_async)?|generate_and_rm(?:_group)?|generate",
+                   r"sglang_rollout\.py"),
+            _frame(ANY, r"(?:fully_async|sglang_streaming)_rollout\.py"),
+            # slime/ray/rollout.py: RolloutManager.generate / eval
+            _frame(r"RolloutManager\.(?:generate|eval|_get_rollout_data)"),
+            _frame(r"generate|_get_rollout_data", r"slime/ray/rollout\.py"),
+        ],
+        TRAIN: [
+            # slime/backends/megatron_utils/actor.py: train, train_actor, train_critic
+            _frame(r"(?:MegatronTrainRayActor|FSDPTrainRayActor)\.train(?:_actor|_critic)?"),
+            _frame(r"train_actor|train_critic", r"actor\.py"),
+            # slime/backends/megatron_utils/model.py: train, train_one_step
+            _frame(r"train_one_step", r"model\.py"),
+        ],
+    },
+    # volcengine/verl
+    "verl": {
+        WEIGHT_SYNC: [
+            # verl/checkpoint_engine/base.py: CheckpointEngineManager.update_weights,
+            # CheckpointEngineWorker.update_weights; {nccl,nixl,hccl,kimi}_checkpoint_engine.py
+            _frame(r"CheckpointEngine(?:Manager|Worker)\.\w+"),
+            _frame(ANY, r"\w+_checkpoint_engine\.py|checkpoint_engine/base\.py"),
+            # verl/workers/{fsdp,megatron,engine}_workers.py: ActorRolloutRefWorker.rollout_mode
+            # (the hybrid engine's context switch that pushes the weights), update_weights
+            _frame(r"rollout_mode|update_weights",
+                   r"(?:fsdp|megatron|engine|deepspeed)_workers\.py"),
+            # rollout adapters' update_weights (vllm_rollout_spmd.py, sglang_rollout.py, ...)
+            _frame(r"update_weights", r"\w*_rollout(?:_spmd)?\.py|\w+_async_server\.py"),
+            # verl/workers/sharding_manager/*.py (older verl): entering the sharding manager
+            # syncs weights into the inference engine
+            _frame(r"\w*ShardingManager\.(?:__enter__|update_params|update_weights|wake_up)"),
+            _frame(r"__enter__|update_params|update_weights", r"sharding_manager/\w+\.py"),
+        ],
+        ROLLOUT: [
+            # ActorRolloutRefWorker.generate_sequences, vLLMRollout.generate_sequences,
+            # AgentLoopManager/AgentLoopWorker.generate_sequences
+            _frame(r"generate_sequences"),
+            _frame(r"AgentLoop\w*\.\w+"),
+        ],
+        TRAIN: [
+            # fsdp_workers.py: update_actor, update_critic, compute_log_prob,
+            # compute_ref_log_prob; workers/actor/dp_actor.py: DataParallelPPOActor.update_policy
+            _frame(r"update_actor|update_critic|compute_(?:ref_)?log_prob|compute_values",
+                   r"\w+_workers\.py"),
+            _frame(r"update_policy|update_critic|compute_log_prob|compute_values",
+                   r"(?:dp|megatron)_(?:actor|critic)\.py"),
+            _frame(r"(?:DataParallelPPO|MegatronPPO)(?:Actor|Critic)\.\w+"),
+        ],
+    },
+    # OpenRLHF/OpenRLHF
+    "openrlhf": {
+        WEIGHT_SYNC: [
+            # openrlhf/trainer/ray/ppo_actor.py: ActorPPOTrainer._broadcast_to_vllm (nested
+            # _broadcast_param, _handle_cuda_ipc), PolicyModelActor.broadcast_to_vllm;
+            # openrlhf/trainer/ppo_trainer.py: PPOTrainer._broadcast_to_vllm
+            _frame(r"_?broadcast_to_vllm"),
+            # openrlhf/trainer/ray/vllm_worker_wrap.py: WorkerWrap.update_weight(_cuda_ipc)
+            _frame(r"update_weight\w*", r"vllm_worker_wrap\.py"),
+        ],
+        ROLLOUT: [
+            # openrlhf/trainer/ppo_utils/experience_maker.py (and samples_generator.py):
+            # SamplesGenerator.generate_samples, _generate_vllm
+            _frame(r"generate_samples|_generate_vllm|_generate_with_hf",
+                   r"experience_maker\w*\.py|samples_generator\w*\.py"),
+            _frame(r"\w*(?:SamplesGenerator|ExperienceMaker)\.(?:generate_samples|_generate_\w+)"),
+        ],
+        TRAIN: [
+            # openrlhf/trainer/ray/ppo_actor.py, ppo_critic.py: ppo_train, training_step
+            _frame(r"ppo_train|training_step", r"ppo_(?:actor|critic)\.py"),
+            _frame(r"(?:ActorPPOTrainer|CriticPPOTrainer)\.(?:ppo_train|training_step)"),
+        ],
+    },
+    # inclusionAI/AReaL
+    "areal": {
+        WEIGHT_SYNC: [
+            # areal/engine/fsdp_engine.py, megatron_engine.py: FSDPEngine.update_weights,
+            # _update_weights_from_distributed, _update_weights_from_disk (upload_weights in
+            # older versions); areal/engine/sglang_remote.py, vllm_remote.py: update_weights,
+            # update_weights_from_distributed, update_weights_from_disk
+            _frame(r"_?update_weights(?:_from_\w+)?|upload_weights",
+                   r"(?:fsdp|megatron|archon|base_hf)_engine\.py|(?:sglang|vllm)_remote\.py"),
+            _frame(r"(?:FSDPEngine|MegatronEngine|ArchonEngine|RemoteSGLangEngine|"
+                   r"RemotevLLMEngine)\.(?:_?update_weights\w*|upload_weights)"),
+        ],
+        ROLLOUT: [
+            # sglang_remote.py: RemoteSGLangEngine.rollout_batch, prepare_batch, agenerate;
+            # workflows' arun_episode (areal/workflow/*.py); WorkflowExecutor
+            _frame(r"rollout_batch|prepare_batch|agenerate|arun_episode"),
+            _frame(r"WorkflowExecutor\.\w+"),
+            _frame(ANY, r"workflow_executor\.py"),
+        ],
+        TRAIN: [
+            # areal/engine/ppo/actor.py: PPOActor.ppo_update (_ppo_update), compute_logp;
+            # engines' train_batch
+            _frame(r"_?ppo_update|compute_logp|compute_advantages", r"\w*actor\.py"),
+            _frame(r"\w*PPOActor\.(?:_?ppo_update|compute_logp)"),
+            _frame(r"train_batch", r"(?:fsdp|megatron|archon|base_hf)_engine\.py"),
+            _frame(r"(?:FSDPEngine|MegatronEngine|ArchonEngine)\.train_batch"),
+        ],
+    },
+    # huggingface/trl
+    "trl": {
+        WEIGHT_SYNC: [
+            # trl/generation/vllm_generation.py: VLLMGeneration.sync_weights,
+            # _sync_fsdp1_params_to_vllm, _sync_fsdp2_params_to_vllm
+            _frame(r"sync_weights|_sync_fsdp\d_params_to_vllm", r"vllm_generation\.py"),
+            _frame(r"VLLMGeneration\.(?:sync_weights|_sync_fsdp\d_params_to_vllm)"),
+            # trl/trainer/grpo_trainer.py (older versions): GRPOTrainer._move_model_to_vllm
+            _frame(r"_move_model_to_vllm"),
+            # trl/generation/vllm_client.py: VLLMClient.update_named_param,
+            # update_model_params; trl/scripts/vllm_serve.py (server side)
+            _frame(r"\w*update_(?:named_param|model_params)\w*",
+                   r"vllm_client\.py|vllm_serve\.py"),
+        ],
+        ROLLOUT: [
+            # trl/generation/vllm_generation.py: VLLMGeneration.generate
+            _frame(r"generate", r"vllm_generation\.py"),
+            _frame(r"VLLMGeneration\.generate"),
+            # trl/trainer/grpo_trainer.py (and siblings): _generate_and_score_completions,
+            # _generate_single_turn, _generate, _generate_vllm, _generate_transformers
+            _frame(r"_generate\w*", _TRL_TRAINERS),
+            _frame(r"(?:GRPO|RLOO|OnlineDPO|GKD)Trainer\._generate\w*"),
+        ],
+        TRAIN: [
+            # trl/trainer/*_trainer.py: compute_loss, _compute_loss
+            _frame(r"_?compute_loss", _TRL_TRAINERS),
+        ],
+    },
+}
+
+#: Patterns for any framework, after the framework's own (same tier, see the module docstring).
+GENERIC_PATTERNS: dict[str, list[str]] = {
+    WEIGHT_SYNC: [
+        # SGLang engine side (sglang/srt/...: Engine, TokenizerManager, ModelRunner,
+        # Scheduler): update_weights_from_distributed / _tensor / _disk
+        _frame(r"update_weights_from_(?:distributed|tensor|disk)"),
+        # vLLM: a model's load_weights, called by every colocated weight sync
+        _frame(r"load_weights", r"vllm/[^()]*\.py"),
+    ],
+    ROLLOUT: [
+        # vLLM: LLM.generate / chat (vllm/entrypoints/llm.py), the v1 engine
+        _frame(r"LLM\.(?:generate|chat|_run_engine)|AsyncLLM\.generate|LLMEngine\.step"),
+        _frame(r"generate|chat|_run_engine", r"vllm/entrypoints/llm\.py"),
+        _frame(r"\w*ModelRunner\.execute_model|EngineCore\.step\w*"),
+        _frame(r"execute_model|step\w*", r"vllm/v1/(?:engine|worker)/\w+\.py"),
+        # SGLang: Engine.generate, the scheduler loop (sglang/srt/managers/scheduler.py)
+        _frame(r"Engine\.(?:generate|async_generate)|TokenizerManager\.generate_request"),
+        _frame(r"Scheduler\.(?:event_loop_\w+|run_batch)"),
+        _frame(r"event_loop_\w+|run_batch", r"sglang/srt/managers/scheduler\.py"),
+    ],
+    TRAIN: [
+        # torch autograd: Tensor.backward (torch/_tensor.py), torch.autograd.backward,
+        # _engine_run_backward (torch/autograd/graph.py)
+        _frame(r"backward|_engine_run_backward", r"torch/_tensor\.py|torch/autograd/\w+\.py"),
+        # torch optimizers: Adam.step (torch/optim/adam.py), the _use_grad wrapper
+        _frame(ANY, r"torch/optim/\w+\.py"),
+        # DeepSpeed, accelerate, Megatron-core
+        _frame(r"(?:DeepSpeedEngine|Accelerator)\.(?:backward|step)"),
+        _frame(r"backward|step", r"deepspeed/runtime/engine\.py|accelerate/accelerator\.py"),
+        _frame(r"forward_backward_\w+", r"megatron/core/pipeline_parallel/schedules\.py"),
+    ],
+}
+
+#: Weight-moving collectives: weight sync when no other pattern matched anywhere in the stack
+#: (the same names under ``backward`` are gradient sync, under ``generate`` tensor parallelism).
+#: all_reduce and reduce_scatter are left out: outside backward they reduce metrics.
+FALLBACK_PATTERNS: dict[str, list[str]] = {
+    WEIGHT_SYNC: [
+        _frame(
+            r"broadcast|broadcast_object_list|all_gather\w*|_all_gather_base|"
+            r"scatter|scatter_object_list|send|recv|isend|irecv|batch_isend_irecv|"
+            r"_coalescing_manager",
+            r"distributed_c10d\.py",
+        ),
+        # ProcessGroup methods, visible when Python wraps them
+        _frame(r"ProcessGroup\w*\.(?:broadcast|allgather\w*|_allgather_base)"),
+        # vLLM / SGLang communicators outside torch.distributed (pynccl.py), Ray collectives
+        _frame(r"broadcast|all_gather|send|recv", r"pynccl\.py"),
+        _frame(r"broadcast|allgather|send|recv", r"ray/util/collective/collective\.py"),
+    ],
+}
+
+_Tier = tuple[tuple[str, "re.Pattern[str]"], ...]
+
+
+@dataclass(frozen=True)
+class PhasePatterns:
+    """Compiled phase patterns in precedence order (see the module docstring).
+
+    Attributes:
+        tiers: each tier is ``(phase, regex)`` pairs, tried frame by frame from the leaf.
+        source: ``user``, ``user+<framework>``, ``<framework>`` or ``generic``.
+        framework: the framework whose built-in patterns are used, if any.
+        user: the user patterns, ``(phase, regex)``, as given.
+    """
+
+    tiers: tuple[_Tier, ...]
+    source: str
+    framework: str | None = None
+    user: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class WindowPhases:
+    """Phase counts of one sampling window (all threads and pids sampled in it).
+
+    Attributes:
+        t_start_ns: window start, sampler monotonic ns.
+        t_end_ns: window end, sampler monotonic ns.
+        n_samples: every sample with a code frame, idle ones included.
+        samples: phase -> samples (``idle`` and ``other`` included).
+    """
+
+    t_start_ns: int
+    t_end_ns: int
+    n_samples: int
+    samples: dict[str, int]
+
+    @property
+    def n_active(self) -> int:
+        """Samples not idle."""
+        return self.n_samples - self.samples.get(IDLE, 0)
+
+    @property
+    def shares(self) -> dict[str, float]:
+        """phase -> share of all samples of the window (idle is a phase of its own)."""
+        return {p: n / self.n_samples for p, n in self.samples.items()} if self.n_samples else {}
+
+    def active_share(self, phase: str) -> float | None:
+        """Samples of ``phase`` / active samples; None without active samples."""
+        return self.samples.get(phase, 0) / self.n_active if self.n_active > 0 else None
+
+    @property
+    def rollout_share(self) -> float | None:
+        """Rollout samples / active samples."""
+        return self.active_share(ROLLOUT)
+
+    @property
+    def weight_sync_share(self) -> float | None:
+        """Weight-sync samples / active samples."""
+        return self.active_share(WEIGHT_SYNC)
+
+
+def normalize_phase(name: str) -> str:
+    """A user phase name as classification uses it: lower case, ``-`` and spaces as ``_``,
+    aliases (:data:`PHASE_ALIASES`) resolved.
+
+    Raises:
+        ValueError: empty, or reserved (:data:`RESERVED_PHASES`).
+    """
+    key = re.sub(r"[\s-]+", "_", name.strip().lower())
+    key = PHASE_ALIASES.get(key, key)
+    if not key:
+        raise ValueError("empty phase name; give NAME=REGEX, e.g. weight_sync=update_weights")
+    if key in RESERVED_PHASES:
+        raise ValueError(f"phase name {name!r} is reserved (idle and other are assigned by "
+                         "classification); pick another name")
+    return key
+
+
+def _compile(phases: Mapping[str, Sequence[str]], order: Sequence[str]) -> _Tier:
+    """One tier: per phase (built-ins in ``order`` first, then the others as given) one
+    alternation of its regexes."""
+    names = [p for p in order if p in phases] + [p for p in phases if p not in order]
+    tier: list[tuple[str, re.Pattern[str]]] = []
+    for phase in names:
+        regexes = [r for r in phases[phase] if r]
+        if regexes:
+            tier.append((phase, re.compile("|".join(f"(?:{r})" for r in regexes))))
+    return tuple(tier)
+
+
+def _user_tier(user: Mapping[str, str | Sequence[str]]) -> tuple[_Tier, list[tuple[str, str]]]:
+    merged: dict[str, list[str]] = {}
+    pairs: list[tuple[str, str]] = []
+    for name, value in user.items():
+        phase = normalize_phase(str(name))
+        regexes = [value] if isinstance(value, str) else [str(v) for v in value]
+        for regex in regexes:
+            try:
+                re.compile(regex)
+            except re.error as e:
+                raise ValueError(f"phase {name!r}: bad regular expression {regex!r} ({e})") from e
+            merged.setdefault(phase, []).append(regex)
+            pairs.append((phase, regex))
+    # User phases keep the order given; they are all tried before any built-in.
+    return _compile(merged, ()), pairs
+
+
+def build_patterns(
+    framework: str | None = None, user: Mapping[str, str | Sequence[str]] | None = None
+) -> PhasePatterns:
+    """Phase patterns: the user's first, then the framework's with the generic ones, then the
+    collective fallback.
+
+    Args:
+        framework: one of :data:`FRAMEWORKS`, or None for the generic patterns only.
+        user: phase name -> regex (or regexes), e.g. ``{"weight_sync": "sync_to_engines"}``.
+
+    Raises:
+        ValueError: an unknown framework, a reserved or empty phase name, a bad regex.
+    """
+    if framework is not None and framework not in BUILTIN_PATTERNS:
+        raise ValueError(f"unknown framework {framework!r}; one of {', '.join(FRAMEWORKS)}")
+    tiers: list[_Tier] = []
+    pairs: list[tuple[str, str]] = []
+    if user:
+        tier, pairs = _user_tier(user)
+        if tier:
+            tiers.append(tier)
+    builtin: list[tuple[str, re.Pattern[str]]] = []
+    if framework is not None:
+        builtin += _compile(BUILTIN_PATTERNS[framework], PHASE_ORDER)
+    builtin += _compile(GENERIC_PATTERNS, PHASE_ORDER)
+    tiers.append(tuple(builtin))
+    tiers.append(_compile(FALLBACK_PATTERNS, PHASE_ORDER))
+    base = framework or "generic"
+    source = ("user" if framework is None else f"user+{framework}") if pairs else base
+    return PhasePatterns(tuple(tiers), source, framework, tuple(pairs))
+
+
+def classify_stack(frames: Sequence[str], patterns: PhasePatterns) -> str:
+    """The phase of one stack (see the module docstring for the precedence).
+
+    Args:
+        frames: root first, as py-spy gave them (pseudo-frames are ignored).
+        patterns: from :func:`build_patterns` or :func:`patterns_for`.
+
+    Returns:
+        ``idle``, a phase name, or ``other``.
+    """
+    code = code_frames(frames)
+    if not code:
+        return OTHER
+    if idle_stack(code):
+        return IDLE
+    for tier in patterns.tiers:
+        for frame in reversed(code):
+            for phase, regex in tier:
+                if regex.search(frame):
+                    return phase
+    return OTHER
+
+
+@functools.cache
+def _framework_regex(framework: str) -> re.Pattern[str]:
+    pats = [r for regexes in BUILTIN_PATTERNS[framework].values() for r in regexes]
+    return re.compile("|".join(f"(?:{r})" for r in pats))
+
+
+_MODULE_RE = {
+    fw: re.compile(rf"(?:^|/)(?:{'|'.join(mods)})/") for fw, mods in FRAMEWORK_MODULES.items()
+}
+
+
+def detect_framework(windows: Iterable[SampleWindow]) -> str | None:
+    """The framework whose code the samples are in.
+
+    A sample counts for a framework when a frame of its stack matches one of the framework's
+    built-in patterns or lies in the framework's package folder (``slime/``, ``verl/``,
+    ``openrlhf/``, ``areal/`` or ``realhf/``, ``trl/``; only installed packages show their
+    folder, see the module docstring). Idle samples count too: a waiting thread still shows
+    whose code it waits in.
+
+    Args:
+        windows: sample groups.
+
+    Returns:
+        The framework with the most samples (ties: the order of :data:`FRAMEWORKS`), or None
+        when no sample counts for any.
+    """
+    regexes = {fw: _framework_regex(fw) for fw in FRAMEWORKS}
+    counts: Counter[str] = Counter()
+    seen: dict[tuple[str, ...], tuple[str, ...]] = {}
+    for w in windows:
+        if w.count <= 0:
+            continue
+        frames = code_frames(w.frames)
+        hits = seen.get(frames)
+        if hits is None:
+            found: list[str] = []
+            for fw in FRAMEWORKS:
+                for frame in frames:
+                    file = split_frame(frame)[1] or ""
+                    if regexes[fw].search(frame) or _MODULE_RE[fw].search(file.replace("\\", "/")):
+                        found.append(fw)
+                        break
+            hits = seen[frames] = tuple(found)
+        for fw in hits:
+            counts[fw] += w.count
+    if not counts:
+        return None
+    best = max(counts.values())
+    return next(fw for fw in FRAMEWORKS if counts[fw] == best)
+
+
+def patterns_for(
+    framework: str | None,
+    user: Mapping[str, str | Sequence[str]] | None = None,
+    windows: Iterable[SampleWindow] = (),
+) -> PhasePatterns:
+    """Patterns for a process: the given framework's, else the one detected in ``windows``.
+
+    Args:
+        framework: one of :data:`FRAMEWORKS`, or None to detect it from ``windows``.
+        user: ``--phase`` patterns (phase name -> regex).
+        windows: the samples to detect the framework from.
+
+    Raises:
+        ValueError: see :func:`build_patterns`.
+    """
+    if framework is None:
+        framework = detect_framework(windows)
+    return build_patterns(framework, user)
+
+
+def pattern_problems(meta: Mapping[str, Any]) -> list[str]:
+    """What is wrong with a trace's ``phase_patterns`` and ``framework`` meta (one line each);
+    analysis leaves out what is wrong and goes on."""
+    problems: list[str] = []
+    fw = meta.get("framework")
+    if fw is not None and fw not in BUILTIN_PATTERNS:
+        problems.append(f"framework {fw!r} has no built-in phase patterns (one of "
+                        f"{', '.join(FRAMEWORKS)}); detected from the samples instead")
+    raw = meta.get("phase_patterns")
+    if raw is None:
+        return problems
+    if not isinstance(raw, Mapping):
+        return [*problems, "phase_patterns is not a NAME -> REGEX mapping; left out"]
+    for name, value in raw.items():
+        try:
+            _user_tier({str(name): value if isinstance(value, (str, list)) else str(value)})
+        except ValueError as e:
+            problems.append(f"--phase {name}: {e}; left out")
+    return problems
+
+
+def patterns_from_meta(meta: Mapping[str, Any], windows: Iterable[SampleWindow]) -> PhasePatterns:
+    """Patterns for a process trace: its ``phase_patterns`` (name -> regex) and ``framework``
+    meta (as ``wsprof attach`` writes them), the framework detected from ``windows`` when the
+    meta names none. Invalid entries are left out (:func:`pattern_problems` says which)."""
+    fw = meta.get("framework")
+    framework = fw if isinstance(fw, str) and fw in BUILTIN_PATTERNS else None
+    user: dict[str, str | list[str]] = {}
+    raw = meta.get("phase_patterns")
+    if isinstance(raw, Mapping):
+        for name, value in raw.items():
+            entry = value if isinstance(value, (str, list)) else str(value)
+            try:
+                _user_tier({str(name): entry})
+            except ValueError:
+                continue
+            user[str(name)] = entry
+    return patterns_for(framework, user, windows)
+
+
+def phase_shares_by_window(
+    windows: Iterable[SampleWindow], patterns: PhasePatterns
+) -> list[WindowPhases]:
+    """Phase counts per sampling window, in time order.
+
+    Args:
+        windows: sample groups; those with the same ``(t_start_ns, t_end_ns)`` form a window.
+        patterns: see :func:`build_patterns`.
+
+    Returns:
+        One :class:`WindowPhases` per window with at least one sample with a code frame.
+    """
+    cache: dict[tuple[str, ...], str] = {}
+    out: list[WindowPhases] = []
+    for t0, t1, group in group_windows(windows):
+        counts: Counter[str] = Counter()
+        total = 0
+        for w in group:
+            frames = code_frames(w.frames)
+            if not frames or w.count <= 0:
+                continue
+            phase = cache.get(frames)
+            if phase is None:
+                phase = cache[frames] = classify_stack(frames, patterns)
+            counts[phase] += w.count
+            total += w.count
+        if total:
+            out.append(WindowPhases(t0, t1, total, dict(counts)))
+    return out
+
+
+def window_summaries(
+    windows: Iterable[SampleWindow], patterns: PhasePatterns
+) -> list[WindowSummary]:
+    """Per sampling window: samples, top leaf frame, common frame and phase shares.
+
+    Args:
+        windows: sample groups of one process.
+        patterns: see :func:`build_patterns`.
+
+    Returns:
+        One :class:`~wsprof.analysis.model.WindowSummary` per window with samples, in time
+        order.
+    """
+    items = list(windows)
+    phases = {(p.t_start_ns, p.t_end_ns): p for p in phase_shares_by_window(items, patterns)}
+    out: list[WindowSummary] = []
+    for t0, t1, group in group_windows(items):
+        ph = phases.get((t0, t1))
+        if ph is None:
+            continue
+        top = hot_frames(group)
+        out.append(
+            WindowSummary(
+                t_start_ns=t0,
+                t_end_ns=t1,
+                n_samples=ph.n_samples,
+                n_active=ph.n_active,
+                top_frame=top[0] if top else None,
+                common_frame=common_frame(group),
+                phase_shares=ph.shares,
+                rollout_share=ph.rollout_share,
+                weight_sync_share=ph.weight_sync_share,
+                phase_samples=dict(ph.samples),
+            )
+        )
+    return out
