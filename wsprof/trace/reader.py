@@ -128,23 +128,32 @@ def _read_calls(db: sqlite3.Connection) -> CallTable:
     cols = {c: np.concatenate(parts[c]) for c in CALL_COLUMNS}
     order = np.argsort(cols["t_start_ns"], kind="stable")
     out: dict[str, Any] = {}
-    lookup_cache: dict[int, str | None] = {-1: None}
+    # String ids are small (0..len(strings)-1, -1 for None): one lookup array indexed by id+1.
+    top = max(strings) if strings else -1
+    if top >= 2 * len(strings) + 1024:
+        raise ValueError(f"string ids are not dense (largest {top}, {len(strings)} strings)")
+    lookup = np.empty(top + 2, dtype=object)
+    lookup[0] = None
+    for i, v in strings.items():
+        if int(i) < 0:
+            raise ValueError(f"negative string id {i}")
+        lookup[int(i) + 1] = str(v)
+    known = np.zeros(top + 2, dtype=bool)
+    known[0] = True
+    known[[int(i) + 1 for i in strings]] = True
     for name, col in cols.items():
         col = col[order]
         if name in CALL_STRING_COLUMNS:
-            ids, inverse = np.unique(col, return_inverse=True)
-            values = np.empty(len(ids), dtype=object)
-            for k, i in enumerate(ids.tolist()):
-                if i not in lookup_cache:
-                    if i not in strings:
-                        raise ValueError(f"string id {i} of column {name!r} is not in strings")
-                    lookup_cache[i] = str(strings[i])
-                values[k] = lookup_cache[i]
-            out[name] = values[inverse.reshape(-1)]
+            if len(col) and (int(col.min()) < -1 or int(col.max()) > top):
+                raise ValueError(f"a string id of column {name!r} is not in strings")
+            idx = col + 1
+            if not known[idx].all():
+                raise ValueError(f"a string id of column {name!r} is not in strings")
+            out[name] = lookup[idx]
         elif name == "is_async":
             out[name] = col != 0
         else:
-            out[name] = col.copy()
+            out[name] = col
     table = CallTable(**out)
     _join_updates(db, table)
     return table

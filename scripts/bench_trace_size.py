@@ -1,0 +1,65 @@
+"""How big does a trace get? Writes a long synthetic run through the real recorder and writer.
+
+``--steps`` steps of ``--calls`` collective calls each (default 100 x 50,000: the trust issue's
+size budget is 500 MB for that), with realistic variety: timestamps advancing 10-40 us per call,
+durations and backend times drawn per call, a few hundred parameter sizes cycling, three
+caller sites, one process group, a phase. Prints the file size, bytes per call, and the time the
+writer spent. Not a test.
+
+Usage: python scripts/bench_trace_size.py [--steps 100] [--calls 50000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import tempfile
+import time
+
+from wsprof.capture.collectives import _pack_row
+from wsprof.capture.recorder import Recorder
+from wsprof.trace.reader import read_trace
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--calls", type=int, default=50_000)
+    args = ap.parse_args()
+    rng = random.Random(0)
+    rec = Recorder(tempfile.mkdtemp(prefix="wsprof-size-"), flush_interval_s=3600,
+                   max_pending=args.calls + 1)
+    hooks = [rec.hook_id("broadcast", "dist.broadcast", "api"),
+             rec.hook_id("all_gather", "dist.all_gather", "api"),
+             rec.hook_id("all_gather_into_tensor", "dist.all_gather_into_tensor", "api")]
+    dt = rec.strings.intern("bfloat16")
+    grp = rec.strings.intern("0")
+    phase = rec.strings.intern("weight_sync")
+    sizes = [rng.choice([4096, 8192, 2**20, 4 * 2**20, 16 * 2**20]) for _ in range(300)]
+    t = time.monotonic_ns()
+    ident = 140_000_000_000_123
+    t0 = time.monotonic()
+    for step in range(args.steps):
+        calls = rec.calls
+        for i in range(args.calls):
+            dur = rng.randint(20_000, 400_000)
+            backend = dur - rng.randint(1_000, 15_000)
+            calls.append(_pack_row(t, t + dur, backend, 2, ident, hooks[i % 97 == 0],
+                                   sizes[i % 300], dt, grp, 0, i % 3, step, phase, -1))
+            t += dur + rng.randint(10_000, 40_000)
+        rec.flush()
+    rec.close()
+    size = os.path.getsize(rec.path)
+    n = args.steps * args.calls
+    print(f"{args.steps} steps x {args.calls:,} calls = {n:,} calls")
+    print(f"trace size {size / 2**20:.1f} MiB, {size / n:.1f} bytes per call "
+          f"(writer {rec.flush_ns_total / 1e9:.1f} s, {rec.flush_ns_total / n:.0f} ns per call; "
+          f"total {time.monotonic() - t0:.1f} s with generation)")
+    t1 = time.monotonic()
+    trace = read_trace(rec.path)
+    print(f"read back {len(trace.calls):,} calls in {time.monotonic() - t1:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
