@@ -1,0 +1,44 @@
+"""Faults inside wsprof never reach training, and show up afterwards: a full disk, a read-only
+run folder. Real processes, real file-system errors (RLIMIT_FSIZE gives a real EFBIG)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import TARGETS, free_port
+
+from wsprof.analysis.run import analyze_path
+from wsprof.trace.reader import read_trace
+
+SCRIPT = TARGETS / "faulty_disk.py"
+
+
+def _run(out: Path, mode: str) -> tuple[dict[str, object], str]:
+    done = subprocess.run([sys.executable, str(SCRIPT), str(out), str(free_port()), mode],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def test_full_disk_never_reaches_training_and_is_reported(tmp_path: Path) -> None:
+    res, stderr = _run(tmp_path / "run", "full")
+    assert res["same"] is True, "collective results changed"
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("wsprof:")]
+    assert len(lines) == 1 and "cannot write" in lines[0], stderr  # said once, not per flush
+    trace = read_trace(str(res["path"]))  # still readable
+    own = trace.meta["self"]
+    assert own["write_errors"] >= 1 and own["lost_calls"] > 0
+    assert len(trace.calls) >= 60  # the first step, written before the disk filled
+    over = [f for f in analyze_path(str(tmp_path / "run")).findings
+            if f.kind == "self_overhead"]
+    assert over[0].severity == "warning" and "lost" in over[0].title
+
+
+def test_unwritable_run_folder_means_no_profiling_and_one_line(tmp_path: Path) -> None:
+    res, stderr = _run(tmp_path / "run", "notadir")
+    assert res["same"] is True and res["path"] is None
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("wsprof:")]
+    assert len(lines) == 1 and "not profiling" in lines[0] and "WSPROF_OUT" in lines[0]
