@@ -165,3 +165,31 @@ def test_ptrace_denied_names_the_cause_and_the_fix(tmp_path: Path) -> None:
     [line] = done.stderr.strip().splitlines()
     assert line.startswith(f"wsprof: error: cannot attach to pid {target.pid}")
     assert "CAP_SYS_PTRACE" in line and ("--cap-add SYS_PTRACE" in line or "root" in line)
+
+
+def test_a_killed_pyspy_loses_one_window_not_the_run(tmp_path: Path) -> None:
+    import psutil
+
+    out = tmp_path / "run"
+    with running_target() as target:
+        proc = subprocess.Popen(
+            [*WSPROF, "attach", str(target.pid), "--duration", "5", "--window", "1",
+             "--out", str(out), "--no-report"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        killed = None
+        deadline = time.monotonic() + 30
+        while killed is None and time.monotonic() < deadline:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                if "py-spy" in child.name():
+                    child.kill()
+                    killed = child.pid
+                    break
+            else:
+                time.sleep(0.05)
+        stdout, stderr = proc.communicate(timeout=60)
+        assert target.poll() is None, "the target was harmed"
+    assert killed is not None, "never saw py-spy running"
+    assert proc.returncode == 0, stderr
+    [sampler] = [t for t in read_run(str(out)) if t.meta.get("targets")]
+    assert any("killed by signal 9" in e.detail for e in sampler.events)
+    assert sum(w.count for w in sampler.samples) > 0  # the other windows were sampled

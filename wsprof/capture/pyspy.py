@@ -55,6 +55,8 @@ PYSPY_EXE = "py-spy.exe" if os.name == "nt" else "py-spy"
 VERSION_TIMEOUT_S = 10.0
 #: Seconds stop() waits for py-spy to write its partial window after SIGINT before killing it.
 STOP_GRACE_S = 5.0
+#: Windows in a row lost to a killed py-spy before the sampler gives up.
+MAX_LOST_WINDOWS = 3
 #: A duration's remainder shorter than this (s) is not sampled (py-spy windows are whole seconds).
 MIN_TAIL_WINDOW_S = 0.5
 #: Longest py-spy error message kept in a stop reason or an event, characters.
@@ -423,6 +425,7 @@ class _Window:
     bad_lines: int = 0
     exited: list[int] = field(default_factory=list)
     failed_runs: int = 0
+    lost: list[str] = field(default_factory=list)  # windows lost to a killed py-spy
     failure: str | None = None  # stop reason
     error: WsprofError | None = None
     skipped: bool = False  # stop requested before py-spy started
@@ -518,6 +521,7 @@ class PySpySampler:
         self._thread: threading.Thread | None = None
         self._writer: TraceWriter | None = None
         self._stack_ids: dict[tuple[str, ...], int] = {}
+        self._lost_in_a_row = 0
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -768,6 +772,13 @@ class PySpySampler:
                 continue
             if self._stop_requested.is_set() and proc.returncode < 0:
                 continue  # interrupted by stop() before py-spy could write its window
+            if proc.returncode < 0 and self._lost_in_a_row < MAX_LOST_WINDOWS:
+                # py-spy was killed (OOM killer, a stray kill): this window is lost, the next
+                # one starts a new py-spy; only repeated deaths end the sampling.
+                result.failed_runs += 1
+                result.lost.append(f"py-spy killed by signal {-proc.returncode} while sampling "
+                                   f"pid {pid}; window lost")
+                continue
             with open(err, encoding="utf-8", errors="replace") as fh:
                 stderr = fh.read()
             result.failed_runs += 1
@@ -803,6 +814,8 @@ class PySpySampler:
             rows.append((w.t_start_ns, w.t_end_ns, w.pid, w.tid, sid, w.count))
         t = _now()
         events = [(t, EVENT_KIND, f"target exited: pid {pid}") for pid in result.exited]
+        events += [(t, EVENT_KIND, detail) for detail in result.lost]
+        self._lost_in_a_row = self._lost_in_a_row + 1 if result.lost else 0
         if result.failure is not None:
             events.append((t, EVENT_KIND, f"window failed: {result.failure}"))
         if rows or events:
