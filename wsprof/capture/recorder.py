@@ -30,8 +30,8 @@ from wsprof.trace.writer import TraceWriter
 
 _now = time.monotonic_ns
 
-#: Most call rows written per transaction (bounds a flush's transient memory to ~20 MiB).
-FLUSH_CHUNK_ROWS = 65_536
+#: Most call rows written per transaction (bounds a flush's transient memory to ~10 MiB).
+FLUSH_CHUNK_ROWS = 32_768
 
 #: Column order of a call row as hooks append it (all ints; -1 for none/unknown).
 RAW_CALL_COLUMNS = (
@@ -90,8 +90,8 @@ class Recorder:
         source: how records are captured: 'patch' | 'attach' | 'run'.
         flush_interval_s: seconds between background flushes.
         max_pending: most call rows held in memory before new ones are dropped (a queued row
-            takes about 145 bytes, so the default, 262,144 or ``$WSPROF_MAX_PENDING``, bounds the
-            queue near 36 MiB). When a flush
+            takes about 145 bytes, so the default, 131,072 or ``$WSPROF_MAX_PENDING``, bounds the
+            queue near 18 MiB). When a flush
             finds the queue over a quarter full, the next one comes sooner (bursts).
 
     Raises:
@@ -109,7 +109,7 @@ class Recorder:
         self.path = new_trace_path(out_dir)
         self.pid = os.getpid()
         self.flush_interval_s = flush_interval_s
-        self.max_pending = max_pending or int(os.environ.get("WSPROF_MAX_PENDING") or 262_144)
+        self.max_pending = max_pending or int(os.environ.get("WSPROF_MAX_PENDING") or 131_072)
         self.calls: deque[bytes] = deque()
         self.updates: deque[tuple[int, int, int, int]] = deque()
         self.spans: deque[tuple[Any, ...]] = deque()
