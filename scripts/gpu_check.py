@@ -27,11 +27,11 @@ import time
 
 os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
+import torch
+import torch.distributed as dist
 
-import wsprof  # noqa: E402
-from wsprof.trace.reader import read_trace  # noqa: E402
+import wsprof
+from wsprof.trace.reader import read_trace
 
 RESULTS: list[tuple[str, bool, str]] = []
 
