@@ -119,3 +119,16 @@ def test_one_bad_trace_does_not_block_the_run(tmp_path: Path) -> None:
     traces, problems = read_run_lenient(str(tmp_path))
     assert len(traces) == 1
     assert len(problems) == 1 and "a-2.wsprof" in problems[0] and "empty file" in problems[0]
+
+
+def test_unlistable_folder_is_one_clear_line(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder that cannot be listed (no read permission; root ignores permissions, hence the
+    stand-in) used to escape as a raw PermissionError."""
+
+    def refuse(path: str) -> list[str]:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(os, "listdir", refuse)
+    with pytest.raises(InputError, match="cannot list the folder .Permission denied.; check"):
+        read_run(str(tmp_path))

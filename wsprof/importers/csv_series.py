@@ -20,7 +20,7 @@ import math
 import os
 
 from wsprof.analysis.model import Series
-from wsprof.errors import InputError
+from wsprof.errors import InputError, quote
 
 #: Name of the step column (compared case-insensitively).
 STEP_COLUMN = "step"
@@ -105,7 +105,7 @@ def load_series_csv(path: str) -> list[Series]:
     for j, c in enumerate(value_cols):
         if all(math.isnan(r[1][j]) for r in records):
             raise InputError(
-                f"{path}: column {header[c]!r} has no values; fill it or remove the column"
+                f"{path}: column {quote(header[c])} has no values; fill it or remove the column"
             )
     steps = tuple(r[0] for r in records)
     configs = tuple(r[2] or "" for r in records) if config_col is not None else None
@@ -142,15 +142,25 @@ def _read_rows(path: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
     return header, lines[1:]
 
 
+#: Header cells an error message lists before ``...``.
+_MAX_HEADER_CELLS_SHOWN = 6
+
+
+def _header_excerpt(header: list[str]) -> str:
+    """The first header cells, quoted (a cell may hold a newline or be long)."""
+    shown = ", ".join(quote(h, 30) for h in header[:_MAX_HEADER_CELLS_SHOWN])
+    return shown + (", ..." if len(header) > _MAX_HEADER_CELLS_SHOWN else "")
+
+
 def _columns(path: str, header: list[str]) -> tuple[int, int | None, list[int]]:
     """Indexes of the step column, the config column (or None) and the value columns."""
     lowered = [h.lower() for h in header]
     dup = sorted({h for h in lowered if lowered.count(h) > 1})
     if dup:
-        raise InputError(f"{path}: column {dup[0]!r} appears twice; give each column one name")
+        raise InputError(f"{path}: column {quote(dup[0])} appears twice; give each column one name")
     if STEP_COLUMN not in lowered:
         raise InputError(
-            f"{path}: no 'step' column (header: {', '.join(header)}); "
+            f"{path}: no 'step' column (header: {_header_excerpt(header)}); "
             "make the first column 'step' with the step number of each row"
         )
     step_col = lowered.index(STEP_COLUMN)
@@ -171,7 +181,7 @@ def _parse_step(path: str, line_no: int, cell: str) -> int:
         value = math.nan
     if not math.isfinite(value) or value != int(value):
         raise InputError(
-            f"{path}: line {line_no}, column 'step': {text!r} is not a whole number; "
+            f"{path}: line {line_no}, column 'step': {quote(text)} is not a whole number; "
             "give each row its integer step"
         )
     return int(value)
@@ -185,7 +195,7 @@ def _parse_value(path: str, line_no: int, column: str, cell: str) -> float:
         return float(text)
     except ValueError:
         raise InputError(
-            f"{path}: line {line_no}, column {column!r}: {text!r} is not a number; "
+            f"{path}: line {line_no}, column {quote(column)}: {quote(text)} is not a number; "
             f"only the '{CONFIG_COLUMN}' column may hold text (leave a cell empty if missing)"
         ) from None
 

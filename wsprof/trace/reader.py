@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from wsprof.errors import InputError
+from wsprof.errors import InputError, quote
 from wsprof.trace.model import (
     CALL_COLUMNS,
     CALL_STRING_COLUMNS,
@@ -29,6 +29,10 @@ from wsprof.trace.model import (
     Span,
 )
 
+#: String columns of a call that always hold a value (capture interns a ``str`` for each; the
+#: others of :data:`CALL_STRING_COLUMNS` may be None): analysis sorts and groups by them.
+_REQUIRED_STRING_COLUMNS = frozenset({"op", "api", "layer"})
+
 
 def find_traces(path: str) -> list[str]:
     """Trace files at ``path``: the file itself, or every ``*.wsprof`` in a run folder.
@@ -39,9 +43,12 @@ def find_traces(path: str) -> list[str]:
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file or folder; give a run folder or a .wsprof trace")
     if os.path.isdir(path):
-        found = sorted(
-            os.path.join(path, n) for n in os.listdir(path) if n.endswith(TRACE_SUFFIX)
-        )
+        try:
+            names = os.listdir(path)
+        except OSError as e:
+            raise InputError(f"{path}: cannot list the folder ({e.strerror}); check permissions"
+                             ) from e
+        found = sorted(os.path.join(path, n) for n in names if n.endswith(TRACE_SUFFIX))
         if not found:
             raise InputError(
                 f"{path}: folder holds no {TRACE_SUFFIX} trace; point at a run folder written by "
@@ -51,21 +58,31 @@ def find_traces(path: str) -> list[str]:
     return [path]
 
 
+#: What to do about a trace that cannot be read, said after every such error.
+_REREAD_HINT = "analyse the run folder (its other traces are still read) or re-record"
+#: What to do about a file that is not a trace at all.
+_NOT_A_TRACE_HINT = "give a run folder written by wsprof, a .wsprof trace or a .csv series"
+
+
 def _connect(path: str) -> sqlite3.Connection:
-    if os.path.getsize(path) == 0:
-        raise InputError(f"{path}: empty file (0 bytes); the writing process never flushed")
     try:
         with open(path, "rb") as fh:
             magic = fh.read(16)
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror}); check permissions") from e
+    if not magic:
+        raise InputError(
+            f"{path}: empty file (0 bytes); a trace whose process never flushed, or not a "
+            f"trace: {_NOT_A_TRACE_HINT}"
+        )
     if magic != b"SQLite format 3\x00":
-        raise InputError(f"{path}: not a wsprof trace (not an SQLite file)")
+        raise InputError(f"{path}: not a wsprof trace (not an SQLite file); {_NOT_A_TRACE_HINT}")
+    db = sqlite3.connect(path)
     try:
-        db = sqlite3.connect(path)
         db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.DatabaseError:
-        # A read-only folder: read what the main file holds.
+    except (sqlite3.Error, UnicodeDecodeError):  # SQLite quotes a damaged name in its message
+        # A read-only folder (or a damaged file: then reading fails below, as it should).
+        db.close()
         db = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
     return db
 
@@ -85,18 +102,25 @@ def read_trace(path: str) -> ProcessTrace:
     """
     if not os.path.isfile(path):
         raise InputError(f"{path}: not a regular file; give a run folder or a .wsprof trace")
-    db = _connect(path)
+    try:
+        db = _connect(path)
+    except sqlite3.Error as e:
+        raise InputError(f"{path}: cannot open the trace ({e}); {_REREAD_HINT}") from e
     try:
         return _read(db, path)
-    except sqlite3.DatabaseError as e:
+    except (sqlite3.Error, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: corrupt or truncated trace ({e}); {_REREAD_HINT}") from e
+    except zlib.error as e:
         raise InputError(
-            f"{path}: corrupt or truncated trace ({e}); analyse the run folder (other traces are "
-            "still read) or re-record"
+            f"{path}: corrupt trace (a call chunk does not decompress: {e}); {_REREAD_HINT}"
         ) from e
-    except (TypeError, ValueError, KeyError, zlib.error) as e:
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError, RecursionError) as e:
+        # A value of the wrong type or range where the schema says otherwise: the file was
+        # damaged, edited, or written by another program.
+        detail = " ".join(str(e).split())[:160]
         raise InputError(
-            f"{path}: malformed trace ({type(e).__name__}: {e}); it was not written by this "
-            "wsprof or was edited"
+            f"{path}: malformed trace ({type(e).__name__}: {detail}); it was not written by "
+            f"this wsprof or was edited: {_REREAD_HINT}"
         ) from e
     finally:
         db.close()
@@ -109,9 +133,11 @@ def _read_calls(db: sqlite3.Connection) -> CallTable:
     for n_rows, columns, data in db.execute(
         "SELECT n_rows, columns, data FROM call_chunks ORDER BY id"
     ):
-        names = [(str(c[0]), np.dtype(str(c[1]))) for c in json.loads(columns)]
+        names = _chunk_columns(columns)
         raw = zlib.decompress(data)
         n, off = int(n_rows), 0
+        if n < 0:
+            raise ValueError(f"call chunk of {quote(n)} rows")
         for name, dt in names:
             size = n * dt.itemsize
             if off + size > len(raw):
@@ -149,6 +175,8 @@ def _read_calls(db: sqlite3.Connection) -> CallTable:
             idx = col + 1
             if not known[idx].all():
                 raise ValueError(f"a string id of column {name!r} is not in strings")
+            if name in _REQUIRED_STRING_COLUMNS and len(col) and int(col.min()) == -1:
+                raise ValueError(f"a call has no {name!r} (string id -1)")
             out[name] = lookup[idx]
         elif name == "is_async":
             out[name] = col != 0
@@ -159,6 +187,30 @@ def _read_calls(db: sqlite3.Connection) -> CallTable:
     return table
 
 
+def _chunk_columns(columns: Any) -> list[tuple[str, np.dtype[Any]]]:
+    """The ``columns`` JSON of a call chunk -> (name, integer dtype) pairs, each name once.
+
+    Raises:
+        ValueError: not a list of ``[name, dtype]`` pairs of integer dtypes, or a name twice.
+    """
+    spec = json.loads(columns)
+    if not isinstance(spec, list):
+        raise ValueError(f"call chunk columns {quote(spec)} are not a list")
+    out: list[tuple[str, np.dtype[Any]]] = []
+    for c in spec:
+        if not (isinstance(c, list) and len(c) == 2 and all(isinstance(x, str) for x in c)):
+            raise ValueError(f"call chunk column {quote(c)} is not [name, dtype]")
+        dt = np.dtype(c[1])
+        if dt.kind not in "biu" or dt.itemsize == 0:
+            raise ValueError(f"call chunk column {quote(c[0])} has type {quote(c[1])}, not an "
+                             "integer")
+        out.append((c[0], dt))
+    names = [name for name, _ in out]
+    if len(set(names)) != len(names):
+        raise ValueError("call chunk names a column twice")
+    return out
+
+
 def _join_updates(db: sqlite3.Connection, table: CallTable) -> None:
     """Apply ``call_updates`` (async completion, device time) to the calls they name."""
     rows = db.execute(
@@ -166,33 +218,51 @@ def _join_updates(db: sqlite3.Connection, table: CallTable) -> None:
     ).fetchall()
     if not rows or not len(table):
         return
-    starts = table.t_start_ns
-    for t0, thread, t_done, device in rows:
-        lo = int(np.searchsorted(starts, t0, side="left"))
-        hi = int(np.searchsorted(starts, t0, side="right"))
-        for i in range(lo, hi):
-            if int(table.thread[i]) == thread:
-                if t_done is not None and t_done >= 0:
-                    table.t_done_ns[i] = max(int(table.t_done_ns[i]), int(t_done))
-                if device is not None and device >= 0:
-                    table.device_ns[i] = int(device)
+    # Vectorised (a run of async calls has one update per call; a Python loop per update cost
+    # about 5 µs each). NULL is -1: a start or thread that names no call, a time unknown.
+    t0, thread, t_done, device = (
+        np.array([-1 if v is None else v for v in col], dtype=np.int64) for col in zip(*rows)
+    )
+    starts, threads = table.t_start_ns, table.thread
+    lo = np.searchsorted(starts, t0, side="left")
+    hi = np.searchsorted(starts, t0, side="right")
+    first = np.minimum(lo, len(starts) - 1)
+    idx = np.where((hi > lo) & (threads[first] == thread), first, -1)
+    # Several calls starting in the same ns: the first one on the update's thread.
+    for u in np.flatnonzero((idx < 0) & (hi - lo > 1)).tolist():
+        for i in range(int(lo[u]) + 1, int(hi[u])):
+            if threads[i] == thread[u]:
+                idx[u] = i
                 break
+    done = (idx >= 0) & (t_done >= 0)
+    np.maximum.at(table.t_done_ns, idx[done], t_done[done])
+    dev = (idx >= 0) & (device >= 0)
+    # The last update of a call wins, as when they were applied one by one.
+    last, pos = np.unique(idx[dev][::-1], return_index=True)
+    table.device_ns[last] = device[dev][::-1][pos]
 
 
 def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if "meta" not in tables:
-        raise InputError(f"{path}: SQLite file but not a wsprof trace (no meta table)")
+        raise InputError(
+            f"{path}: SQLite file but not a wsprof trace (no meta table); {_NOT_A_TRACE_HINT}"
+        )
     meta: dict[str, Any] = {}
     for k, v in db.execute("SELECT key, value FROM meta"):
         try:
             meta[k] = json.loads(v)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             meta[k] = v
-    version = meta.get("schema_version")
+    if "schema_version" not in meta:
+        raise InputError(
+            f"{path}: SQLite file but not a wsprof trace (no schema version in its meta "
+            f"table); {_NOT_A_TRACE_HINT}"
+        )
+    version = meta["schema_version"]
     if version != SCHEMA_VERSION:
         raise InputError(
-            f"{path}: trace schema version {version!r}, this wsprof reads version "
+            f"{path}: trace schema version {quote(version)}, this wsprof reads version "
             f"{SCHEMA_VERSION}; analyse it with the wsprof version that wrote it"
         )
     calls = _read_calls(db)
@@ -259,6 +329,11 @@ def read_run_lenient(path: str) -> tuple[list[ProcessTrace], list[str]]:
             traces.append(read_trace(p))
         except InputError as e:
             problems.append(e)
+    if len(problems) > 1 and not traces:
+        raise InputError(
+            f"{path}: none of its {len(problems)} traces could be read (the first: "
+            f"{problems[0]})"
+        ) from problems[0]
     if not traces:
         raise problems[0]
     return _ordered(traces), [f"skipped {e}" for e in problems]
