@@ -17,7 +17,9 @@ from scipy import stats
 from wsprof.analysis.model import (
     SEVERITIES,
     Finding,
+    GrowthVerdict,
     ProcessAnalysis,
+    RankSeries,
     SeriesResult,
     WrapperFact,
 )
@@ -64,6 +66,32 @@ SAMPLED_SHARE_MIN_SHIFT = FRAME_SHIFT_MIN_CHANGE
 #: Fewest windows with active samples for a rising weight-sync share to be judged (fewer: not a
 #: curve, as for steps).
 SAMPLED_SHARE_MIN_WINDOWS = 3
+#: Fewest ranks with a weight-sync time for ranks to be compared: with two, neither is "the
+#: outlier" (each is as far from the other), so one or two ranks never give an outlier_rank.
+OUTLIER_MIN_RANKS = 3
+#: Most ranks that can be the outliers: a quarter of the ranks, at least one. When more ranks
+#: grow, the growth is the run's (the accumulating_slowdown finding), not one rank's.
+OUTLIER_MAX_SHARE = 0.25
+#: Modified z-score of a rank's median weight-sync time above which it is an outlier:
+#: z = 0.6745 (x - median) / MAD over the ranks' medians, threshold 3.5 as recommended by
+#: B. Iglewicz and D. Hoaglin, "How to Detect and Handle Outliers" (ASQC, 1993). Median and MAD
+#: are not moved by the outliers themselves, unlike a mean and standard deviation.
+OUTLIER_Z = 3.5
+#: 0.6745, the standard normal's 0.75 quantile: makes the MAD comparable to a standard deviation.
+MAD_Z_SCALE = 0.6745
+#: Where MAD is 0 (more than half the ranks share one median), the mean absolute deviation
+#: times sqrt(pi/2) = 1.253314 stands in for the scale (the usual fallback, as in IBM SPSS).
+MEAN_AD_SCALE = 1.253314
+#: And at least this far above the ranks' median: ranks that agree tightly make a 5 % difference
+#: a large z-score, but a fifth more sync time on one rank is where it starts to matter.
+OUTLIER_MIN_EXCESS = 0.2
+#: Least growth of a rank's own time in its collectives (time between layers, first step to last
+#: on its fitted curve) for it to count, as a share of the rank's median weight-sync time: a
+#: quarter of the sync is what a wrapper must add before it, not the communication, is what
+#: peers wait for (as for :data:`BETWEEN_LAYERS_SHARE`); a few µs drift per call is noise.
+OUTLIER_OWN_GROWTH_SHARE = 0.25
+#: Most outlier_rank findings (one per rank, worst first); the rest are counted in the last one.
+OUTLIER_MAX_FINDINGS = 5
 
 TIME_SERIES = ("weight_sync_s", "step_s", "rollout_s")
 LABELS = {
@@ -86,6 +114,8 @@ class Facts:
     #: Series judged as times per step (slowdowns) and as counters (growth).
     time_series: tuple[str, ...] = TIME_SERIES
     counter_series: tuple[str, ...] | None = None
+    #: Per-rank weight-sync and step times of every process with steps (rank order).
+    ranks: Sequence[RankSeries] = ()
 
     def counters(self) -> list[str]:
         if self.counter_series is not None:
@@ -646,6 +676,180 @@ class SelfOverhead(Rule):
         ]
 
 
+def robust_z(values: Sequence[float]) -> list[float]:
+    """Modified z-scores, ``0.6745 (x - median) / MAD`` (Iglewicz and Hoaglin); with a MAD of 0,
+    ``(x - median) / (1.253314 mean absolute deviation)``; all 0 when every value is the same.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    med = float(np.median(x))
+    dev = x - med
+    mad = float(np.median(np.abs(dev)))
+    if mad > 0:
+        return [float(v) for v in MAD_Z_SCALE * dev / mad]
+    mean_ad = float(np.mean(np.abs(dev)))
+    if mean_ad > 0:
+        return [float(v) for v in dev / (MEAN_AD_SCALE * mean_ad)]
+    return [0.0] * len(x)
+
+
+def _finite(values: Sequence[float | None]) -> list[float]:
+    return [float(v) for v in values if v is not None and np.isfinite(v)]
+
+
+def _ratio(first: float, last: float) -> float:
+    return last / first if first > 0 else float("inf")
+
+
+def _own_growth_s(r: RankSeries) -> float:
+    """Growth of a rank's time between layers over its steps, s (its fitted curve, first step
+    to last)."""
+    v = r.between
+    if v is None or not v.fitted:
+        return 0.0
+    return float(v.fitted[-1] - v.fitted[0])
+
+
+class OutlierRank(Rule):
+    """One rank (or a few) differs from the others: its weight sync grows while theirs stays
+    flat, its own time in the collectives grows while theirs does not, or its median weight-sync
+    time is far above theirs (robust z-score over the ranks)."""
+
+    kind = "outlier_rank"
+    description = "one rank's weight sync grows or is far slower while the other ranks' is not"
+
+    def match(self, facts: Facts) -> list[Finding]:
+        rows = [r for r in facts.ranks if r.median_weight_sync_s is not None]
+        n = len(rows)
+        if n < OUTLIER_MIN_RANKS:
+            return []
+        most = max(1, int(n * OUTLIER_MAX_SHARE))
+        reasons: dict[int, list[str]] = {}
+
+        def flag(idx: list[int], reason: str) -> None:
+            if 0 < len(idx) <= most:
+                for i in idx:
+                    reasons.setdefault(i, []).append(reason)
+
+        flag([i for i, r in enumerate(rows) if r.sync is not None and r.sync.accumulating],
+             "sync_growth")
+        flag([i for i, r in enumerate(rows)
+              if r.between is not None and r.between.accumulating
+              and _own_growth_s(r) >= OUTLIER_OWN_GROWTH_SHARE * float(
+                  r.median_weight_sync_s or 0.0)], "own_growth")
+        medians = [float(r.median_weight_sync_s or 0.0) for r in rows]
+        z = robust_z(medians)
+        med = float(np.median(medians))
+        flag([i for i in range(n)
+              if z[i] > OUTLIER_Z and medians[i] >= (1 + OUTLIER_MIN_EXCESS) * med], "level")
+        if not reasons:
+            return []
+        mad = float(np.median(np.abs(np.array(medians) - med)))
+        found = [self._finding(rows, i, why, z[i], med, mad) for i, why in reasons.items()]
+        order = {s: k for k, s in enumerate(SEVERITIES)}
+        found.sort(key=lambda f: (-order[f.severity], -float(f.evidence["added_s"])))
+        if len(found) > OUTLIER_MAX_FINDINGS:
+            rest = len(found) - OUTLIER_MAX_FINDINGS + 1
+            last = found[OUTLIER_MAX_FINDINGS - 1]
+            found[OUTLIER_MAX_FINDINGS - 1] = Finding(
+                last.kind, last.severity,
+                f"{last.title}; {rest - 1} more outlier ranks (the rank table lists them)",
+                {**last.evidence, "more_outlier_ranks": [f.where for f in found[
+                    OUTLIER_MAX_FINDINGS:]]},
+                last.where, last.next_step)
+            found = found[:OUTLIER_MAX_FINDINGS]
+        for f in found:
+            f.evidence["outlier_ranks"] = len(reasons)
+        return found
+
+    def _finding(self, rows: Sequence[RankSeries], i: int, why: list[str], z: float,
+                 med: float, mad: float) -> Finding:
+        r = rows[i]
+        others = [o for k, o in enumerate(rows) if k != i]
+        sync = _finite(r.weight_sync_s)
+        other_meds = [float(o.median_weight_sync_s or 0.0) for o in others]
+        others_med = float(np.median(other_meds))
+        n_flat = sum(1 for o in others if o.sync is None or not o.sync.accumulating)
+        ev: dict[str, Any] = {
+            "label": r.label, "rank": r.rank, "host": r.host, "pid": r.pid, "reasons": why,
+            "steps": len(r.steps),
+            "first_weight_sync_s": sync[0], "last_weight_sync_s": sync[-1],
+            "median_weight_sync_s": r.median_weight_sync_s,
+            "others_median_weight_sync_s": others_med,
+            "ranks": len(rows), "others_flat": n_flat,
+            "robust_z": z, "ranks_median_weight_sync_s": med, "ranks_mad_s": mad,
+            "sync_lag_s": r.sync_lag_s,
+        }
+        if r.sync is not None:
+            ev.update(shape=r.sync.shape, slope_s_per_step=r.sync.slope_per_step)
+        parts: list[str] = []
+        severity = "warning"
+        added = 0.0
+        if "sync_growth" in why and r.sync is not None:
+            v: GrowthVerdict = r.sync
+            parts.append(
+                f"weight sync grows ({v.shape}): {fmt_in_unit(sync[0], 's')} -> "
+                f"{fmt_in_unit(sync[-1], 's')} over {len(sync)} steps "
+                f"({fmt_in_unit(v.slope_per_step, 's')}/step) while "
+                f"{'the other' if n_flat == len(others) else f'{n_flat} of the other'} "
+                f"{len(others)} ranks stay flat (median {fmt_in_unit(others_med, 's')})")
+            added = max(added, sync[-1] - sync[0])
+            if _ratio(sync[0], sync[-1]) >= CRITICAL_GROWTH_RATIO:
+                severity = "critical"
+        if "own_growth" in why and r.between is not None:
+            own = r.between_layers_s
+            growth = _own_growth_s(r)
+            others_own = [float(np.median(o.between_layers_s)) for o in others]
+            ev.update(first_between_layers_s=own[0], last_between_layers_s=own[-1],
+                      between_slope_s_per_step=r.between.slope_per_step,
+                      own_growth_s=growth,
+                      others_median_between_layers_s=float(np.median(others_own)))
+            if parts:  # after the sync growth: the short form
+                text = (f"its own time in the collectives grows {fmt_in_unit(own[0], 's')} -> "
+                        f"{fmt_in_unit(own[-1], 's')} per step")
+            else:
+                text = (f"its own time in the collectives (between the API name and the "
+                        f"backend) grows {fmt_in_unit(own[0], 's')} -> "
+                        f"{fmt_in_unit(own[-1], 's')} per step "
+                        f"({fmt_in_unit(r.between.slope_per_step, 's')}/step) while the other "
+                        f"ranks' stays near {fmt_in_unit(float(np.median(others_own)), 's')}")
+                grown = sum(1 for o in others if o.sync is not None and o.sync.accumulating)
+                if grown:
+                    text += (f"; the weight sync of {grown} other ranks grows with it: they "
+                             f"wait for {r.label} in the collectives")
+            parts.append(text)
+            added = max(added, growth)
+            if _ratio(own[0], own[-1]) >= CRITICAL_GROWTH_RATIO:
+                severity = "critical"
+        if "level" in why:
+            times = float(r.median_weight_sync_s or 0.0) / med if med > 0 else float("inf")
+            parts.append(
+                f"median weight sync {fmt_in_unit(r.median_weight_sync_s, 's')}, "
+                f"{times:.1f}x the ranks' median {fmt_in_unit(med, 's')} (robust z {z:.1f} > "
+                f"{OUTLIER_Z})" if not parts else
+                f"median {times:.1f}x the ranks' (robust z {z:.1f})")
+            added = max(added, float(r.median_weight_sync_s or 0.0) - med)
+        ev["added_s"] = added
+        title = f"{r.where()}: " + "; ".join(parts)
+        pid = r.pid if r.pid is not None else "PID"
+        on = f" on {r.host}" if r.host else ""
+        next_step = (
+            f"look at this rank while it runs: `wsprof attach {pid}`{on} (py-spy shows what it "
+            "does during the sync); check its GPU and NIC (nvidia-smi -q: clocks, throttling, "
+            "ECC and PCIe/NVLink errors; NIC link errors) and what differs in its "
+            "configuration from the other ranks; fix it, then measure again"
+        )
+        if "own_growth" in why:
+            found_wrapper = (f"wrapper {r.wrapper} was found on its collective names"
+                             if r.wrapper else f"`wsprof attach {pid}`{on} while it syncs")
+            next_step = (
+                "this rank spends more time in its own code around the collectives every step "
+                f"(a wrapper or probe that runs on it: {found_wrapper}): take it off the "
+                "per-call path, then measure again"
+            )
+            ev["wrapper"] = r.wrapper
+        return Finding(self.kind, severity, title, ev, r.where(), next_step)
+
+
 RULES: tuple[Rule, ...] = (
     AccumulatingSlowdown(),
     BetweenLayers(),
@@ -656,6 +860,7 @@ RULES: tuple[Rule, ...] = (
     HotFrame(),
     EarlyLateShift(),
     SampledPhaseShare(),
+    OutlierRank(),
     SelfOverhead(),
 )
 

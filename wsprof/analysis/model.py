@@ -291,6 +291,64 @@ class ProcessAnalysis:
 
 
 @dataclass(frozen=True)
+class RankSeries:
+    """One process's per-step times, for comparing the ranks of a run (see
+    :mod:`wsprof.analysis.ranks`). Per-step tuples all have the length of ``steps``.
+
+    Attributes:
+        label: ``rank N`` (or ``pid N``).
+        rank: the rank, None when unknown.
+        host: host name from the trace, None when unknown.
+        pid: process id, None when unknown.
+        step_source: where the steps came from (``markers`` | ``bursts``).
+        steps: step numbers.
+        weight_sync_s: weight-sync time of each step, s (None where unknown).
+        step_s: step time, s.
+        between_layers_s: time inside the collective names but outside the backend, s: the
+            rank's own time in its collectives (wrappers, probes); peers that wait for it show
+            that wait as backend time instead.
+        start_s: each step's start on the run clock, s (see :mod:`wsprof.analysis.align`).
+        sync_start_s: each step's weight-sync start on the run clock, s (None where unknown).
+        clock: how the process was put on the run clock: ``host`` (its host's shared monotonic
+            clock), ``process`` (its own anchor) or ``none`` (no anchor: its own clock).
+        sync: growth verdict of ``weight_sync_s`` (None when it could not be judged).
+        between: growth verdict of ``between_layers_s`` (None when it could not be judged).
+        median_weight_sync_s: median of ``weight_sync_s``, s (None without any).
+        median_step_s: median of ``step_s``, s.
+        sync_lag_s: median over steps of how long after the earliest rank this rank started
+            its weight sync, s (aligned ranks only; across hosts within the clock skew).
+        wrapper: the foreign wrapper on a collective name with the most time between layers
+            in this process (``qualname (file:line)``), None when none was found.
+    """
+
+    label: str
+    rank: int | None
+    host: str | None
+    pid: int | None
+    step_source: str
+    steps: tuple[int, ...]
+    weight_sync_s: tuple[float | None, ...]
+    step_s: tuple[float, ...]
+    between_layers_s: tuple[float, ...]
+    start_s: tuple[float, ...]
+    sync_start_s: tuple[float | None, ...]
+    clock: str
+    sync: GrowthVerdict | None
+    between: GrowthVerdict | None
+    median_weight_sync_s: float | None
+    median_step_s: float
+    sync_lag_s: float | None = None
+    wrapper: str | None = None
+
+    def where(self) -> str:
+        """``rank 3 (host node-b, pid 4242)``: how findings name the process."""
+        parts = [f"host {self.host}" if self.host else None,
+                 f"pid {self.pid}" if self.pid is not None else None]
+        inner = ", ".join(p for p in parts if p)
+        return f"{self.label} ({inner})" if inner else self.label
+
+
+@dataclass(frozen=True)
 class WrapperFact:
     """A foreign wrapper on a collective name, or a ``ProcessGroup`` subclass in use.
 
@@ -336,6 +394,9 @@ class Analysis:
     #: Wrappers found on collective names and ProcessGroup subclasses, most between-layers
     #: time first.
     wrappers: tuple[WrapperFact, ...] = ()
+    #: Per-rank weight-sync and step times of every process with steps, in rank order (empty
+    #: for a series file).
+    ranks: tuple[RankSeries, ...] = ()
 
     @property
     def primary(self) -> ProcessAnalysis | None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -13,7 +15,6 @@ from wsprof.analysis.model import (
     OpStats,
     ProcessAnalysis,
     StepRow,
-    WindowSummary,
 )
 from wsprof.analysis.phases import patterns_from_meta, window_summaries
 from wsprof.analysis.samples import early_late_shift, hot_frames, hot_stacks
@@ -41,14 +42,19 @@ def downsample_extremes(values: npt.NDArray[np.float64], max_points: int) -> npt
         return np.arange(n, dtype=np.int64)
     buckets = max(1, max_points // 2)
     edges = np.linspace(0, n, buckets + 1).astype(np.int64)
-    keep: list[int] = []
-    for a, b in zip(edges[:-1], edges[1:]):
-        if b <= a:
-            continue
-        seg = values[a:b]
-        keep.append(int(a + np.argmin(seg)))
-        keep.append(int(a + np.argmax(seg)))
-    return np.unique(np.array(keep, dtype=np.int64))
+    starts = edges[:-1][np.diff(edges) > 0]
+    sizes = np.diff(np.append(starts, n))
+    bucket = np.repeat(np.arange(len(starts)), sizes)
+    keep: list[npt.NDArray[np.int64]] = []
+    # The first index of each bucket's min and max (NaN counts as both, as np.argmin/argmax
+    # take it): one vectorised pass instead of a Python loop over thousands of buckets.
+    for reduce in (np.minimum, np.maximum):
+        extreme = reduce.reduceat(values, starts)[bucket]
+        hit = np.flatnonzero((values == extreme) | (np.isnan(values) & np.isnan(extreme)))
+        first = np.ones(len(hit), dtype=bool)
+        first[1:] = bucket[hit[1:]] != bucket[hit[:-1]]
+        keep.append(hit[first].astype(np.int64))
+    return np.unique(np.concatenate(keep))
 
 
 def op_stats(calls: CallTable) -> list[OpStats]:
@@ -150,6 +156,8 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
 
     Sampling windows are summarised with the phase patterns of the trace's meta
     (``phase_patterns``, ``framework``; see :func:`wsprof.analysis.phases.patterns_from_meta`).
+    The same as :func:`join_samples` of the analysis without ``samples``: a run folder's
+    samples can be joined after every trace was read (and its calls released).
     """
     calls = trace.calls
     steps = steps_from_markers(calls, trace.spans)
@@ -157,14 +165,7 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
     if not steps:
         steps = steps_from_bursts(calls, last_record_ns(trace))
         source = "bursts" if steps else "none"
-    windows = list(samples) + list(trace.samples)
-    summaries: list[WindowSummary] = []
-    phase_source = None
-    if windows:
-        patterns = patterns_from_meta(trace.meta, windows)
-        summaries = window_summaries(windows, patterns)
-        phase_source = patterns.source if summaries else None
-    return ProcessAnalysis(
+    pa = ProcessAnalysis(
         label=trace.label,
         rank=trace.rank,
         pid=trace.meta.get("pid"),
@@ -173,11 +174,36 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
         ops=tuple(op_stats(calls)),
         calls=call_points(calls),
         counters=tuple(counter_tracks(trace, first_record_ns(trace))),
+        hot_frames=(),
+        hot_stacks=(),
+        n_samples=0,
+        meta=dict(trace.meta),
+    )
+    return join_samples(pa, trace.meta, [*samples, *trace.samples])
+
+
+def join_samples(
+    pa: ProcessAnalysis, meta: Mapping[str, Any], windows: Sequence[SampleWindow]
+) -> ProcessAnalysis:
+    """``pa`` with its py-spy sampling windows summarised (hot frames, phases per window, the
+    early/late shift); ``pa`` itself when there are none.
+
+    Args:
+        pa: a process's analysis without samples.
+        meta: its trace's meta (phase patterns, framework).
+        windows: every sampling window of the process (its own and a sampler's).
+    """
+    if not windows:
+        return pa
+    windows = list(windows)
+    patterns = patterns_from_meta(meta, windows)
+    summaries = window_summaries(windows, patterns)
+    return replace(
+        pa,
         hot_frames=tuple(hot_frames(windows)),
         hot_stacks=tuple(hot_stacks(windows)),
         n_samples=sum(w.count for w in windows),
-        meta=dict(trace.meta),
         windows=tuple(summaries),
-        phase_source=phase_source,
-        shift=early_late_shift(windows) if windows else None,
+        phase_source=patterns.source if summaries else None,
+        shift=early_late_shift(windows),
     )

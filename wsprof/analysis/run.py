@@ -4,24 +4,34 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from wsprof.analysis.align import ClockInput, align, anchor_of
 from wsprof.analysis.findings import Facts, run_rules
 from wsprof.analysis.growth import classify
 from wsprof.analysis.model import (
     Analysis,
+    GrowthVerdict,
     ProcessAnalysis,
+    RankSeries,
     Series,
     SeriesResult,
     StepRow,
     WrapperFact,
 )
 from wsprof.analysis.phases import pattern_problems
-from wsprof.analysis.process import analyze_process, counter_per_step
+from wsprof.analysis.process import (
+    analyze_process,
+    counter_per_step,
+    first_record_ns,
+    join_samples,
+)
+from wsprof.analysis.ranks import RankInput, rank_series, sync_starts
 from wsprof.analysis.steps import assign_calls
-from wsprof.trace.model import ProcessTrace, SampleWindow
+from wsprof.trace.model import CallTable, ProcessTrace, SampleWindow
 
 #: Fewest steps for a per-op median latency series (fewer: not a curve).
 MIN_STEPS_FOR_OP_SERIES = 3
@@ -134,45 +144,120 @@ def _is_sampler_only(t: ProcessTrace) -> bool:
     return bool(t.meta.get("targets")) and len(t.calls) == 0 and not t.spans
 
 
+@dataclass
+class _Digest:
+    """One trace after its own analysis. Only the primary candidate keeps its calls (the
+    headline series, wrapper audit and unattributed-backend note read them); every other
+    trace's calls are released as soon as it is analysed, so a run of many processes needs the
+    memory of about two traces, not of all of them."""
+
+    trace: ProcessTrace
+    pa: ProcessAnalysis
+    n_calls: int
+    first_ns: int
+    sampler_only: bool
+    index: int
+    wrappers: list[WrapperFact]
+
+    def key(self) -> tuple[int, int, int, int]:
+        """Primary first: by rank (unknown last), most calls, pid, then input order."""
+        rank, pid = self.trace.rank, self.trace.meta.get("pid")
+        return (rank if rank is not None else 1 << 30, -self.n_calls,
+                pid if isinstance(pid, int) else 0, self.index)
+
+
+def _digest_all(traces: Iterable[ProcessTrace]) -> list[_Digest]:
+    """Analyse each trace as it comes; keep the calls of the best primary candidate only."""
+    out: list[_Digest] = []
+    best: _Digest | None = None
+    for i, t in enumerate(traces):
+        d = _Digest(t, analyze_process(t), len(t.calls), first_record_ns(t),
+                    _is_sampler_only(t), i, wrapper_facts(t))
+        if not d.sampler_only and (best is None or d.key() < best.key()):
+            if best is not None:
+                best.trace = replace(best.trace, calls=CallTable.empty())
+            best = d
+        elif d.n_calls:
+            d.trace = replace(t, calls=CallTable.empty())
+        out.append(d)
+    return out
+
+
 def analyze_run(
-    traces: Sequence[ProcessTrace], source: str, problems: Sequence[str] = ()
+    traces: Iterable[ProcessTrace], source: str, problems: Sequence[str] = ()
 ) -> Analysis:
     """Analyse the traces of one run.
 
     py-spy sample windows recorded by a sampler trace are joined to the process whose pid they
     sampled. The headline series come from the primary process: rank 0 when ranks are known,
-    else the first trace with collective calls.
+    else the trace with the most collective calls. Every process with steps gets a row in
+    ``ranks`` (per-step weight-sync and step times on the run clock, see
+    :mod:`wsprof.analysis.ranks`). Each trace is analysed as it comes from ``traces`` (an
+    iterator is consumed once) and only the primary's calls are kept.
 
     Args:
         traces: every trace of the run (see :func:`wsprof.trace.reader.read_run`).
         source: the path analysed (for the report).
         problems: traces of the run that could not be read (become notes).
     """
-    samples = _samples_by_pid(traces)
-    procs = [t for t in traces if not _is_sampler_only(t)]
-    if not procs:
-        procs = list(traces)
-    procs.sort(key=lambda t: (t.rank if t.rank is not None else 1 << 30, -len(t.calls)))
+    return _analyze_digests(_digest_all(traces), source, list(problems))
+
+
+def _rank_rows(procs: Sequence[_Digest], analyses: Sequence[ProcessAnalysis],
+               notes: list[str]) -> list[RankSeries]:
+    """Per-rank rows of every process with steps, on the run clock; alignment notes go to
+    ``notes`` (only when ranks are compared: a single process needs no common clock)."""
+    with_steps = [(d, pa) for d, pa in zip(procs, analyses) if pa.steps]
+    if not with_steps:
+        return []
+    inputs: list[ClockInput] = []
+    for d, pa in with_steps:
+        anchor = anchor_of(d.trace.meta)
+        host = d.trace.meta.get("host")
+        inputs.append(ClockInput(pa.label, host if isinstance(host, str) else None,
+                                 anchor[0] if anchor else None, anchor[1] if anchor else None,
+                                 d.first_ns))
+    clock = align(inputs)
+    if len(with_steps) > 1:
+        notes.extend(clock.notes)
+
+    def judge(series: Series) -> GrowthVerdict | None:
+        res = _classify([series], notes)
+        return res[0].verdict if res else None
+
+    return rank_series(
+        [RankInput(pa, c.host, c, sync_starts(pa, d.trace.spans),
+                   next((w.label() for w in d.wrappers if w.kind == "name"), None))
+         for (d, pa), c in zip(with_steps, clock.clocks)],
+        judge,
+    )
+
+
+def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> Analysis:
+    samples = _samples_by_pid([d.trace for d in digests])
+    procs = [d for d in digests if not d.sampler_only] or list(digests)
+    procs.sort(key=_Digest.key)
     analyses: list[ProcessAnalysis] = []
-    for t in procs:
-        pid = t.meta.get("pid")
-        own = [] if t.samples else samples.get(pid, []) if isinstance(pid, int) else []
-        analyses.append(analyze_process(t, own))
-    series = step_series(analyses[0], procs[0]) if analyses else []
+    for d in procs:
+        pid = d.trace.meta.get("pid")
+        own = [] if d.trace.samples or not isinstance(pid, int) else samples.get(pid, [])
+        analyses.append(join_samples(d.pa, d.trace.meta, own) if own else d.pa)
+    primary = procs[0].trace if procs else None
+    series = step_series(analyses[0], primary) if primary is not None else []
     if analyses:
         series += window_series(analyses[0])
-    notes: list[str] = list(problems)
-    for t in procs:
-        notes += [f"{t.label}: {p}" for p in pattern_problems(t.meta)]
+    for d in procs:
+        notes += [f"{d.trace.label}: {p}" for p in pattern_problems(d.trace.meta)]
     results = _classify(series, notes)
-    wrappers = wrapper_facts(procs[0]) if procs else []
-    unattributed = _unattributed_backend(procs[0]) if procs else None
+    wrappers = procs[0].wrappers if procs else []
+    unattributed = _unattributed_backend(primary) if primary is not None else None
     if unattributed:
         notes.append(unattributed)
-    errors = [e.detail for t in procs for e in t.events if e.kind == "internal_error"]
-    facts = Facts({r.series.name: r for r in results}, analyses, wrappers, errors)
+    ranks = _rank_rows(procs, analyses, notes)
+    errors = [e.detail for d in procs for e in d.trace.events if e.kind == "internal_error"]
+    facts = Facts({r.series.name: r for r in results}, analyses, wrappers, errors, ranks=ranks)
     sampled = any(pa.n_samples for pa in analyses)
-    if analyses and not sampled and not any(len(t.calls) or t.spans for t in procs):
+    if analyses and not sampled and not any(d.n_calls or d.trace.spans for d in procs):
         notes.append("nothing recorded: no collective calls and no steps in these traces (did the "
                      "process exit before the first flush, or never call a collective?)")
     if analyses and analyses[0].step_source == "bursts":
@@ -197,6 +282,7 @@ def analyze_run(
         findings=tuple(run_rules(facts)),
         notes=tuple(notes),
         wrappers=tuple(wrappers),
+        ranks=tuple(ranks),
     )
 
 
@@ -205,7 +291,7 @@ def wrapper_facts(trace: ProcessTrace) -> list[WrapperFact]:
     of the calls made through the name it sits on; most of that time first."""
     calls = trace.calls
     between: dict[str, float] = {}
-    if len(calls):
+    if len(calls) and any(e.kind == "wrapper" for e in trace.events):
         bl = calls.between_layers_ns
         for api in set(calls.api.tolist()):
             between[str(api)] = float(bl[calls.api == api].sum()) / 1e9
@@ -295,5 +381,22 @@ def analyze_path(path: str) -> Analysis:
                 f"{path}: neither a wsprof trace nor a CSV series (first column 'step'); "
                 "give a run folder, a .wsprof trace or a .csv file"
             )
-    traces, problems = read_run_lenient(path)
-    return analyze_run(traces, path, problems)
+    # One trace at a time: each is analysed and its calls released before the next is read.
+    problems: list[str] = []
+    digests = _digest_all(_read_each(path, problems))
+    if not digests:
+        read_run_lenient(path)  # no trace could be read: raises the reader's error for the run
+    return _analyze_digests(digests, path, problems)
+
+
+def _read_each(path: str, problems: list[str]) -> Iterator[ProcessTrace]:
+    """Every readable trace of ``path`` in file order; unreadable ones are described in
+    ``problems`` as :func:`wsprof.trace.reader.read_run_lenient` describes them."""
+    from wsprof.errors import InputError
+    from wsprof.trace.reader import find_traces, read_trace
+
+    for p in find_traces(path):
+        try:
+            yield read_trace(p)
+        except InputError as e:
+            problems.append(f"skipped {e}")

@@ -7,7 +7,7 @@ import json
 import math
 from typing import Any
 
-from wsprof.analysis.model import Analysis
+from wsprof.analysis.model import Analysis, GrowthVerdict, RankSeries
 
 
 def _clean(v: Any) -> Any:
@@ -22,6 +22,25 @@ def _clean(v: Any) -> Any:
     return v
 
 
+def _verdict(v: GrowthVerdict | None) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    return {"shape": v.shape, "accumulating": v.accumulating, "confidence": v.confidence,
+            "slope_per_step": v.slope_per_step}
+
+
+def _rank(r: RankSeries) -> dict[str, Any]:
+    return {
+        "label": r.label, "rank": r.rank, "host": r.host, "pid": r.pid,
+        "step_source": r.step_source, "clock": r.clock, "wrapper": r.wrapper,
+        "steps": list(r.steps), "weight_sync_s": list(r.weight_sync_s),
+        "step_s": list(r.step_s), "between_layers_s": list(r.between_layers_s),
+        "start_s": list(r.start_s), "sync_start_s": list(r.sync_start_s),
+        "median_weight_sync_s": r.median_weight_sync_s, "median_step_s": r.median_step_s,
+        "sync_lag_s": r.sync_lag_s, "sync": _verdict(r.sync), "between": _verdict(r.between),
+    }
+
+
 def to_dict(analysis: Analysis) -> dict[str, Any]:
     """The JSON document: ``series`` (name, unit, shape, accumulating, confidence,
     slope_per_step, growth_factor_per_step, change_point, projection {step, value}, steps,
@@ -32,8 +51,11 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
     samples, total, share} or null, common_frame, phase_shares, phase_samples, rollout_share,
     weight_sync_share), ``phase_source`` (where the phase patterns came from) and
     ``frame_shift`` (first windows against last: k, n_windows, early_total, late_total,
-    gained and lost [{frame, early_share, late_share, change}]). Non-finite numbers become
-    null."""
+    gained and lost [{frame, early_share, late_share, change}]), ``ranks`` (every process with
+    steps: label, rank, host, pid, step_source, clock, wrapper, steps, weight_sync_s, step_s,
+    between_layers_s, start_s and sync_start_s on the run clock, median_weight_sync_s,
+    median_step_s, sync_lag_s, and the verdicts ``sync`` and ``between`` {shape, accumulating,
+    confidence, slope_per_step} or null). Non-finite numbers become null."""
     series = []
     for r in analysis.series:
         v = r.verdict
@@ -128,6 +150,7 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             "windows": windows,
             "phase_source": None if pa is None else pa.phase_source,
             "frame_shift": shift,
+            "ranks": [_rank(r) for r in analysis.ranks],
         }
     )
     return doc

@@ -5,7 +5,8 @@ from __future__ import annotations
 import textwrap
 from collections import Counter
 
-from wsprof.analysis.model import Analysis, ProcessAnalysis
+from wsprof.analysis.model import Analysis, ProcessAnalysis, RankSeries
+from wsprof.units import fmt_duration
 
 WIDTH = 80
 
@@ -74,6 +75,56 @@ def _windows_lines(pa: ProcessAnalysis) -> list[str]:
     return lines
 
 
+#: The rank table lists every rank up to this many; beyond it the outliers and a summary line.
+MAX_RANK_ROWS = 12
+
+
+def _num(v: float | None, width: int, spec: str = ".4g") -> str:
+    return (format(v, spec) if v is not None else "-").rjust(width)
+
+
+def _rank_row(r: RankSeries) -> str:
+    sync = [v for v in r.weight_sync_s if v is not None]
+    host = r.host or "-"
+    host = host if len(host) <= 16 else host[:15] + "…"
+    acc = "-" if r.sync is None else ("yes" if r.sync.accumulating else "no")
+    slope = r.sync.slope_per_step if r.sync is not None else None
+    lag = r.sync_lag_s * 1e3 if r.sync_lag_s is not None else None
+    return (f"{r.label[:10]:<10} {host:<16} {_num(sync[0] if sync else None, 8)} "
+            f"{_num(sync[-1] if sync else None, 8)} {_num(slope, 11, '+.3g')} {acc:<5} "
+            f"{_num(lag, 8, '.1f')}")
+
+
+def _ranks_lines(analysis: Analysis) -> list[str]:
+    """The per-rank table: weight sync of the first and last step, slope, accumulating, and
+    the median lag of its sync start behind the first rank's (run clock). Beyond
+    :data:`MAX_RANK_ROWS` ranks: the primary, the outliers and the accumulating ones, with a
+    summary line."""
+    ranks = analysis.ranks
+    named = {f.where for f in analysis.findings if f.kind == "outlier_rank"}
+    hosts = sorted({r.host for r in ranks if r.host})
+    meds = sorted(r.median_weight_sync_s for r in ranks if r.median_weight_sync_s is not None)
+    growing = [r for r in ranks if r.sync is not None and r.sync.accumulating]
+    head = f"ranks: {len(ranks)} on {len(hosts)} host{'s' if len(hosts) != 1 else ''}"
+    if meds:
+        head += (f"; weight sync median {fmt_duration(meds[len(meds) // 2])} (ranks' medians "
+                 f"{fmt_duration(meds[0])} - {fmt_duration(meds[-1])})")
+    head += f"; {len(growing)} accumulating, {len(named)} outlier(s)"
+    lines = [""] + _wrap(head, WIDTH, subsequent_indent="  ")
+    shown = list(ranks)
+    if len(ranks) > MAX_RANK_ROWS:
+        keep = [r for r in ranks[1:] if r.where() in named or r in growing]
+        shown = [ranks[0], *keep[: MAX_RANK_ROWS - 1]]
+    lines.append(f"{'rank':<10} {'host':<16} {'first s':>8} {'last s':>8} {'slope/step':>11} "
+                 f"{'accum':<5} {'lag ms':>8}")
+    lines += [_rank_row(r) + (" *" if r.where() in named else "") for r in shown]
+    if len(shown) < len(ranks):
+        lines.append(f"(+{len(ranks) - len(shown)} more ranks: --format json lists every rank)")
+    lines += _wrap("first/last: weight sync of the first and last step; lag: median time its "
+                   "sync starts after the first rank's (run clock); *: outlier_rank", WIDTH)
+    return lines
+
+
 _COLOURS = {"critical": "\033[31m", "warning": "\033[33m", "info": "\033[36m"}
 _RESET = "\033[0m"
 
@@ -134,6 +185,8 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10
                 f"{s.step:>5} {s.step_s:9.3f} {roll} {share} {sync} {s.n_calls:>6} "
                 f"{s.between_layers_s:10.3f}"
             )
+    if len(analysis.ranks) >= 2:
+        lines += _ranks_lines(analysis)
     if pa is not None and pa.windows:
         lines += _windows_lines(pa)
     if analysis.wrappers:

@@ -1,0 +1,149 @@
+"""Per-rank comparison: every process's per-step weight-sync and step times side by side.
+
+A run folder of a distributed job holds one trace per process. The headline series come from
+the primary process (rank 0), but a problem on one rank (a slower NIC, a throttled GPU, a
+wrapper that only runs there) shows when the ranks are compared: :func:`rank_series` builds one
+:class:`~wsprof.analysis.model.RankSeries` per process with steps, with its steps placed on the
+run clock (:mod:`wsprof.analysis.align`) so that "which rank started its weight sync last" can
+be read across processes. The ``outlier_rank`` finding (:mod:`wsprof.analysis.findings`) reads
+them.
+
+Pure: analyses, spans and a run clock in, rows out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from wsprof.analysis.align import ProcessClock
+from wsprof.analysis.model import GrowthVerdict, ProcessAnalysis, RankSeries, Series
+from wsprof.analysis.steps import WEIGHT_SYNC_PHASES
+from wsprof.trace.model import Span
+
+#: Judges a per-step series; None when it cannot be judged.
+Judge = Callable[[Series], GrowthVerdict | None]
+
+
+@dataclass(frozen=True)
+class RankInput:
+    """What the comparison needs from one process (no calls: they may be released by then).
+
+    Attributes:
+        pa: the process's analysis (its steps).
+        host: host name from its trace's meta.
+        clock: how its monotonic ns map to run ns.
+        sync_start_ns: per step of ``pa.steps``, monotonic ns when its weight sync started
+            (None where unknown); see :func:`sync_starts`.
+        wrapper: the foreign wrapper on a collective name with the most time between layers
+            in this process (``qualname (file:line)``), None when none was found.
+    """
+
+    pa: ProcessAnalysis
+    host: str | None
+    clock: ProcessClock
+    sync_start_ns: tuple[int | None, ...]
+    wrapper: str | None = None
+
+
+def sync_starts(pa: ProcessAnalysis, spans: Sequence[Span]) -> tuple[int | None, ...]:
+    """Monotonic ns at which each step's weight sync started.
+
+    From markers: the earliest weight-sync phase span of the step (``weight_sync``,
+    ``update_weights``, ...: :data:`~wsprof.analysis.steps.WEIGHT_SYNC_PHASES`); None for a
+    step without one. From bursts: the burst's first call, which starts the step.
+    """
+    if pa.step_source == "bursts":
+        return tuple(r.t_start_ns for r in pa.steps)
+    first: dict[int, int] = {}
+    for sp in spans:
+        if sp.kind == "phase" and sp.name.lower() in WEIGHT_SYNC_PHASES:
+            t = first.get(sp.step)
+            if t is None or sp.t_start_ns < t:
+                first[sp.step] = sp.t_start_ns
+    return tuple(first.get(r.step) for r in pa.steps)
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    vals = [v for v in values if v is not None and np.isfinite(v)]
+    return float(np.median(vals)) if vals else None
+
+
+def _series(name: str, steps: Sequence[int], values: Sequence[float | None]) -> Series | None:
+    pts = [(s, float(v)) for s, v in zip(steps, values) if v is not None and np.isfinite(v)]
+    if not pts:
+        return None
+    return Series(name, "s", tuple(p[0] for p in pts), tuple(p[1] for p in pts))
+
+
+def sync_lags(rows: Sequence[RankSeries]) -> list[float | None]:
+    """Per rank: the median over steps of how long after the earliest rank it started its weight
+    sync, s. Only aligned ranks and steps that at least two of them started are compared."""
+    by_step: dict[int, list[tuple[int, float]]] = {}
+    for i, r in enumerate(rows):
+        if r.clock == "none":
+            continue
+        for step, t in zip(r.steps, r.sync_start_s):
+            if t is not None:
+                by_step.setdefault(step, []).append((i, t))
+    lags: list[list[float]] = [[] for _ in rows]
+    for pts in by_step.values():
+        if len(pts) < 2:
+            continue
+        t0 = min(t for _, t in pts)
+        for i, t in pts:
+            lags[i].append(t - t0)
+    return [float(np.median(v)) if v else None for v in lags]
+
+
+def rank_series(inputs: Sequence[RankInput], judge: Judge) -> list[RankSeries]:
+    """One row per process with steps, in input order.
+
+    Args:
+        inputs: the processes (rank order).
+        judge: classifies a per-step series (the run's ``_classify`` path, so a series that
+            cannot be judged becomes a note there).
+
+    Returns:
+        Rows with per-step times, run-clock starts, growth verdicts of weight-sync time and time
+        between layers, medians and the sync lag behind the earliest rank.
+    """
+    rows: list[RankSeries] = []
+    for inp in inputs:
+        pa = inp.pa
+        if not pa.steps:
+            continue
+        steps = tuple(r.step for r in pa.steps)
+        sync = tuple(r.weight_sync_s for r in pa.steps)
+        between = tuple(r.between_layers_s for r in pa.steps)
+        step_s = tuple(r.step_s for r in pa.steps)
+        sync_series = _series("weight_sync_s", steps, sync)
+        between_series = _series("between_layers_s", steps, between)
+        host = inp.host
+        rows.append(
+            RankSeries(
+                label=pa.label,
+                rank=pa.rank,
+                host=host,
+                pid=pa.pid if isinstance(pa.pid, int) else None,
+                step_source=pa.step_source,
+                steps=steps,
+                weight_sync_s=sync,
+                step_s=step_s,
+                between_layers_s=between,
+                start_s=tuple(inp.clock.run_s(r.t_start_ns) for r in pa.steps),
+                sync_start_s=tuple(
+                    None if t is None else inp.clock.run_s(t) for t in inp.sync_start_ns
+                ),
+                clock=inp.clock.basis,
+                sync=judge(sync_series) if sync_series is not None else None,
+                between=judge(between_series) if between_series is not None else None,
+                median_weight_sync_s=_median(sync),
+                median_step_s=float(np.median(step_s)),
+                wrapper=inp.wrapper,
+            )
+        )
+    lags = sync_lags(rows)
+    return [replace(r, sync_lag_s=lag) for r, lag in zip(rows, lags)]
