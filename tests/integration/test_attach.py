@@ -193,3 +193,11 @@ def test_a_killed_pyspy_loses_one_window_not_the_run(tmp_path: Path) -> None:
     [sampler] = [t for t in read_run(str(out)) if t.meta.get("targets")]
     assert any("killed by signal 9" in e.detail for e in sampler.events)
     assert sum(w.count for w in sampler.samples) > 0  # the other windows were sampled
+
+
+def test_sampler_trouble_is_a_note_in_the_analysis(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with running_target("--exit-after", "2.5") as target:
+        wsprof("attach", str(target.pid), "--window", "1", "--out", str(out), "--no-report")
+    notes = analyze_path(str(out)).notes
+    assert any(n.startswith("py-spy sampler: 1 x target exited") for n in notes), notes

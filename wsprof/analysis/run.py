@@ -131,6 +131,25 @@ def _classify(series: Sequence[Series], notes: list[str]) -> list[SeriesResult]:
     return out
 
 
+#: Sampler events that mean samples are missing (windows lost, py-spy failures, targets gone).
+_SAMPLER_TROUBLE = ("window lost", "window failed", "target exited")
+
+
+def _sampler_trouble(samplers: Iterable[ProcessTrace]) -> list[str]:
+    """One note per kind of sampler trouble, with a count: what is missing from the samples."""
+    notes: list[str] = []
+    for t in samplers:
+        counts: dict[str, list[str]] = {}
+        for e in t.events:
+            for kind in _SAMPLER_TROUBLE:
+                if e.kind == "sampler" and kind in e.detail and not e.detail.startswith(
+                        "stopped:"):
+                    counts.setdefault(kind, []).append(e.detail)
+        for kind, details in counts.items():
+            notes.append(f"py-spy sampler: {len(details)} x {kind} ({details[0]})")
+    return notes
+
+
 def _samples_by_pid(traces: Sequence[ProcessTrace]) -> dict[int, list[SampleWindow]]:
     by_pid: dict[int, list[SampleWindow]] = {}
     for t in traces:
@@ -272,6 +291,7 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
             notes.append("no steps found: add wsprof.step() at the top of each training step")
     if not any(pa.n_samples for pa in analyses):
         notes.append("no py-spy samples in this run")
+    notes += _sampler_trouble(d.trace for d in digests if d.sampler_only)
     if not any(c.name.startswith(("cuda.", "nvml.")) for pa in analyses for c in pa.counters):
         notes.append("no CUDA allocator or NVML counters (no CUDA device in the traced processes)")
     return Analysis(
@@ -315,7 +335,8 @@ def wrapper_facts(trace: ProcessTrace) -> list[WrapperFact]:
             module=str(d["module"]) if d.get("module") is not None else None,
             file=str(d["file"]) if d.get("file") is not None else None,
             line=int(line) if isinstance(line, int) else None,
-            wraps=tuple(str(w) for w in d.get("wraps", ()) or ()),
+            wraps=tuple(str(w) for w in wraps) if isinstance(wraps := d.get("wraps"), list)
+            else (),
             after_patch=bool(d.get("after_patch", False)),
             between_s=between.get(api),
         )
