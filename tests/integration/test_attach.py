@@ -201,3 +201,19 @@ def test_sampler_trouble_is_a_note_in_the_analysis(tmp_path: Path) -> None:
         wsprof("attach", str(target.pid), "--window", "1", "--out", str(out), "--no-report")
     notes = analyze_path(str(out)).notes
     assert any(n.startswith("py-spy sampler: 1 x target exited") for n in notes), notes
+
+
+def test_broken_nvml_is_noted_and_sampling_goes_on(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO / "tests" / "standins" / "broken_nvml"), os.environ.get("PYTHONPATH", "")])}
+    with running_target() as target:
+        done = subprocess.run([*WSPROF, "attach", str(target.pid), "--duration", "2",
+                               "--window", "1", "--out", str(out), "--no-report"],
+                              capture_output=True, text=True, timeout=120, cwd=REPO, env=env,
+                              check=False)
+    assert done.returncode == 0, done.stderr
+    [proc_trace] = _attach_traces(out)
+    meta = read_trace(str(proc_trace)).meta
+    assert "Driver Not Loaded" in meta["nvml"]
+    assert "proc.rss_bytes" in read_trace(str(proc_trace)).counters
