@@ -31,7 +31,7 @@ PATTERNS = {"weight_sync": r"update_weights", "rollout": r"(?:^|\.)generate \("}
 #: Windows sampled (1 s each): enough for a first and a last third of 2 windows each.
 WINDOWS = 6
 #: Least rise of the weight-sync share, first 2 windows against the last 2. The target's sync
-#: goes from about 30% to about 70% of each step over the sampling; half that margin keeps the
+#: goes from about 45% to about 80% of each window over the sampling; half that margin keeps the
 #: test robust on a loaded machine.
 MIN_RISE = 0.15
 #: Seconds the target may take to end after release before the test kills it.
