@@ -90,6 +90,11 @@ OUTLIER_MIN_EXCESS = 0.2
 #: quarter of the sync is what a wrapper must add before it, not the communication, is what
 #: peers wait for (as for :data:`BETWEEN_LAYERS_SHARE`); a few µs drift per call is noise.
 OUTLIER_OWN_GROWTH_SHARE = 0.25
+#: A rank "grows while the others stay flat" only when its weight-sync slope is at least this
+#: many times the other ranks' median slope: in a collective every rank waits for the slowest,
+#: so all ranks grow together when the cause is shared (the demo's probe runs on every rank),
+#: and a per-rank "accumulating" verdict alone flips with noise on short runs.
+OUTLIER_GROWTH_RATIO = 3.0
 #: Most outlier_rank findings (one per rank, worst first); the rest are counted in the last one.
 OUTLIER_MAX_FINDINGS = 5
 
@@ -730,8 +735,14 @@ class OutlierRank(Rule):
                 for i in idx:
                     reasons.setdefault(i, []).append(reason)
 
-        flag([i for i, r in enumerate(rows) if r.sync is not None and r.sync.accumulating],
-             "sync_growth")
+        slopes = [max(r.sync.slope_per_step, 0.0) if r.sync is not None else 0.0 for r in rows]
+
+        def grows_alone(i: int) -> bool:
+            others = [s for j, s in enumerate(slopes) if j != i]
+            return slopes[i] > 0 and slopes[i] >= OUTLIER_GROWTH_RATIO * float(np.median(others))
+
+        flag([i for i, r in enumerate(rows)
+              if r.sync is not None and r.sync.accumulating and grows_alone(i)], "sync_growth")
         flag([i for i, r in enumerate(rows)
               if r.between is not None and r.between.accumulating
               and _own_growth_s(r) >= OUTLIER_OWN_GROWTH_SHARE * float(

@@ -131,8 +131,9 @@ def _classify(series: Sequence[Series], notes: list[str]) -> list[SeriesResult]:
     return out
 
 
-#: Sampler events that mean samples are missing (windows lost, py-spy failures, targets gone).
-_SAMPLER_TROUBLE = ("window lost", "window failed", "target exited")
+#: Sampler events that mean samples are missing (windows lost, py-spy failures). A target that
+#: exits is not trouble: every job ends (attach says so itself when it was early).
+_SAMPLER_TROUBLE = ("window lost", "window failed")
 
 
 def _sampler_trouble(samplers: Iterable[ProcessTrace]) -> list[str]:
@@ -147,6 +148,23 @@ def _sampler_trouble(samplers: Iterable[ProcessTrace]) -> list[str]:
                     counts.setdefault(kind, []).append(e.detail)
         for kind, details in counts.items():
             notes.append(f"py-spy sampler: {len(details)} x {kind} ({details[0]})")
+    return notes
+
+
+def _capture_notes(traces: Iterable[ProcessTrace]) -> list[str]:
+    """What capture could not do, once per kind: extra targets not hooked, device time off."""
+    missing: list[str] = []
+    device: list[str] = []
+    for t in traces:
+        for e in t.events:
+            if e.kind == "extra_missing" and e.detail not in missing:
+                missing.append(e.detail)
+            elif e.kind == "device_time" and e.detail not in device:
+                device.append(e.detail)
+    notes = [f"device time: {d}" for d in device[:2]]
+    if missing:
+        notes.append(f"{len(missing)} extra communicator target(s) not hooked: "
+                     f"{'; '.join(missing[:3])}{'; ...' if len(missing) > 3 else ''}")
     return notes
 
 
@@ -292,6 +310,7 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
     if not any(pa.n_samples for pa in analyses):
         notes.append("no py-spy samples in this run")
     notes += _sampler_trouble(d.trace for d in digests if d.sampler_only)
+    notes += _capture_notes(d.trace for d in procs)
     if not any(c.name.startswith(("cuda.", "nvml.")) for pa in analyses for c in pa.counters):
         notes.append("no CUDA allocator or NVML counters (no CUDA device in the traced processes)")
     return Analysis(

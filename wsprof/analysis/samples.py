@@ -125,9 +125,16 @@ def is_idle_frame(frame: str) -> bool:
     return (base, name) in IDLE_PYTHON_FUNCTIONS
 
 
+#: wsprof's own hook functions (``_api_wrapper.<locals>.wsprof_api_hook`` ...): transparent in
+#: samples, so that a patched and sampled process never blames the profiler's wrappers for the
+#: time of the collective they time.
+WSPROF_HOOK_FRAME_RE = re.compile(r"(?:^|\.)wsprof_[a-z_]+_hook \(")
+
+
 def code_frames(frames: Sequence[str]) -> tuple[str, ...]:
-    """The frames of a stack without pseudo-frames, root first."""
-    return tuple(f for f in frames if not is_pseudo_frame(f))
+    """The frames of a stack without pseudo-frames and wsprof's own hooks, root first."""
+    return tuple(f for f in frames
+                 if not is_pseudo_frame(f) and WSPROF_HOOK_FRAME_RE.search(f) is None)
 
 
 def idle_stack(frames: Sequence[str]) -> bool:

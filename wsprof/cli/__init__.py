@@ -38,7 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as e:
         return int(e.exit_code)
     except click.UsageError as e:
-        e.show()
+        # One line, like every other error: what is wrong and where the help is.
+        where = e.ctx.command_path if e.ctx is not None else "wsprof"
+        message = e.format_message().rstrip(".")
+        sys.stderr.write(f"wsprof: error: {message}; see `{where} --help`\n")
         return EXIT_USAGE
     except click.ClickException as e:
         e.show()

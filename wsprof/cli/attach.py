@@ -17,7 +17,8 @@ from wsprof.errors import EXIT_OK, EXIT_USAGE, InputError
               help="also attach to every process whose command line matches REGEX "
                    "(e.g. every Ray actor of one job)")
 @click.option("--duration", type=click.FloatRange(min=1), default=None, metavar="S",
-              help="stop after S seconds (default: until Ctrl-C or the targets exit)")
+              help="stop after S seconds (default: until Ctrl-C); a target that exits before "
+                   "the end is reported (exit 2) with what was sampled kept")
 @click.option("--rate", type=click.IntRange(1, 1000), default=100, show_default=True,
               metavar="HZ", help="samples per second per thread")
 @click.option("--window", type=click.IntRange(1, 3600), default=5, show_default=True,
@@ -103,7 +104,7 @@ def attach(pids: tuple[int, ...], match: str | None, duration: float | None, rat
                f"{elapsed:.1f} s ({'interrupted' if interrupted else sampler.stop_reason})",
                err=True)
     exited = sorted(set(sampler.exited) | set(poller.exited))
-    if sampler.windows or poller.paths:
+    if sampler.samples:  # nothing sampled: no verdict that could read as "no problem"
         _analyse(out, want_report)
     if error is not None:
         raise error

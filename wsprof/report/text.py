@@ -49,8 +49,8 @@ def _windows_lines(pa: ProcessAnalysis) -> list[str]:
     """The windows table of one process: index, samples, weight-sync and rollout share of
     active samples, top leaf frame with its share; 80 columns."""
     ws = pa.windows
-    lines = ["", f"windows of {pa.label} (phases: {pa.phase_source or 'generic'} patterns; "
-             "shares of active samples):"]
+    lines = [""] + _wrap(f"windows of {pa.label} (phases: {pa.phase_source or 'generic'} "
+                         "patterns; shares of active samples):", WIDTH, subsequent_indent="  ")
     lines.append(f"{'#':>3} {'samples':>7} {'sync':>5} {'roll':>5} {'top':>4}  top frame")
     fixed = 3 + 1 + 7 + 1 + 5 + 1 + 5 + 1 + 4 + 2
     rows = list(enumerate(ws))
