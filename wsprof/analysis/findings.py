@@ -23,6 +23,8 @@ from wsprof.analysis.model import (
     SeriesResult,
     WrapperFact,
 )
+from wsprof.analysis.model import HotFrame as HotFrameModel
+from wsprof.analysis.samples import split_frame
 from wsprof.units import fmt_in_unit
 
 #: Growth over the observed steps at or above which an accumulating slowdown is critical: the
@@ -464,12 +466,25 @@ class HotFrame(Rule):
         for pa in facts.processes:
             if not pa.hot_frames:
                 continue
-            top = pa.hot_frames[0]
-            if top.share < HOT_FRAME_SHARE:
+            # Per function: a hot loop spreads its samples over several lines, and the
+            # function's share is what a user compares with other functions.
+            by_function: dict[str, list[HotFrameModel]] = {}
+            for f in pa.hot_frames:
+                function, file, _line = split_frame(f.frame)
+                key = f"{function} ({file})" if file is not None else function
+                by_function.setdefault(key, []).append(f)
+            name, lines = max(by_function.items(), key=lambda kv: sum(f.samples for f in kv[1]))
+            samples = sum(f.samples for f in lines)
+            total = pa.hot_frames[0].total
+            if not total or samples / total < HOT_FRAME_SHARE:
                 continue
-            title = f"{top.samples} of {top.total} samples in {top.frame} ({pa.label})"
-            evidence: dict[str, Any] = {"samples": top.samples, "total": top.total,
-                                        "share": top.share, "windows": len(pa.windows)}
+            top = lines[0]  # its hottest line (hot_frames are sorted by samples)
+            title = f"{samples} of {total} samples in {name} ({pa.label})"
+            if len(lines) > 1:
+                title += f", most at {top.frame}"
+            evidence: dict[str, Any] = {"samples": samples, "total": total,
+                                        "share": samples / total, "windows": len(pa.windows),
+                                        "hottest_line": top.frame}
             common = Counter(w.common_frame for w in pa.windows if w.common_frame)
             if common:
                 frame, n = min(common.items(), key=lambda kv: (-kv[1], kv[0]))
