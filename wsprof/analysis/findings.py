@@ -35,6 +35,10 @@ CRITICAL_GROWTH_RATIO = 2.0
 #: wrappers, which shows as backend time on this rank, so a quarter already means the wrapper
 #: dominates once every rank runs it; below it a growing wrapper is still reported (warning).
 BETWEEN_LAYERS_SHARE = 0.25
+#: Growth of the time between layers over the run, as a share of the median weight-sync time
+#: (of the median step time when there is no sync), below which a growing trend is noise that
+#: no one would act on: a healthy wrapper's few ms drifting on a loaded machine.
+BETWEEN_LAYERS_MATERIAL = 0.05
 #: Added time per step (per-call growth x calls per step) below this share of the median step
 #: time is not reported as per-call growth: a few µs drift over 100 calls is not a problem.
 MATERIAL_STEP_SHARE = 0.05
@@ -231,6 +235,12 @@ class BetweenLayers(Rule):
         sync = facts.series.get("weight_sync_s")
         if bl is None or not bl.verdict.accumulating:
             return []
+        ref = sync if sync is not None else facts.series.get("step_s")
+        if ref is not None and ref.series.values:
+            grown = max(bl.series.values) - min(bl.series.values[: max(1, len(bl.series.values)
+                                                                     // 3)])
+            if grown < BETWEEN_LAYERS_MATERIAL * float(np.median(ref.series.values)):
+                return []
         share = None
         if sync is not None and sync.verdict.slope_per_step > 0:
             share = bl.verdict.slope_per_step / sync.verdict.slope_per_step
