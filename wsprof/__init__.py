@@ -65,6 +65,8 @@ def patch(
     global _recorder
     if os.environ.get("WSPROF_DISABLE") == "1":
         return None
+    if _recorder is not None and getattr(_recorder, "pid", None) != os.getpid():
+        _forget_parent()  # a forked child patches for itself, into its own trace
     if _recorder is not None:
         return str(_recorder.path)
     from wsprof.capture import collectives
@@ -140,6 +142,22 @@ def flush() -> None:
 def trace_path() -> str | None:
     """The current trace file, or None when not patched."""
     return None if _recorder is None else str(_recorder.path)
+
+
+def _forget_parent() -> None:
+    """In a forked child: drop the parent's recorder (it writes nothing here) and its hooks."""
+    global _recorder
+    from wsprof.capture import collectives
+    from wsprof.capture import extra as extra_hooks
+    from wsprof.capture.markers import STATE
+
+    try:
+        collectives.uninstall()
+        extra_hooks.uninstall()
+    except Exception:  # noqa: BLE001 - never raise into training
+        pass
+    STATE.recorder = None
+    _recorder = None
 
 
 def _flush_all(final: bool) -> None:

@@ -161,3 +161,29 @@ def test_a_full_queue_drops_rows_and_says_how_many(
     assert trace.meta["self"]["dropped_calls"] == 40
     over = [f for f in analyze_path(str(tmp_path)).findings if f.kind == "self_overhead"]
     assert over[0].severity == "warning" and "dropped 40 calls" in over[0].title
+
+
+def test_p2p_names_taken_before_patch_still_work(tmp_path: Path) -> None:
+    from torch.distributed import P2POp, irecv, isend  # as a framework module does at import
+
+    wsprof.patch(str(tmp_path))
+    try:
+        made = [P2POp(isend, torch.ones(1), 0), P2POp(irecv, torch.ones(1), 0)]
+    finally:
+        wsprof.unpatch()
+    assert [m.op for m in made] == [isend, irecv]  # torch's identity checks passed
+
+
+def test_wrappers_in_installed_packages_are_named() -> None:
+    from wsprof.capture.collectives import _STDLIB, foreign_wrapper
+
+    torch_file = torch.__file__
+    site = os.path.join(_STDLIB, "site-packages")
+    for where in (os.path.join(site, "mylib", "wrap.py"),
+                  os.path.join(os.path.dirname(os.path.dirname(torch_file)), "torchrl",
+                               "wrap.py")):
+        src = "def probe(*a, **k):\n    return None\n"
+        ns: dict[str, object] = {}
+        exec(compile(src, where, "exec"), ns)
+        fact = foreign_wrapper(ns["probe"], torch_file)
+        assert fact is not None and fact["file"] == where, where

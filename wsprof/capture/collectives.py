@@ -461,9 +461,11 @@ _STDLIB = sysconfig.get_paths()["stdlib"]
 
 def _library_file(filename: str, torch_dir: str) -> bool:
     """torch itself, the standard library, or typing_extensions (torch's ``@deprecated``)."""
+    in_stdlib = filename.startswith(_STDLIB + os.sep) and not any(
+        part in filename for part in ("site-packages", "dist-packages"))
     return (
-        filename.startswith(torch_dir)
-        or filename.startswith(_STDLIB)
+        filename.startswith(torch_dir + os.sep)
+        or in_stdlib
         or os.path.basename(filename) == "typing_extensions.py"
     )
 

@@ -59,7 +59,8 @@ def step(number: int | None = None) -> int:
         rec.spans.append(
             ("step", str(STATE.step), STATE.step_start_ns, t, STATE.step, threading.get_ident())
         )
-    STATE.step = number if number is not None else STATE.step + 1
+    # int(): a tensor, numpy or float step number must never poison the trace's rows.
+    STATE.step = int(number) if number is not None else STATE.step + 1
     STATE.step_start_ns = t
     return STATE.step
 
@@ -85,7 +86,7 @@ class phase:  # used like a function: ``with wsprof.phase("rollout"):``
     """
 
     def __init__(self, name: str) -> None:
-        self.name = name
+        self.name = str(name)  # an enum or other object would poison the trace's strings
         self._t0 = 0
 
     def __enter__(self) -> phase:

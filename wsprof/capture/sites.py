@@ -54,7 +54,7 @@ class SiteTable:
             return True
         if code in self.extra_internal:
             return True
-        return any(fn.startswith(d) for d in self._torch)
+        return any(fn.startswith(d + os.sep) for d in self._torch)
 
     def site_of(self, frame: FrameType | None) -> int:
         """Site id of the first non-internal frame at or above ``frame``; -1 if none."""
