@@ -180,7 +180,11 @@ def test_a_killed_pyspy_loses_one_window_not_the_run(tmp_path: Path) -> None:
         deadline = time.monotonic() + 30
         while killed is None and time.monotonic() < deadline:
             for child in psutil.Process(proc.pid).children(recursive=True):
-                if "py-spy" in child.name():
+                try:
+                    sampling = "py-spy" in child.name() and "record" in child.cmdline()
+                except psutil.Error:
+                    continue
+                if sampling:  # not the `py-spy --version` check
                     child.kill()
                     killed = child.pid
                     break
