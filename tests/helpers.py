@@ -21,6 +21,19 @@ BUSY_TARGET = TARGETS / "busy_target.py"
 TARGET_EXIT_TIMEOUT_S = 10
 
 
+def pyspy_skip_reason() -> str | None:
+    """Why py-spy tests cannot run here (py-spy missing or too old, ptrace not allowed), or None."""
+    from wsprof.capture.pyspy import find_pyspy, ptrace_problem
+    from wsprof.errors import InputError
+
+    try:
+        find_pyspy()
+    except InputError as e:
+        return f"py-spy unavailable: {e}"
+    problem = ptrace_problem(os.getpid())
+    return f"ptrace not allowed here: {problem}" if problem else None
+
+
 @contextmanager
 def running_target(*args: str, script: Path = BUSY_TARGET) -> Iterator[subprocess.Popen[str]]:
     """Start a target script, wait for its ``ready`` line, release (close stdin) and reap it

@@ -15,25 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, running_target
+from helpers import REPO, pyspy_skip_reason, running_target
 
 from wsprof.analysis.run import analyze_path
-from wsprof.capture.pyspy import find_pyspy, ptrace_problem
 from wsprof.errors import InputError
 from wsprof.trace.reader import read_run, read_trace
 
-
-def _skip_reason() -> str | None:
-    try:
-        find_pyspy()
-    except InputError as e:
-        return f"py-spy unavailable: {e}"
-    problem = ptrace_problem(os.getpid())
-    return f"ptrace not allowed here: {problem}" if problem else None
-
-
-pytestmark = [pytest.mark.pyspy, pytest.mark.skipif(_skip_reason() is not None,
-                                                    reason=str(_skip_reason()))]
+_SKIP = pyspy_skip_reason()
+pytestmark = [pytest.mark.pyspy, pytest.mark.skipif(_SKIP is not None, reason=str(_SKIP))]
 
 WSPROF = [sys.executable, "-c", "import sys; from wsprof.cli import main; sys.exit(main())"]
 #: Least share of a target's active samples inside hot_spin (its only busy Python thread

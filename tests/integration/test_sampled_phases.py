@@ -10,17 +10,15 @@ synchronises on the target's ``ready`` line and on the sampler, never on sleeps.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import pyspy_skip_reason, running_target
 
 from wsprof.analysis.phases import build_patterns, phase_shares_by_window
 from wsprof.analysis.run import analyze_run
 from wsprof.analysis.samples import early_late_shift
-from wsprof.capture.pyspy import STOP_DURATION, PySpySampler, find_pyspy, ptrace_problem
-from wsprof.errors import InputError
+from wsprof.capture.pyspy import STOP_DURATION, PySpySampler
 from wsprof.trace.reader import read_run, read_trace
 from wsprof.trace.writer import TraceWriter
 
@@ -34,49 +32,16 @@ WINDOWS = 6
 #: goes from about 45% to about 80% of each window over the sampling; half that margin keeps the
 #: test robust on a loaded machine.
 MIN_RISE = 0.15
-#: Seconds the target may take to end after release before the test kills it.
-TARGET_EXIT_TIMEOUT_S = 10
-
-
-def _pyspy_missing() -> str | None:
-    try:
-        find_pyspy()
-    except InputError as e:
-        return str(e)
-    return None
-
-
-_NO_PYSPY = _pyspy_missing()
-_NO_PTRACE = ptrace_problem(os.getpid())
-
-pytestmark = [
-    pytest.mark.pyspy,
-    pytest.mark.skipif(_NO_PYSPY is not None, reason=f"py-spy unavailable: {_NO_PYSPY}"),
-    pytest.mark.skipif(_NO_PTRACE is not None, reason=f"ptrace not allowed here: {_NO_PTRACE}"),
-]
+_SKIP = pyspy_skip_reason()
+pytestmark = [pytest.mark.pyspy, pytest.mark.skipif(_SKIP is not None, reason=str(_SKIP))]
 
 
 def test_weight_sync_share_grows_in_real_samples(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, TARGET], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.strip() == "ready", f"target did not start (printed {line!r})"
+    with running_target(script=Path(TARGET)) as proc:
         sampler = PySpySampler([proc.pid], str(tmp_path), window_s=1, duration_s=WINDOWS)
         sampler.start()
         reason = sampler.wait(timeout_s=30)
         assert proc.poll() is None, "the target must outlive the sampling"
-    finally:
-        if proc.stdin is not None:
-            proc.stdin.close()
-        try:
-            proc.wait(timeout=TARGET_EXIT_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
     assert reason == STOP_DURATION and sampler.samples > 0
 
     samples = read_trace(sampler.path).samples
