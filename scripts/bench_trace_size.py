@@ -4,9 +4,10 @@
 size budget is 500 MB for that), with realistic variety: timestamps advancing 10-40 us per call,
 durations and backend times drawn per call, a few hundred parameter sizes cycling, three
 caller sites, one process group, a phase. Prints the file size, bytes per call, and the time the
-writer spent. Not a test.
+writer spent, with the default retention (full detail for the first and last 20 steps; see
+``wsprof.trace.retention``) or with ``--keep-steps 0`` (every call kept). Not a test.
 
-Usage: python scripts/bench_trace_size.py [--steps 100] [--calls 50000]
+Usage: python scripts/bench_trace_size.py [--steps 100] [--calls 50000] [--keep-steps 20]
 """
 
 from __future__ import annotations
@@ -20,16 +21,18 @@ import time
 from wsprof.capture.collectives import _pack_row
 from wsprof.capture.recorder import Recorder
 from wsprof.trace.reader import read_trace
+from wsprof.trace.retention import DEFAULT_KEEP_STEPS, Retention
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--calls", type=int, default=50_000)
+    ap.add_argument("--keep-steps", type=int, default=DEFAULT_KEEP_STEPS)
     args = ap.parse_args()
     rng = random.Random(0)
     rec = Recorder(tempfile.mkdtemp(prefix="wsprof-size-"), flush_interval_s=3600,
-                   max_pending=args.calls + 1)
+                   max_pending=args.calls + 1, retention=Retention(keep_steps=args.keep_steps))
     hooks = [rec.hook_id("broadcast", "dist.broadcast", "api"),
              rec.hook_id("all_gather", "dist.all_gather", "api"),
              rec.hook_id("all_gather_into_tensor", "dist.all_gather_into_tensor", "api")]
@@ -52,13 +55,15 @@ def main() -> None:
     rec.close()
     size = os.path.getsize(rec.path)
     n = args.steps * args.calls
-    print(f"{args.steps} steps x {args.calls:,} calls = {n:,} calls")
+    print(f"{args.steps} steps x {args.calls:,} calls = {n:,} calls, keep_steps={args.keep_steps}")
     print(f"trace size {size / 2**20:.1f} MiB, {size / n:.1f} bytes per call "
           f"(writer {rec.flush_ns_total / 1e9:.1f} s, {rec.flush_ns_total / n:.0f} ns per call; "
           f"total {time.monotonic() - t0:.1f} s with generation)")
     t1 = time.monotonic()
     trace = read_trace(rec.path)
-    print(f"read back {len(trace.calls):,} calls in {time.monotonic() - t1:.1f} s")
+    print(f"read back {len(trace.calls):,} calls in detail in {time.monotonic() - t1:.1f} s; "
+          f"retention {trace.meta.get('retention')}")
+    assert trace.totals is not None and int(trace.totals.n.sum()) == n, "totals lost calls"
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ def patch(
     extra: Sequence[str] | None = None,
     layers: str | None = None,
     device_time: bool | None = None,
+    keep_steps: int | None = None,
 ) -> str | None:
     """Hook every collective of ``torch.distributed`` and start recording.
 
@@ -57,6 +58,11 @@ def patch(
         device_time: also measure each collective's device time with CUDA events and the NCCL
             completion hook (default ``$WSPROF_DEVICE_TIME=1``); costs a few µs per call, so off
             by default; without CUDA it is skipped (an event in the trace says so).
+        keep_steps: full per-call detail is kept for the first and the last ``keep_steps``
+            step numbers (default ``$WSPROF_KEEP_STEPS``, else 20; 0 keeps every call). Steps
+            in between keep exact per-step totals and an evenly spaced sample of
+            ``$WSPROF_THINNED_STEP_CALLS`` (default 2,000) calls, so a long run's trace stays
+            bounded (:mod:`wsprof.trace.retention`). Needs step markers (``wsprof.step()``).
 
     Returns:
         The trace file path, or None when disabled or when the trace cannot be created (a one-line
@@ -72,10 +78,16 @@ def patch(
     from wsprof.capture import collectives
     from wsprof.capture.markers import STATE
     from wsprof.capture.recorder import Recorder, default_out_dir
+    from wsprof.capture.settings import env_int
+    from wsprof.trace import retention as ret
 
     out_dir = out or default_out_dir()
     try:
-        rec = Recorder(out_dir, flush_interval_s=flush_interval_s)
+        keep = keep_steps if keep_steps is not None else env_int(
+            "WSPROF_KEEP_STEPS", ret.DEFAULT_KEEP_STEPS)
+        retention = ret.Retention(max(int(keep), 0), env_int(
+            "WSPROF_THINNED_STEP_CALLS", ret.DEFAULT_THINNED_STEP_CALLS, minimum=1))
+        rec = Recorder(out_dir, flush_interval_s=flush_interval_s, retention=retention)
     except Exception as e:  # noqa: BLE001 - never raise into training
         sys.stderr.write(
             f"wsprof: not profiling: cannot create a trace in {out_dir!r} "

@@ -19,7 +19,7 @@ from wsprof.analysis.model import (
 from wsprof.analysis.phases import patterns_from_meta, window_summaries
 from wsprof.analysis.samples import early_late_shift, hot_frames, hot_stacks
 from wsprof.analysis.steps import steps_from_bursts, steps_from_markers
-from wsprof.trace.model import CallTable, ProcessTrace, SampleWindow
+from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow
 
 #: Most call points kept for plots per process; beyond it each bucket keeps its min and max.
 MAX_PLOT_POINTS = 6_000
@@ -57,8 +57,12 @@ def downsample_extremes(values: npt.NDArray[np.float64], max_points: int) -> npt
     return np.unique(np.concatenate(keep))
 
 
-def op_stats(calls: CallTable) -> list[OpStats]:
-    """Per canonical op statistics, most total time first."""
+def op_stats(calls: CallTable, totals: CallTotals | None = None) -> list[OpStats]:
+    """Per canonical op statistics, most total time first.
+
+    With ``totals`` (a trace whose retention thinned some steps), call counts, total time and
+    bytes are exact sums from it; medians and p99 come from the calls kept in detail.
+    """
     out: list[OpStats] = []
     if len(calls) == 0:
         return out
@@ -81,6 +85,12 @@ def op_stats(calls: CallTable) -> list[OpStats]:
                 bytes_total=int(nbytes[nbytes > 0].sum()),
             )
         )
+    if totals is not None:
+        for i, st in enumerate(out):
+            m = totals.op == st.op
+            out[i] = replace(st, n_calls=int(totals.n[m].sum()),
+                             total_s=float(totals.duration_ns[m].sum()) / 1e9,
+                             bytes_total=int(totals.bytes[m].sum()))
     out.sort(key=lambda s: -s.total_s)
     return out
 
@@ -160,7 +170,8 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
     samples can be joined after every trace was read (and its calls released).
     """
     calls = trace.calls
-    steps = steps_from_markers(calls, trace.spans)
+    totals = trace.totals if trace.thinned else None
+    steps = steps_from_markers(calls, trace.spans, totals)
     source = "markers"
     if not steps:
         steps = steps_from_bursts(calls, last_record_ns(trace))
@@ -171,7 +182,7 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
         pid=trace.meta.get("pid"),
         step_source=source,
         steps=tuple(steps),
-        ops=tuple(op_stats(calls)),
+        ops=tuple(op_stats(calls, totals)),
         calls=call_points(calls),
         counters=tuple(counter_tracks(trace, first_record_ns(trace))),
         hot_frames=(),

@@ -155,13 +155,23 @@ def _capture_notes(traces: Iterable[ProcessTrace]) -> list[str]:
     """What capture could not do, once per kind: extra targets not hooked, device time off."""
     missing: list[str] = []
     device: list[str] = []
+    thinned: list[str] = []
     for t in traces:
+        r = t.meta.get("retention")
+        if t.thinned and isinstance(r, dict):
+            thinned.append(
+                f"{t.label}: steps {r.get('first_thinned_step')}-{r.get('last_thinned_step')} "
+                f"keep at most {r.get('calls_per_thinned_step')} calls each in detail "
+                f"({r.get('calls_removed'):,} removed; per-step counts and times are exact)")
         for e in t.events:
             if e.kind == "extra_missing" and e.detail not in missing:
                 missing.append(e.detail)
             elif e.kind == "device_time" and e.detail not in device:
                 device.append(e.detail)
     notes = [f"device time: {d}" for d in device[:2]]
+    if thinned:
+        notes.append(f"retention: {thinned[0]}"
+                     + (f" (and {len(thinned) - 1} more processes)" if len(thinned) > 1 else ""))
     if missing:
         notes.append(f"{len(missing)} extra communicator target(s) not hooked: "
                      f"{'; '.join(missing[:3])}{'; ...' if len(missing) > 3 else ''}")

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wsprof.analysis.model import StepRow
-from wsprof.trace.model import CallTable, Span
+from wsprof.trace.model import CallTable, CallTotals, Span
 
 #: Phase names (lower case) counted as weight sync, rollout and training, as frameworks name them.
 WEIGHT_SYNC_PHASES = frozenset(
@@ -91,19 +91,29 @@ def assign_calls(
 _Spec = tuple[int, int, int, float | None, float | None, float | None]
 
 
-def _rows(calls: CallTable, specs: Sequence[_Spec], by_step_number: bool) -> list[StepRow]:
+def _rows(calls: CallTable, specs: Sequence[_Spec], by_step_number: bool,
+          totals: CallTotals | None = None) -> list[StepRow]:
     """Step rows from (step, t0, t1, rollout_s, train_s, sync_s) with per-step call totals
-    summed in one pass over the calls."""
+    summed in one pass over the calls, or taken from ``totals`` (by step number) when given."""
     bare = [
         StepRow(st, t0, t1, max(t1 - t0, 0) / 1e9, r, tr, sy, 0.0, 0, 0.0, 0.0)
         for st, t0, t1, r, tr, sy in specs
     ]
-    idx = assign_calls(calls, bare, by_step_number)
-    ok = idx >= 0
     k = len(bare)
-    n_calls = np.bincount(idx[ok], minlength=k)
-    dur_s = np.bincount(idx[ok], weights=calls.duration_ns[ok], minlength=k) / 1e9
-    between_s = np.bincount(idx[ok], weights=calls.between_layers_ns[ok], minlength=k) / 1e9
+    if totals is not None and by_step_number:
+        keys = np.array([r.step for r in bare], dtype=np.int64)
+        pos = np.clip(np.searchsorted(keys, totals.step), 0, max(k - 1, 0))
+        ok = (keys[pos] == totals.step) if k else np.zeros(len(totals), dtype=bool)
+        idx, w_n = pos[ok], totals.n[ok]
+        w_dur, w_between = totals.duration_ns[ok], totals.between_layers_ns[ok]
+    else:
+        idx = assign_calls(calls, bare, by_step_number)
+        ok = idx >= 0
+        idx, w_n = idx[ok], None
+        w_dur, w_between = calls.duration_ns[ok], calls.between_layers_ns[ok]
+    n_calls = np.bincount(idx, weights=w_n, minlength=k).astype(np.int64)
+    dur_s = np.bincount(idx, weights=w_dur, minlength=k) / 1e9
+    between_s = np.bincount(idx, weights=w_between, minlength=k) / 1e9
     out: list[StepRow] = []
     for i, row in enumerate(bare):
         known = sum(v for v in (row.rollout_s, row.train_s, row.weight_sync_s) if v is not None)
@@ -119,8 +129,15 @@ def _rows(calls: CallTable, specs: Sequence[_Spec], by_step_number: bool) -> lis
     return out
 
 
-def steps_from_markers(calls: CallTable, spans: Sequence[Span]) -> list[StepRow]:
+def steps_from_markers(calls: CallTable, spans: Sequence[Span],
+                       totals: CallTotals | None = None) -> list[StepRow]:
     """One row per ``step`` span; phase times from ``phase`` spans of that step.
+
+    Args:
+        calls: the process's calls, sorted by start.
+        spans: its step and phase spans.
+        totals: exact per-step call sums; given for a trace whose retention thinned some
+            steps' calls, so that per-step counts and times stay exact.
 
     Returns:
         Rows ordered by step; empty when the trace has no step spans.
@@ -131,7 +148,7 @@ def steps_from_markers(calls: CallTable, spans: Sequence[Span]) -> list[StepRow]
          phases.get((sp.step, "train")), phases.get((sp.step, "weight_sync")))
         for sp in sorted((sp for sp in spans if sp.kind == "step"), key=lambda sp: sp.step)
     ]
-    return _rows(calls, specs, by_step_number=True)
+    return _rows(calls, specs, by_step_number=True, totals=totals)
 
 
 def idle_gap_threshold(gaps: npt.NDArray[np.int64]) -> float | None:

@@ -25,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from wsprof.capture.settings import env_int
 from wsprof.trace.model import TRACE_SUFFIX
+from wsprof.trace.retention import Retention
 from wsprof.trace.writer import TraceWriter
 
 _now = time.monotonic_ns
@@ -93,6 +95,8 @@ class Recorder:
             takes about 145 bytes, so the default, 131,072 or ``$WSPROF_MAX_PENDING``, bounds the
             queue near 18 MiB). When a flush
             finds the queue over a quarter full, the next one comes sooner (bursts).
+        retention: which steps keep full call detail (:mod:`wsprof.trace.retention`); None
+            keeps every call.
 
     Raises:
         OSError: the trace file cannot be created.
@@ -104,12 +108,13 @@ class Recorder:
         source: str = "patch",
         flush_interval_s: float = 0.5,
         max_pending: int | None = None,
+        retention: Retention | None = None,
     ) -> None:
         self.out_dir = out_dir
         self.path = new_trace_path(out_dir)
         self.pid = os.getpid()
         self.flush_interval_s = flush_interval_s
-        self.max_pending = max_pending or int(os.environ.get("WSPROF_MAX_PENDING") or 131_072)
+        self.max_pending = max_pending or env_int("WSPROF_MAX_PENDING", 131_072, minimum=1)
         self.calls: deque[bytes] = deque()
         self.updates: deque[tuple[int, int, int, int]] = deque()
         self.spans: deque[tuple[Any, ...]] = deque()
@@ -129,7 +134,7 @@ class Recorder:
         self._rank_known = False
         self.lock = threading.Lock()  # held by flush; the calibration holds it too
         self._stop = threading.Event()
-        self._writer = TraceWriter(self.path)
+        self._writer = TraceWriter(self.path, retention=retention)
         self._writer.set_meta(self._static_meta(source))
         self.strings = self._writer.strings
         #: Called by the writer thread before each flush (the hooks' re-wrap audit).

@@ -18,8 +18,11 @@ import numpy.typing as npt
 
 #: Bumped whenever a table or column changes meaning; the reader refuses other versions.
 #: Version 2: calls stored as compressed column chunks with interned strings, plus
-#: ``call_updates`` (async completion and device time).
-SCHEMA_VERSION = 2
+#: ``call_updates`` (async completion and device time). Version 3: ``call_totals`` (exact
+#: per-step sums) and chunk step ranges, for retention.
+SCHEMA_VERSION = 3
+#: Versions the reader accepts (a version-2 trace simply has no ``call_totals``).
+READABLE_SCHEMA_VERSIONS = (2, 3)
 
 #: File name suffix of a trace.
 TRACE_SUFFIX = ".wsprof"
@@ -184,6 +187,30 @@ class CallTable:
         return cls(**out)
 
 
+@dataclass(frozen=True)
+class CallTotals:
+    """Exact per-step sums of every call a process made, thinned or not; every array has
+    shape ``(n_keys,)``, one entry per (step, op, api, layer).
+
+    ``n``: calls; ``duration_ns``: summed host time, ns; ``between_layers_ns``: summed time
+    between the API name and the backend, ns; ``bytes``: summed known payload bytes;
+    ``max_duration_ns``: the longest call, ns.
+    """
+
+    step: npt.NDArray[np.int64]
+    op: npt.NDArray[np.object_]
+    api: npt.NDArray[np.object_]
+    layer: npt.NDArray[np.object_]
+    n: npt.NDArray[np.int64]
+    duration_ns: npt.NDArray[np.int64]
+    between_layers_ns: npt.NDArray[np.int64]
+    bytes: npt.NDArray[np.int64]
+    max_duration_ns: npt.NDArray[np.int64]
+
+    def __len__(self) -> int:
+        return int(self.step.shape[0])
+
+
 @dataclass
 class ProcessTrace:
     """Everything one process recorded."""
@@ -196,6 +223,16 @@ class ProcessTrace:
     counters: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]
     events: list[Event]
     samples: list[SampleWindow] = field(default_factory=list)
+    #: Exact per-step call sums (schema 3); None for a version-2 trace.
+    totals: CallTotals | None = None
+
+    @property
+    def thinned(self) -> bool:
+        """Retention removed some calls' detail: per-step numbers must come from
+        :attr:`totals`, not from :attr:`calls`."""
+        r = self.meta.get("retention")
+        return isinstance(r, dict) and isinstance(r.get("calls_removed"), int) and (
+            r["calls_removed"] > 0) and self.totals is not None
 
     @property
     def rank(self) -> int | None:

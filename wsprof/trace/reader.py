@@ -16,12 +16,15 @@ import numpy as np
 import numpy.typing as npt
 
 from wsprof.errors import InputError, quote
+from wsprof.trace.chunks import unpack_columns
 from wsprof.trace.model import (
     CALL_COLUMNS,
     CALL_STRING_COLUMNS,
+    READABLE_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
     TRACE_SUFFIX,
     CallTable,
+    CallTotals,
     Event,
     ProcessTrace,
     SampleWindow,
@@ -67,16 +70,27 @@ _NOT_A_TRACE_HINT = "give a run folder written by wsprof, a .wsprof trace or a .
 def _connect(path: str) -> sqlite3.Connection:
     try:
         with open(path, "rb") as fh:
-            magic = fh.read(16)
+            header = fh.read(18)
+            size = os.fstat(fh.fileno()).st_size
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror}); check permissions") from e
-    if not magic:
+    if not header:
         raise InputError(
             f"{path}: empty file (0 bytes); a trace whose process never flushed, or not a "
             f"trace: {_NOT_A_TRACE_HINT}"
         )
+    magic = header[:16]
     if magic != b"SQLite format 3\x00":
         raise InputError(f"{path}: not a wsprof trace (not an SQLite file); {_NOT_A_TRACE_HINT}")
+    # An SQLite file is whole pages (page size: bytes 16-17 big-endian, 1 meaning 65536); a
+    # partial last page is a cut that SQLite itself may not notice when that page is unused.
+    page = int.from_bytes(header[16:18], "big") if len(header) == 18 else 0
+    page = 65536 if page == 1 else page
+    if page >= 512 and size % page:
+        raise InputError(
+            f"{path}: corrupt or truncated trace ({size} bytes is not a whole number of "
+            f"{page}-byte pages); {_REREAD_HINT}"
+        )
     db = sqlite3.connect(path)
     try:
         db.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -133,22 +147,8 @@ def _read_calls(db: sqlite3.Connection) -> CallTable:
     for n_rows, columns, data in db.execute(
         "SELECT n_rows, columns, data FROM call_chunks ORDER BY id"
     ):
-        names = _chunk_columns(columns)
-        raw = zlib.decompress(data)
-        n, off = int(n_rows), 0
-        if n < 0:
-            raise ValueError(f"call chunk of {quote(n)} rows")
-        for name, dt in names:
-            size = n * dt.itemsize
-            if off + size > len(raw):
-                raise ValueError("call chunk shorter than its columns")
-            if name in parts:
-                parts[name].append(np.frombuffer(raw, dtype=dt, count=n, offset=off)
-                                   .astype(np.int64))
-            off += size
-        missing = set(CALL_COLUMNS) - {name for name, _ in names}
-        if missing:
-            raise ValueError(f"call chunk lacks columns {sorted(missing)}")
+        for name, col in unpack_columns(n_rows, columns, data).items():
+            parts[name].append(col)
     if not parts["t_start_ns"]:
         return CallTable.empty()
     cols = {c: np.concatenate(parts[c]) for c in CALL_COLUMNS}
@@ -185,30 +185,6 @@ def _read_calls(db: sqlite3.Connection) -> CallTable:
     table = CallTable(**out)
     _join_updates(db, table)
     return table
-
-
-def _chunk_columns(columns: Any) -> list[tuple[str, np.dtype[Any]]]:
-    """The ``columns`` JSON of a call chunk -> (name, integer dtype) pairs, each name once.
-
-    Raises:
-        ValueError: not a list of ``[name, dtype]`` pairs of integer dtypes, or a name twice.
-    """
-    spec = json.loads(columns)
-    if not isinstance(spec, list):
-        raise ValueError(f"call chunk columns {quote(spec)} are not a list")
-    out: list[tuple[str, np.dtype[Any]]] = []
-    for c in spec:
-        if not (isinstance(c, list) and len(c) == 2 and all(isinstance(x, str) for x in c)):
-            raise ValueError(f"call chunk column {quote(c)} is not [name, dtype]")
-        dt = np.dtype(c[1])
-        if dt.kind not in "biu" or dt.itemsize == 0:
-            raise ValueError(f"call chunk column {quote(c[0])} has type {quote(c[1])}, not an "
-                             "integer")
-        out.append((c[0], dt))
-    names = [name for name, _ in out]
-    if len(set(names)) != len(names):
-        raise ValueError("call chunk names a column twice")
-    return out
 
 
 def _join_updates(db: sqlite3.Connection, table: CallTable) -> None:
@@ -260,10 +236,10 @@ def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
             f"table); {_NOT_A_TRACE_HINT}"
         )
     version = meta["schema_version"]
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_SCHEMA_VERSIONS:
         raise InputError(
-            f"{path}: trace schema version {quote(version)}, this wsprof reads version "
-            f"{SCHEMA_VERSION}; analyse it with the wsprof version that wrote it"
+            f"{path}: trace schema version {quote(version)}, this wsprof reads versions "
+            f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))} (writes {SCHEMA_VERSION}); analyse it with the wsprof version that wrote it"
         )
     calls = _read_calls(db)
     sites = {
@@ -299,7 +275,36 @@ def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
             "SELECT t_start_ns, t_end_ns, pid, tid, stack, count FROM samples ORDER BY t_start_ns"
         )
     ]
-    return ProcessTrace(path, meta, calls, sites, spans, counters, events, samples)
+    totals = _read_totals(db) if "call_totals" in tables else None
+    return ProcessTrace(path, meta, calls, sites, spans, counters, events, samples, totals)
+
+
+def _read_totals(db: sqlite3.Connection) -> CallTotals:
+    """``call_totals`` summed per (step, op, api, layer), string ids resolved."""
+    strings = dict(db.execute("SELECT id, value FROM strings").fetchall())
+    rows = db.execute(
+        "SELECT step, op, api, layer, sum(n), sum(duration_ns), sum(between_layers_ns), "
+        "sum(bytes), max(max_duration_ns) FROM call_totals GROUP BY step, op, api, layer "
+        "ORDER BY step"
+    ).fetchall()
+    cols = list(zip(*rows)) if rows else [()] * 9
+
+    def text(col: tuple[Any, ...], name: str) -> npt.NDArray[np.object_]:
+        out = np.empty(len(col), dtype=object)
+        for i, v in enumerate(col):
+            if v not in strings:
+                raise ValueError(f"call_totals column {name!r} names string id {quote(v)}, "
+                                 "which is not in strings")
+            out[i] = str(strings[v])
+        return out
+
+    def num(col: tuple[Any, ...]) -> npt.NDArray[np.int64]:
+        return np.array([int(v) for v in col], dtype=np.int64)
+
+    return CallTotals(
+        step=num(cols[0]), op=text(cols[1], "op"), api=text(cols[2], "api"),
+        layer=text(cols[3], "layer"), n=num(cols[4]), duration_ns=num(cols[5]),
+        between_layers_ns=num(cols[6]), bytes=num(cols[7]), max_duration_ns=num(cols[8]))
 
 
 def _ordered(traces: list[ProcessTrace]) -> list[ProcessTrace]:

@@ -4,7 +4,10 @@ Calls, the one high-volume table, are stored as chunks: each ``call_chunks`` row
 ``n_rows`` calls as a zlib-compressed, column-major ``int64`` matrix whose columns are named in
 ``columns`` (JSON list, :data:`~wsprof.trace.model.CALL_COLUMNS`); string columns hold ids into
 ``strings`` (-1 for None). One SQLite row per call cost about 3.5 µs of writer CPU per call;
-a chunk costs well under 1 µs per call and a few bytes compressed.
+a chunk costs well under 1 µs per call and a few bytes compressed. ``step_min``/``step_max``
+of a chunk let retention find a step's chunks; ``call_totals`` holds exact per-step sums of every
+call (string columns as ids), kept when retention thins a step's detail
+(:mod:`wsprof.trace.retention`).
 """
 
 from __future__ import annotations
@@ -14,7 +17,12 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS sites (id INTEGER PRIMARY KEY, file TEXT, line INTEGER, function TEXT);
 CREATE TABLE IF NOT EXISTS strings (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS call_chunks (
-    id INTEGER PRIMARY KEY, n_rows INTEGER NOT NULL, columns TEXT NOT NULL, data BLOB NOT NULL);
+    id INTEGER PRIMARY KEY, n_rows INTEGER NOT NULL, step_min INTEGER, step_max INTEGER,
+    columns TEXT NOT NULL, data BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS call_chunks_steps ON call_chunks (step_max, step_min);
+CREATE TABLE IF NOT EXISTS call_totals (
+    step INTEGER, op INTEGER, api INTEGER, layer INTEGER, n INTEGER, duration_ns INTEGER,
+    between_layers_ns INTEGER, bytes INTEGER, max_duration_ns INTEGER);
 CREATE TABLE IF NOT EXISTS call_updates (
     t_start_ns INTEGER, thread INTEGER, t_done_ns INTEGER, device_ns INTEGER);
 CREATE TABLE IF NOT EXISTS spans (
@@ -28,7 +36,10 @@ CREATE TABLE IF NOT EXISTS samples (
 
 INSERT = {
     "strings": "INSERT INTO strings VALUES (?,?)",
-    "call_chunks": "INSERT INTO call_chunks (n_rows, columns, data) VALUES (?,?,?)",
+    "call_chunks": "INSERT INTO call_chunks (n_rows, columns, data, step_min, step_max) "
+                   "VALUES (?,?,?,?,?)",
+    "call_totals": "INSERT INTO call_totals VALUES (?,?,?,?,?,?,?,?,?)",
+    "meta": "INSERT OR REPLACE INTO meta VALUES (?,?)",
     "call_updates": "INSERT INTO call_updates VALUES (?,?,?,?)",
     "spans": "INSERT INTO spans VALUES (?,?,?,?,?,?)",
     "counters": "INSERT INTO counters VALUES (?,?,?)",

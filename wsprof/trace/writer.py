@@ -6,7 +6,6 @@ import json
 import os
 import sqlite3
 import threading
-import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -14,7 +13,11 @@ import numpy as np
 import numpy.typing as npt
 
 from wsprof.trace.model import CALL_COLUMNS, CALL_STRING_COLUMNS, SCHEMA_VERSION
+from wsprof.trace.chunks import pack_columns
+from wsprof.trace.retention import Retention, totals_rows
 from wsprof.trace.schema import DDL, INSERT
+
+__all__ = ["StringTable", "TraceWriter", "encode_calls", "pack_columns"]
 
 
 class StringTable:
@@ -69,27 +72,7 @@ def encode_calls(rows: Iterable[tuple[Any, ...]], strings: StringTable) -> npt.N
     return np.array(out, dtype=np.int64).reshape(-1, len(CALL_COLUMNS))
 
 
-_NARROW = (np.int8, np.int16, np.int32, np.int64)
-
-
-def pack_columns(m: npt.NDArray[np.int64]) -> tuple[str, bytes]:
-    """An ``(n, 16)`` call matrix -> (columns JSON, zlib data) of one ``call_chunks`` row.
-
-    Each column is stored in the narrowest integer type that holds its values (most columns
-    are small ids that repeat within a chunk), column after column, then compressed (zlib
-    level 1): a few bytes per call.
-    """
-    columns: list[list[str]] = []
-    parts: list[bytes] = []
-    for name, col in zip(CALL_COLUMNS, m.T):
-        lo, hi = (int(col.min()), int(col.max())) if len(col) else (0, 0)
-        for dt in _NARROW:
-            info = np.iinfo(dt)
-            if info.min <= lo and hi <= info.max:
-                break
-        columns.append([name, np.dtype(dt).str])
-        parts.append(col.astype(dt).tobytes())
-    return json.dumps(columns), zlib.compress(b"".join(parts), 1)
+_STEP = CALL_COLUMNS.index("step")
 
 
 class TraceWriter:
@@ -99,13 +82,16 @@ class TraceWriter:
 
     Args:
         path: trace file to create or append to.
+        retention: which steps keep full call detail (see :mod:`wsprof.trace.retention`);
+            None keeps every call.
 
     Raises:
         OSError: the folder cannot be created or the file cannot be opened.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, retention: Retention | None = None) -> None:
         self.path = path
+        self.retention = retention
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         if not os.path.exists(path):
             fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
@@ -145,18 +131,30 @@ class TraceWriter:
         if call_matrix is not None:
             chunks.append(call_matrix)
         new_strings = self.strings.take_new()
+        snapshot = self.retention.snapshot() if self.retention is not None else None
         self._db.execute("BEGIN")
         try:
             self._db.executemany(INSERT["strings"], new_strings)
             for m in chunks:
                 if len(m):
                     columns, data = pack_columns(m)
-                    self._db.execute(INSERT["call_chunks"], (len(m), columns, data))
+                    step = m[:, _STEP]
+                    self._db.execute(INSERT["call_chunks"], (
+                        len(m), columns, data, int(step.min()), int(step.max())))
+                    self._db.executemany(INSERT["call_totals"], totals_rows(m))
+                    if self.retention is not None:
+                        self.retention.observe(m)
+            if self.retention is not None and chunks:
+                thinned = self.retention.thin(self._db)
+                if thinned is not None:
+                    self._db.execute(INSERT["meta"], ("retention", json.dumps(thinned)))
             for table, rows in batches.items():
                 if table != "calls":
                     self._db.executemany(INSERT[table], rows)
         except BaseException:
             self.strings.put_back(new_strings)
+            if snapshot is not None and self.retention is not None:
+                self.retention.restore(snapshot)
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")

@@ -1,0 +1,96 @@
+"""Call chunks: an ``(n, 16)`` int64 call matrix <-> one ``call_chunks`` row.
+
+One obvious place for the on-disk form of calls: the writer packs, the reader and the
+retention pass unpack.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from wsprof.errors import quote
+from wsprof.trace.model import CALL_COLUMNS
+
+_NARROW = (np.int8, np.int16, np.int32, np.int64)
+
+
+def pack_columns(m: npt.NDArray[np.int64]) -> tuple[str, bytes]:
+    """An ``(n, 16)`` call matrix -> (columns JSON, zlib data) of one ``call_chunks`` row.
+
+    Each column is stored in the narrowest integer type that holds its values (most columns
+    are small ids that repeat within a chunk), column after column, then compressed (zlib
+    level 1): a few bytes per call.
+    """
+    columns: list[list[str]] = []
+    parts: list[bytes] = []
+    for name, col in zip(CALL_COLUMNS, m.T):
+        lo, hi = (int(col.min()), int(col.max())) if len(col) else (0, 0)
+        for dt in _NARROW:
+            info = np.iinfo(dt)
+            if info.min <= lo and hi <= info.max:
+                break
+        columns.append([name, np.dtype(dt).str])
+        parts.append(col.astype(dt).tobytes())
+    return json.dumps(columns), zlib.compress(b"".join(parts), 1)
+
+
+def chunk_columns(columns: Any) -> list[tuple[str, np.dtype[Any]]]:
+    """The ``columns`` JSON of a call chunk -> (name, integer dtype) pairs, each name once.
+
+    Raises:
+        ValueError: not a list of ``[name, dtype]`` pairs of integer dtypes, or a name twice.
+    """
+    spec = json.loads(columns)
+    if not isinstance(spec, list):
+        raise ValueError(f"call chunk columns {quote(spec)} are not a list")
+    out: list[tuple[str, np.dtype[Any]]] = []
+    for c in spec:
+        if not (isinstance(c, list) and len(c) == 2 and all(isinstance(x, str) for x in c)):
+            raise ValueError(f"call chunk column {quote(c)} is not [name, dtype]")
+        dt = np.dtype(c[1])
+        if dt.kind not in "biu" or dt.itemsize == 0:
+            raise ValueError(f"call chunk column {quote(c[0])} has type {quote(c[1])}, not an "
+                             "integer")
+        out.append((c[0], dt))
+    names = [name for name, _ in out]
+    if len(set(names)) != len(names):
+        raise ValueError("call chunk names a column twice")
+    return out
+
+
+def unpack_columns(n_rows: Any, columns: Any, data: Any) -> dict[str, npt.NDArray[np.int64]]:
+    """One ``call_chunks`` row -> column name to int64 array of shape ``(n_rows,)``.
+
+    Columns this wsprof does not know are skipped.
+
+    Raises:
+        ValueError: a negative row count, data shorter than its columns, or a column of
+            :data:`CALL_COLUMNS` missing; zlib.error: the data does not decompress.
+    """
+    names = chunk_columns(columns)
+    raw = zlib.decompress(data)
+    n, off = int(n_rows), 0
+    if n < 0:
+        raise ValueError(f"call chunk of {quote(n)} rows")
+    out: dict[str, npt.NDArray[np.int64]] = {}
+    for name, dt in names:
+        size = n * dt.itemsize
+        if off + size > len(raw):
+            raise ValueError("call chunk shorter than its columns")
+        if name in CALL_COLUMNS:
+            out[name] = np.frombuffer(raw, dtype=dt, count=n, offset=off).astype(np.int64)
+        off += size
+    missing = set(CALL_COLUMNS) - set(out)
+    if missing:
+        raise ValueError(f"call chunk lacks columns {sorted(missing)}")
+    return out
+
+
+def to_matrix(cols: dict[str, npt.NDArray[np.int64]]) -> npt.NDArray[np.int64]:
+    """Columns from :func:`unpack_columns` -> the ``(n, 16)`` matrix :func:`pack_columns` takes."""
+    return np.stack([cols[c] for c in CALL_COLUMNS], axis=1).astype(np.int64)
