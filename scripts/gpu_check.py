@@ -1,4 +1,4 @@
-"""The GPU check: run once on a machine with an NVIDIA GPU (about 1 minute).
+"""The GPU check: run once on a machine with an NVIDIA GPU (2-4 minutes on one H200).
 
 Checks what cannot be checked on CPU machines and prints one line per check, PASS or FAIL:
 
@@ -9,7 +9,15 @@ Checks what cannot be checked on CPU machines and prints one line per check, PAS
 2. NCCL completion hook: with ``TORCH_NCCL_ENABLE_TIMING=1`` the counters
    ``nccl.<op>.active_s`` appear (where the installed torch has the hook).
 3. Hook cost on NCCL: added host time per call, patched against unpatched (both layers).
-4. The CUDA-only tests of the suite (``pytest -m cuda``).
+4. The motivating pattern, for real: with ``expandable_segments:True`` a loop whose allocator
+   mappings grow step by step, and a per-parameter NCCL weight sync through a framework
+   wrapper that calls ``torch.cuda.mem_get_info``, ``memory_allocated`` and
+   ``memory_reserved`` before each broadcast. Prints per step the sync time, the wrapper's
+   probe cost and the allocator counters wsprof recorded; checks that wsprof's findings name a
+   ``cuda0.*`` counter and that its own probing stayed within budget.
+5. What the probes cost at a small and a large allocator: ``memory_stats()``,
+   ``mem_get_info()``, ``memory_snapshot()``.
+6. The CUDA-only tests of the suite (``pytest -m cuda``).
 
 Usage: python scripts/gpu_check.py [--calls 200]
 Exit status 0 when every check passed.
@@ -26,11 +34,13 @@ import tempfile
 import time
 
 os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 import torch
 import torch.distributed as dist
 
 import wsprof
+from wsprof.analysis.run import analyze_path
 from wsprof.trace.reader import read_trace
 
 RESULTS: list[tuple[str, bool, str]] = []
@@ -48,6 +58,103 @@ def per_call_host_ns(t: torch.Tensor, n: int) -> float:
         dist.all_reduce(t)
     torch.cuda.synchronize()
     return (time.perf_counter_ns() - t0) / n
+
+
+def _median_us(fn: object, n: int) -> float:
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        fn()  # type: ignore[operator]
+        samples.append(time.perf_counter_ns() - t0)
+    return statistics.median(samples) / 1e3
+
+
+def motivating_pattern(steps: int = 10, n_params: int = 300) -> None:
+    """Check 4: growing mappings + a probing wrapper on every broadcast."""
+    params = [torch.ones(512 * 1024, dtype=torch.bfloat16, device="cuda")
+              for _ in range(n_params)]
+    original = dist.broadcast
+    probe_ns = [0]
+
+    def with_memory_probe(tensor: torch.Tensor, src: int = 0, *a: object, **k: object) -> object:
+        t0 = time.perf_counter_ns()
+        free, _total = torch.cuda.mem_get_info()
+        torch.cuda.memory_allocated()
+        torch.cuda.memory_reserved()
+        probe_ns[0] += time.perf_counter_ns() - t0
+        return original(tensor, src, *a, **k)
+
+    dist.broadcast = with_memory_probe  # the framework's wrapper, installed before patch()
+    out = tempfile.mkdtemp(prefix="wsprof-gpu-pattern-")
+    path = wsprof.patch(out)
+    kept: list[torch.Tensor] = []
+    print(f"step  sync_s  probe_ms  mappings  segments  reserved_GiB  "
+          f"(PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF')})", flush=True)
+    for step in range(steps):
+        wsprof.step()
+        with wsprof.phase("train"):
+            # Kept and freed blocks of odd sizes: the allocator maps more memory every step.
+            batch = [torch.empty((1 + (i * 7919) % 13) << 20, dtype=torch.uint8, device="cuda")
+                     for i in range(400)]
+            kept += batch[::2]
+            del batch
+        torch.cuda.synchronize()
+        probe_ns[0] = 0
+        t0 = time.perf_counter()
+        with wsprof.phase("weight_sync"):
+            for p in params:
+                dist.broadcast(p, 0)
+            torch.cuda.synchronize()
+        sync_s = time.perf_counter() - t0
+        stats = torch.cuda.memory_stats()
+        mappings = stats.get("num_device_alloc", 0) - stats.get("num_device_free", 0)
+        print(f"{step:4}  {sync_s:6.3f}  {probe_ns[0] / 1e6:8.2f}  {mappings:8}  "
+              f"{stats['segment.all.current']:8}  "
+              f"{stats['reserved_bytes.all.current'] / 2**30:12.2f}", flush=True)
+    wsprof.unpatch()
+    dist.broadcast = original
+    trace = read_trace(str(path))
+    cuda_counters = sorted(k for k in trace.counters if k.startswith("cuda"))
+    check("allocator counters recorded", any(k.endswith(".mappings") for k in cuda_counters),
+          ", ".join(cuda_counters[:6]) + (" ..." if len(cuda_counters) > 6 else ""))
+    analysis = analyze_path(out)
+    for f in analysis.findings:
+        print(f"   [{f.severity}] {f.kind}: {f.title}", flush=True)
+    named = [f for f in analysis.findings if f.kind in ("counter_correlation", "memory_growth")
+             and (f.where or "").startswith("cuda")]
+    check("findings name a cuda counter", bool(named),
+          "; ".join(f"{f.kind}: {f.where}" for f in named) or "none")
+    probes = trace.meta["self"].get("probes") or {}
+    share = float(probes.get("share") or 0)
+    check("counter probes within budget", 0 < share <= 0.0075,
+          f"{share:.3%} of wall time (budget {probes.get('budget_fraction', 0):.1%}); "
+          + ", ".join(f"{k} {v['runs']} runs/{v['skipped']} skipped"
+                      for k, v in (probes.get("by_probe") or {}).items()))
+    del kept
+    torch.cuda.empty_cache()
+
+
+def probe_costs() -> None:
+    """Check 5: probe costs at a small and at a large allocator."""
+    torch.cuda.empty_cache()
+    rows = []
+    for label in ("small", "large"):
+        kept = []
+        if label == "large":
+            kept = [torch.empty((1 + i % 17) << 16, dtype=torch.uint8, device="cuda")
+                    for i in range(20_000)]
+            del kept[::3]
+        stats = torch.cuda.memory_stats()
+        rows.append((label, stats["segment.all.current"],
+                     stats.get("num_device_alloc", 0) - stats.get("num_device_free", 0),
+                     _median_us(torch.cuda.memory_stats, 50),
+                     _median_us(torch.cuda.mem_get_info, 50),
+                     _median_us(torch.cuda.memory_snapshot, 5)))
+        del kept
+    print("allocator  segments  mappings  memory_stats_us  mem_get_info_us  memory_snapshot_us")
+    for label, seg, maps, ms, mg, snap in rows:
+        print(f"{label:9}  {seg:8}  {maps:8}  {ms:15.1f}  {mg:15.1f}  {snap:18.1f}", flush=True)
+    check("probe costs measured", all(r[3] > 0 for r in rows), "table above")
 
 
 def main() -> int:
@@ -92,6 +199,8 @@ def main() -> int:
     b, h = statistics.median(base), statistics.median(hooked)
     check("hook cost on NCCL", h - b < 10_000,
           f"{b:.0f} -> {h:.0f} ns per 4 KiB all_reduce (+{h - b:.0f} ns, ratio {h / b:.3f})")
+    motivating_pattern()
+    probe_costs()
     dist.destroy_process_group()
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "cuda", "tests"],
                           capture_output=True, text=True, check=False)

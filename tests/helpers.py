@@ -61,10 +61,16 @@ def running_target(*args: str, script: Path = BUSY_TARGET) -> Iterator[subproces
             proc.stdout.close()
 
 
-def run_ranks(script: Path, world: int, *args: str, timeout: float = 120) -> None:
-    """Run ``script RANK WORLD PORT *args`` as ``world`` real processes; fail on any error."""
+def run_ranks(script: Path, world: int, *args: str, timeout: float = 120,
+              env: dict[str, str] | None = None) -> list[str]:
+    """Run ``script RANK WORLD PORT *args`` as ``world`` real processes (with ``env`` added to
+    the environment); fail on any error.
+
+    Returns:
+        Each rank's output (stdout and stderr).
+    """
     port = str(free_port())
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), str(r), str(world), port, *args],
@@ -81,3 +87,4 @@ def run_ranks(script: Path, world: int, *args: str, timeout: float = 120) -> Non
         outputs.append(out)
     bad = [(i, p.returncode, outputs[i]) for i, p in enumerate(procs) if p.returncode != 0]
     assert not bad, f"rank {bad[0][0]} exited {bad[0][1]}:\n{bad[0][2][-3000:]}"
+    return outputs

@@ -25,7 +25,8 @@ from typing import Any
 from wsprof.capture.markers import close_step, counter, phase, step
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "counter", "flush", "patch", "phase", "step", "trace_path", "unpatch"]
+__all__ = ["__version__", "counter", "flush", "memory_snapshot", "patch", "phase", "step",
+           "trace_path", "unpatch"]
 
 _recorder: Any = None
 
@@ -38,6 +39,7 @@ def patch(
     layers: str | None = None,
     device_time: bool | None = None,
     keep_steps: int | None = None,
+    counters: bool | None = None,
 ) -> str | None:
     """Hook every collective of ``torch.distributed`` and start recording.
 
@@ -104,6 +106,16 @@ def patch(
     except Exception as e:  # noqa: BLE001 - never raise into training
         sys.stderr.write(f"wsprof: collectives not hooked ({type(e).__name__}: {e})\n")
         rec.internal_error("install", e)
+    if counters is None:
+        counters = os.environ.get("WSPROF_COUNTERS", "1") != "0"
+    if counters:
+        try:
+            from wsprof.capture import counters as counter_probes
+
+            rec.sampler = counter_probes.install(rec, lambda: STATE.boundaries,
+                                                 lambda: STATE.steps_started)
+        except Exception as e:  # noqa: BLE001 - never raise into training
+            rec.internal_error("counters", e)
     try:
         from wsprof.capture import extra as extra_hooks
 
@@ -149,6 +161,29 @@ def flush() -> None:
     """Write everything recorded so far to the trace file now."""
     if _recorder is not None:
         _recorder.flush()
+
+
+def memory_snapshot(reason: str = "requested") -> dict[str, Any] | None:
+    """Summarise the CUDA caching allocator's state now (``torch.cuda.memory_snapshot()``) into
+    the trace, as a ``memory_snapshot`` event; the raw snapshot is never stored.
+
+    It walks every segment and block, so its cost grows with the allocator: call it when you
+    need it, not per step. Never raises.
+
+    Returns:
+        The summary (segments, expandable segments, reserved/allocated bytes, blocks, a
+        segment-size histogram, the largest blocks in bytes, its own cost in ns), or None when
+        not patched or CUDA is not initialised in this process.
+    """
+    if _recorder is None:
+        return None
+    from wsprof.capture.counters import record_snapshot
+
+    try:
+        return record_snapshot(_recorder, str(reason))
+    except Exception as e:  # noqa: BLE001 - never raise into training
+        _recorder.internal_error("memory_snapshot", e)
+        return None
 
 
 def trace_path() -> str | None:

@@ -53,7 +53,7 @@ def test_probe_fault_is_an_accumulating_weight_sync_slowdown(
 ) -> None:
     doc = verdict(runs[f"probe{markers}"])
     sync = series(doc, "weight_sync_s")
-    assert sync["accumulating"] is True, (sync["shape"], sync["values"])
+    assert sync["accumulating"] is True, (sync["shape"], [round(v, 3) for v in sync["values"]])
     assert sync["shape"] in ("linear", "superlinear", "exponential")
     assert len(sync["values"]) == int(STEPS)  # type: ignore[arg-type]
     kinds = [f["kind"] for f in doc["findings"]]  # type: ignore[union-attr]
@@ -70,7 +70,8 @@ def test_healthy_run_has_no_slowdown(runs: dict[str, Path], markers: str) -> Non
     sync = series(doc, "weight_sync_s")
     assert sync["accumulating"] is False, (sync["shape"], sync["values"])
     kinds = [f["kind"] for f in doc["findings"]]  # type: ignore[union-attr]
-    assert "accumulating_slowdown" not in kinds and "between_layers" not in kinds
+    assert "accumulating_slowdown" not in kinds and "between_layers" not in kinds, [
+        (f["title"]) for f in doc["findings"]]  # type: ignore[index]
 
 
 def test_markers_give_the_two_numbers(runs: dict[str, Path]) -> None:

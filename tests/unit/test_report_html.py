@@ -21,6 +21,7 @@ from wsprof.report.html import (
     fmt_duration,
     fmt_pct,
     render_html,
+    shown_counters,
     step_table,
     write_html,
 )
@@ -279,9 +280,14 @@ def test_counter_without_per_step_values_is_drawn_over_time() -> None:
 
 def test_only_the_primary_process_gets_counter_scatter(run_html: str) -> None:
     counters = run_html[run_html.index('id="counters"') : run_html.index('id="stacks"')]
-    # rank 0 has per-step counter series; ranks 1 and 2 are drawn over time only.
+    # rank 0 has per-step counter series; ranks 1 and 2 draw only counters a finding names
+    # (none here), and say how many more their traces hold.
     assert counters.count("per step: counter vs latency") == 2
-    assert counters.count("over time only") == 2
+    assert "over time only" not in counters
+    for rank in ("rank 1", "rank 2"):
+        block = counters[counters.index(f"<summary>{rank}") :]
+        summary = block[: block.index("</summary>")]
+        assert "0 counter(s) · 3 more in the trace" in summary, summary
 
 
 def test_growth_figure_without_fit_or_projection() -> None:
@@ -316,3 +322,18 @@ def test_step_table_folds_long_runs() -> None:
     t = step_table(long, max_rows=20)
     assert len(t.rows) == 20 and t.gap_after == 10 and t.n_total == 100
     assert [r.step for r in t.rows][9:11] == [9, 90]
+
+
+def test_a_process_with_dozens_of_counters_draws_the_named_ones_first() -> None:
+    """What patch() records (allocator, NVML, psutil, gc, wsprof's own probe costs): a
+    finding's counter first, then gauges; never wsprof's own or cumulative counts; at most 8."""
+    p = make_run_analysis().processes[0]
+    names = ([f"wsprof.probe_us.p{i}" for i in range(5)] + ["cuda0.num_device_alloc"]
+             + [f"gc.type.mod.T{i}" for i in range(20)] + ["cuda0.mappings"])
+    tracks = tuple(CounterTrack(n, (0.0, 1.0), (1.0, 2.0)) for n in names)
+    p = dataclasses.replace(p, counters=tracks)
+    shown = [c.name for c in shown_counters(p, named=["cuda0.mappings"])]
+    assert shown[0] == "cuda0.mappings" and len(shown) == 8
+    assert not any(n.startswith("wsprof.") or n.endswith("num_device_alloc") for n in shown)
+    assert [c.name for c in shown_counters(p, ["cuda0.mappings"], only_named=True)] == [
+        "cuda0.mappings"]

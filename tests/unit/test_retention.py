@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import TARGETS, run_ranks
 
-from tests.helpers import TARGETS, run_ranks
 from wsprof.analysis.process import analyze_process
 from wsprof.analysis.run import analyze_path
 from wsprof.trace.reader import read_run, read_trace

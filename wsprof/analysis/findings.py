@@ -6,6 +6,7 @@ Modelled on ``torch.profiler._pattern_matcher``: a rule has a ``kind``, a ``desc
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from wsprof.analysis.model import (
 )
 from wsprof.analysis.model import HotFrame as HotFrameModel
 from wsprof.analysis.samples import split_frame
-from wsprof.units import fmt_in_unit
+from wsprof.units import fmt_bytes, fmt_in_unit
 
 #: Growth over the observed steps at or above which an accumulating slowdown is critical: the
 #: time has at least doubled, as in the motivating case (143 s -> 1596 s in 4 steps).
@@ -344,42 +345,108 @@ class PerCallVsCallCount(Rule):
         return out
 
 
+#: Counters that say nothing about what a process holds, left out of counter findings (still
+#: plotted): wsprof's own probe costs (the self_overhead finding reports them), cumulative
+#: event counts (they grow with time whatever happens), the garbage collector's per-generation
+#: allocation counts (they rise and reset at every collection), constants (device totals).
+NOT_GAUGE_PREFIXES = ("wsprof.", "gc.gen")
+NOT_GAUGE_SUFFIXES = (".num_device_alloc", ".num_device_free", ".num_sync_all_streams",
+                      ".num_alloc_retries", ".total_bytes", ".mem_total_bytes")
+#: Gauges whose growth is not a leak (a busier process is not a problem by itself); they may
+#: still track a slowdown.
+NOT_GROWTH_SUFFIXES = (".cpu_pct", ".util_pct", ".threads")
+#: Most counter_correlation findings (strongest first).
+CORRELATION_MAX_FINDINGS = 3
+
+
+def is_gauge(counter: str) -> bool:
+    """Whether a counter measures something held now (see :data:`NOT_GAUGE_PREFIXES`)."""
+    return not counter.startswith(NOT_GAUGE_PREFIXES) and not counter.endswith(
+        NOT_GAUGE_SUFFIXES)
+
+
+def _is_bytes(counter: str) -> bool:
+    return counter.endswith("_bytes")
+
+
+def _per_counter_unit(counter: str) -> tuple[float, str]:
+    """(counter units per reported unit, its label): per GiB for bytes, per 1,000 otherwise."""
+    return (2.0**30, "GiB") if _is_bytes(counter) else (1000.0, "1,000")
+
+
+def gpu_total_bytes(facts: Facts, counter: str) -> float | None:
+    """The GPU memory a GPU-memory counter can grow to, bytes, from the device totals recorded
+    with the counters (``cuda<d>.total_bytes``, ``nvml.gpu<i>.mem_total_bytes``); None for a
+    counter that is not GPU memory or when no total was recorded."""
+    m = re.fullmatch(r"(cuda\d+)\.(reserved|allocated|active)_bytes\.all\.current", counter)
+    names: list[str] = []
+    if m:
+        names = [f"counter:{m.group(1)}.total_bytes"]
+    elif counter == "nvml.process_gpu_bytes" or re.fullmatch(r"nvml\.gpu\d+\.mem_used_bytes",
+                                                              counter):
+        gpu = re.fullmatch(r"nvml\.(gpu\d+)\.mem_used_bytes", counter)
+        names = ([f"counter:nvml.{gpu.group(1)}.mem_total_bytes"] if gpu else
+                 [n for n in facts.series if re.fullmatch(r"counter:nvml\.gpu\d+\.mem_total_bytes",
+                                                          n)])
+    totals = [max(facts.series[n].series.values) for n in names if n in facts.series]
+    return max(totals) if totals else None
+
+
 class CounterCorrelation(Rule):
-    """A counter rises and falls with the slowdown (Spearman rank correlation, scipy)."""
+    """A growing counter rises with a growing time: weight-sync time, time between layers, or an
+    op's median per-call latency (Spearman rank correlation, scipy; slope by least squares)."""
 
     kind = "counter_correlation"
     description = "a counter tracks the slowdown"
 
     def match(self, facts: Facts) -> list[Finding]:
-        target = facts.series.get("weight_sync_s")
-        if target is None or not target.verdict.accumulating:
+        targets = [
+            (name, res) for name, res in facts.series.items()
+            if (name in ("weight_sync_s", "between_layers_s") or name.startswith("median_us:"))
+            and res.verdict.accumulating
+        ]
+        if not targets:
             return []
-        out: list[Finding] = []
-        y_by_step = dict(zip(target.series.steps, target.series.values))
+        best: dict[str, tuple[float, str, Any]] = {}
         for name, res in facts.series.items():
             if not name.startswith("counter:"):
                 continue
-            pairs = [(v, y_by_step[s]) for s, v in zip(res.series.steps, res.series.values)
-                     if s in y_by_step]
-            if len(pairs) < CORRELATION_MIN_STEPS:
-                continue
-            x = np.array([p[0] for p in pairs])
-            y = np.array([p[1] for p in pairs])
-            if np.ptp(x) == 0 or np.ptp(y) == 0:
-                continue
-            rho = float(stats.spearmanr(x, y).statistic)
-            if abs(rho) < CORRELATION_RHO:
-                continue
-            fit = stats.linregress(x, y)
-            per_1000_ms = float(fit.slope) * 1000 * 1e3
             cname = name.split(":", 1)[1]
+            # Both must grow: a counter that stepped once or stayed flat cannot explain growth
+            # (and any two monotone series correlate, so the counter's own verdict decides).
+            if not is_gauge(cname) or not res.verdict.accumulating:
+                continue
+            for tname, target in targets:
+                y_by_step = dict(zip(target.series.steps, target.series.values))
+                pairs = [(v, y_by_step[s]) for s, v in zip(res.series.steps, res.series.values)
+                         if s in y_by_step]
+                if len(pairs) < CORRELATION_MIN_STEPS:
+                    continue
+                x = np.array([p[0] for p in pairs])
+                y = np.array([p[1] for p in pairs])
+                if np.ptp(x) == 0 or np.ptp(y) == 0:
+                    continue
+                rho = float(stats.spearmanr(x, y).statistic)
+                if rho >= CORRELATION_RHO and rho > best.get(cname, (-1.0, "", None))[0]:
+                    best[cname] = (rho, tname, stats.linregress(x, y))
+        out: list[Finding] = []
+        ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], -abs(kv[1][2].rvalue)))
+        for cname, (rho, tname, fit) in ranked[:CORRELATION_MAX_FINDINGS]:
+            per, per_label = _per_counter_unit(cname)
+            if tname.startswith("median_us:"):
+                what = f"{tname.split(':', 1)[1]} per-call latency (median per step)"
+                added = fmt_in_unit(float(fit.slope) * per, "us")
+            else:
+                what = LABELS.get(tname, tname)
+                added = fmt_in_unit(float(fit.slope) * per, "s")
             out.append(
                 Finding(
                     self.kind,
                     "warning",
-                    f"weight-sync time tracks {cname} (Spearman rho {rho:.2f}): "
-                    f"+{per_1000_ms:.1f} ms per 1,000 {cname}",
-                    {"counter": cname, "spearman_rho": rho, "ms_per_1000": per_1000_ms,
+                    f"{what} tracks {cname} (Spearman rho {rho:.2f}): +{added} per "
+                    f"{per_label} {cname}",
+                    {"counter": cname, "series": tname, "spearman_rho": rho,
+                     "slope_per_unit": float(fit.slope), "unit": per_label,
                      "r_squared": float(fit.rvalue**2)},
                     cname,
                     f"find what walks or scales with {cname} on the sync path (probes, snapshots, "
@@ -390,7 +457,8 @@ class CounterCorrelation(Rule):
 
 
 class CounterGrowth(Rule):
-    """A counter (memory, segments, user counter) grows step after step."""
+    """A counter (GPU or host memory, allocator mappings, object counts, a user counter) grows
+    step after step; for GPU memory, the step at which it reaches the GPU's total."""
 
     kind = "memory_growth"
     description = "a counter grows linearly or faster; a one-time step or plateau is not growth"
@@ -399,21 +467,39 @@ class CounterGrowth(Rule):
         out: list[Finding] = []
         for name in facts.counters():
             res = facts.series.get(name)
-            if res is None or not res.verdict.accumulating:
-                continue
             cname = name.split(":", 1)[-1]
+            if (res is None or not res.verdict.accumulating or not is_gauge(cname)
+                    or cname.endswith(NOT_GROWTH_SUFFIXES)):
+                continue
             vals = res.series.values
+            slope = res.verdict.slope_per_step
+            unit = "bytes" if _is_bytes(cname) else ""
+            title = (f"{cname} grows {fmt_in_unit(slope, unit)}/step "
+                     f"({fmt_in_unit(vals[0], unit)} -> {fmt_in_unit(vals[-1], unit)}, "
+                     f"{res.verdict.shape})")
+            evidence: dict[str, Any] = {"counter": cname, "slope_per_step": slope,
+                                        "first": vals[0], "last": vals[-1]}
+            total = gpu_total_bytes(facts, cname)
+            severity = "warning"
+            if total is not None and slope > 0:
+                steps_left = max((total - vals[-1]) / slope, 0.0)
+                oom_step = res.series.steps[-1] + steps_left
+                title += (f"; at this rate it reaches the GPU's {fmt_bytes(total)} in "
+                          f"{steps_left:.0f} steps (step {oom_step:.0f})")
+                evidence.update(gpu_total_bytes=total, steps_to_oom=steps_left,
+                                oom_step=oom_step)
+                if steps_left <= len(vals):
+                    severity = "critical"
             out.append(
                 Finding(
                     self.kind,
-                    "warning",
-                    f"{cname} grows {res.verdict.slope_per_step:.4g}/step "
-                    f"({vals[0]:.4g} -> {vals[-1]:.4g}, {res.verdict.shape})",
-                    {"counter": cname, "slope_per_step": res.verdict.slope_per_step,
-                     "first": vals[0], "last": vals[-1]},
+                    severity,
+                    title,
+                    evidence,
                     cname,
-                    "something is kept each step: find who allocates it (memory snapshot, gc "
-                    "referrers) and release it",
+                    "something is kept each step: find who allocates it "
+                    "(wsprof.memory_snapshot(), torch.cuda.memory_snapshot(), gc referrers) "
+                    "and release it",
                 )
             )
         return out
@@ -661,7 +747,7 @@ class SelfOverhead(Rule):
     description = "wsprof's own cost, dropped records and internal errors"
 
     def match(self, facts: Facts) -> list[Finding]:
-        flush_s = hooks_s = steps_s = 0.0
+        flush_s = hooks_s = steps_s = probe_s = wall_s = 0.0
         dropped = internal = write = forgotten = lost = 0
         hook_ns: list[int] = []
         for pa in facts.processes:
@@ -677,6 +763,10 @@ class SelfOverhead(Rule):
                 hook_ns.append(per_call)
                 hooks_s += per_call * sum(o.n_calls for o in pa.ops) / 1e9
             steps_s += sum(r.step_s for r in pa.steps)
+            probes = own.get("probes")
+            if isinstance(probes, dict) and float(probes.get("share") or 0) > 0:
+                probe_s += float(probes.get("spent_ns", 0)) / 1e9
+                wall_s += float(probes.get("spent_ns", 0)) / 1e9 / float(probes["share"])
         if not facts.processes:
             return []
         bad = dropped or internal or write or lost
@@ -687,6 +777,9 @@ class SelfOverhead(Rule):
             if steps_s > 0:
                 title += f", {hooks_s / steps_s:.2%} of step time"
             title += f"; its writer {flush_s:.2f} s in the background"
+        if wall_s > 0:
+            title += (f"; counter probes {fmt_in_unit(probe_s, 's')} "
+                      f"({probe_s / wall_s:.2%} of wall time)")
         if bad:
             title += (f"; dropped {dropped} calls (queue full), lost {lost} (failed writes), "
                       f"{internal} internal errors, {write} write errors")
@@ -696,6 +789,7 @@ class SelfOverhead(Rule):
                 "warning" if bad else "info",
                 title,
                 {"flush_s": flush_s, "hooks_s": hooks_s, "hook_ns_per_call": hook_ns,
+                 "probe_s": probe_s, "probe_share": probe_s / wall_s if wall_s else None,
                  "dropped_calls": dropped, "internal_errors": internal, "write_errors": write,
                  "forgotten_async": forgotten, "lost_calls": lost,
                  "first_errors": facts.internal_errors[:5]},

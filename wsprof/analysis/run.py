@@ -156,6 +156,7 @@ def _capture_notes(traces: Iterable[ProcessTrace]) -> list[str]:
     missing: list[str] = []
     device: list[str] = []
     thinned: list[str] = []
+    probes: list[str] = []
     for t in traces:
         r = t.meta.get("retention")
         if t.thinned and isinstance(r, dict):
@@ -168,10 +169,13 @@ def _capture_notes(traces: Iterable[ProcessTrace]) -> list[str]:
                 missing.append(e.detail)
             elif e.kind == "device_time" and e.detail not in device:
                 device.append(e.detail)
+            elif e.kind in ("probe_error", "probe_off") and e.detail not in probes:
+                probes.append(e.detail)
     notes = [f"device time: {d}" for d in device[:2]]
     if thinned:
         notes.append(f"retention: {thinned[0]}"
                      + (f" (and {len(thinned) - 1} more processes)" if len(thinned) > 1 else ""))
+    notes += [f"counter probe: {d}" for d in probes[:3]]
     if missing:
         notes.append(f"{len(missing)} extra communicator target(s) not hooked: "
                      f"{'; '.join(missing[:3])}{'; ...' if len(missing) > 3 else ''}")
@@ -321,8 +325,9 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
         notes.append("no py-spy samples in this run")
     notes += _sampler_trouble(d.trace for d in digests if d.sampler_only)
     notes += _capture_notes(d.trace for d in procs)
-    if not any(c.name.startswith(("cuda.", "nvml.")) for pa in analyses for c in pa.counters):
-        notes.append("no CUDA allocator or NVML counters (no CUDA device in the traced processes)")
+    if not any(c.name.startswith(("cuda", "nvml.")) for pa in analyses for c in pa.counters):
+        notes.append("no CUDA allocator or NVML counters (CUDA not in use, or NVML unavailable, "
+                     "in the traced processes)")
     return Analysis(
         source=source,
         kind="run",

@@ -27,6 +27,8 @@ from typing import Any
 
 import psutil
 
+from wsprof.capture.nvml import Nvml
+from wsprof.capture.process_stats import process_reading
 from wsprof.capture.pyspy import ptrace_problem
 from wsprof.capture.recorder import identity_meta
 from wsprof.errors import InputError
@@ -114,46 +116,6 @@ def resolve_targets(
     return targets
 
 
-class _Nvml:
-    """NVML, when importable and initialised: per-process GPU memory and GPU utilization."""
-
-    def __init__(self) -> None:
-        self.ok = False
-        self.why = ""
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self._nv: Any = pynvml
-            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
-                             for i in range(pynvml.nvmlDeviceGetCount())]
-            self.ok = True
-        except Exception as e:  # noqa: BLE001 - no driver, no GPU, no library
-            self.why = f"{type(e).__name__}: {e}"
-
-    def sample(self, pids: Sequence[int]) -> dict[int, list[tuple[str, float]]]:
-        """Counters per pid: the pid's GPU memory summed over GPUs, and each GPU's utilization
-        for the GPUs the pid uses."""
-        out: dict[int, list[tuple[str, float]]] = {p: [] for p in pids}
-        if not self.ok:
-            return out
-        nv = self._nv
-        used: dict[int, float] = {}
-        for i, h in enumerate(self._handles):
-            try:
-                procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
-                util = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
-            except Exception:  # noqa: BLE001 - a GPU that cannot tell is skipped
-                continue
-            for p in procs:
-                if p.pid in out:
-                    used[p.pid] = used.get(p.pid, 0.0) + float(p.usedGpuMemory or 0)
-                    out[p.pid].append((f"nvml.gpu{i}.util_pct", util))
-        for pid, nbytes in used.items():
-            out[pid].append(("nvml.process_gpu_bytes", nbytes))
-        return out
-
-
 class ProcessPoller:
     """Polls each target's process counters into its own attach trace.
 
@@ -186,7 +148,7 @@ class ProcessPoller:
         self._writers: dict[int, TraceWriter] = {}
         self._procs: dict[int, psutil.Process] = {}
         self._stop = threading.Event()
-        self._nvml = _Nvml()
+        self._nvml = Nvml()
         host = socket.gethostname()
         for pid in pids:
             path = os.path.join(out_dir, f"{host}-{pid}{TRACE_TAG}{TRACE_SUFFIX}")
@@ -250,12 +212,7 @@ class ProcessPoller:
             try:
                 if proc is None or not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
                     raise psutil.NoSuchProcess(pid)
-                with proc.oneshot():
-                    rows.append((t, "proc.rss_bytes", float(proc.memory_info().rss)))
-                    rows.append((t, "proc.threads", float(proc.num_threads())))
-                    rows.append((t, "proc.cpu_pct", float(proc.cpu_percent(None))))
-                    with contextlib.suppress(psutil.Error, AttributeError):
-                        rows.append((t, "proc.open_fds", float(proc.num_fds())))
+                rows += [(t, name, value) for name, value in process_reading(proc)]
                 rows += [(t, name, value) for name, value in gpu.get(pid, [])]
             except psutil.NoSuchProcess:
                 self.exited[pid] = t

@@ -30,6 +30,10 @@ class MarkerState:
         self.step = -1
         self.step_start_ns: int | None = None
         self.phases: dict[int, list[str]] = {}
+        #: Bumped at every step and phase boundary (the counter sampler watches it).
+        self.boundaries = 0
+        #: Bumped at every step start.
+        self.steps_started = 0
         self.main_ident = threading.main_thread().ident
 
     def phase_of(self, ident: int) -> str | None:
@@ -62,6 +66,8 @@ def step(number: int | None = None) -> int:
     # int(): a tensor, numpy or float step number must never poison the trace's rows.
     STATE.step = int(number) if number is not None else STATE.step + 1
     STATE.step_start_ns = t
+    STATE.boundaries += 1
+    STATE.steps_started += 1
     return STATE.step
 
 
@@ -91,6 +97,7 @@ class phase:  # used like a function: ``with wsprof.phase("rollout"):``
 
     def __enter__(self) -> phase:
         STATE.phases.setdefault(threading.get_ident(), []).append(self.name)
+        STATE.boundaries += 1
         self._t0 = _now()
         return self
 
@@ -101,6 +108,7 @@ class phase:  # used like a function: ``with wsprof.phase("rollout"):``
         tb: TracebackType | None,
     ) -> None:
         t = _now()
+        STATE.boundaries += 1
         ident = threading.get_ident()
         stack = STATE.phases.get(ident, [])
         if stack and stack[-1] == self.name:

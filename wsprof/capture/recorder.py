@@ -139,6 +139,8 @@ class Recorder:
         self.strings = self._writer.strings
         #: Called by the writer thread before each flush (the hooks' re-wrap audit).
         self.on_flush: list[Any] = []
+        #: The counter sampler (:mod:`wsprof.capture.counters`), stopped before the last flush.
+        self.sampler: Any = None
         # hook id -> (op, api, layer) string ids
         self._hooks: list[tuple[int, int, int]] = []
         self._thread = threading.Thread(target=self._run, name="wsprof-writer", daemon=True)
@@ -256,6 +258,8 @@ class Recorder:
                     "flush_ns_total": self.flush_ns_total + (_now() - t0),
                     "hook_ns_per_call": self.hook_ns_per_call,
                 }
+                if self.sampler is not None:
+                    meta["self"]["probes"] = self.sampler.stats()
                 self._writer.set_meta(meta)
             except Exception as e:  # noqa: BLE001 - never raise into training
                 self.write_errors += 1
@@ -267,6 +271,9 @@ class Recorder:
         """Stop the writer thread, flush what is left and close the file. Idempotent."""
         if self._stop.is_set() or os.getpid() != self.pid:
             return
+        if self.sampler is not None:
+            with contextlib.suppress(Exception):
+                self.sampler.stop()
         self._stop.set()
         self._thread.join(timeout=10)
         self.flush()

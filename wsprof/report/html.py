@@ -22,6 +22,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
 
+from wsprof.analysis.findings import is_gauge
 from wsprof.analysis.model import (
     SEVERITIES,
     Analysis,
@@ -65,6 +66,9 @@ WEIGHT_SYNC_SERIES = "weight_sync_s"
 ROLLOUT_SHARE_SERIES = "rollout_share"
 #: Prefix of the per-step counter series (value at each step's end) of the primary process.
 COUNTER_SERIES_PREFIX = "counter:"
+#: Most counter figures per process (findings' counters first): a process records dozens of
+#: counters (allocator, NVML, psutil, gc), and a report of every one is slow to read and open.
+MAX_COUNTER_FIGURES = 8
 
 _TEMPLATE = "report.html.j2"
 
@@ -135,6 +139,8 @@ class ProcessView:
     between_figure: Markup | None
     ops: tuple[OpStats, ...]
     counters: tuple[CounterView, ...]
+    #: counters recorded but not drawn (see :func:`shown_counters`)
+    counters_hidden: int
     counters_aligned: bool
     hot_figure: Markup | None
     hot_frames: tuple[HotFrame, ...]
@@ -333,8 +339,20 @@ def _meta_rows(meta: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple((str(k), fmt_value(v)) for k, v in sorted(meta.items(), key=lambda kv: str(kv[0])))
 
 
+def shown_counters(p: ProcessAnalysis, named: Sequence[str] = (),
+                   only_named: bool = False) -> list[CounterTrack]:
+    """The counters a report draws for a process: those a finding names first, then (unless
+    ``only_named``) gauges (:func:`wsprof.analysis.findings.is_gauge`: not wsprof's own probe
+    costs, cumulative counts or garbage-collector churn); at most :data:`MAX_COUNTER_FIGURES`."""
+    tracks = [c for c in p.counters if min(len(c.t_s), len(c.value)) > 0]
+    first = [c for c in tracks if c.name in named]
+    rest = [] if only_named else [c for c in tracks if c.name not in named and is_gauge(c.name)]
+    return (first + rest)[:MAX_COUNTER_FIGURES]
+
+
 def process_view(
-    p: ProcessAnalysis, per_step_counters: dict[str, dict[int, float]] | None = None
+    p: ProcessAnalysis, per_step_counters: dict[str, dict[int, float]] | None = None,
+    named: Sequence[str] = (), only_named: bool = False,
 ) -> ProcessView:
     """Figures and tables of one process.
 
@@ -342,22 +360,23 @@ def process_view(
         p: the process's analysis.
         per_step_counters: each counter's value per step (known for the primary process,
             from its ``counter:<name>`` series); counters without are drawn over time only.
+        named: counters named by findings (drawn first; see :func:`shown_counters`).
+        only_named: draw only those (the processes after the primary one: a figure per counter
+            per rank would make a large run's report slow to build and to read).
 
     Returns:
         The view the template renders.
     """
     known = per_step_counters or {}
-    counters = tuple(
-        _counter_view(c, p, known.get(c.name))
-        for c in p.counters
-        if min(len(c.t_s), len(c.value)) > 0
-    )
+    counters = tuple(_counter_view(c, p, known.get(c.name))
+                     for c in shown_counters(p, named, only_named))
     return ProcessView(
         p=p,
         op_figure=_svg(figures.op_latency_figure(p.calls)),
         between_figure=_svg(figures.between_layers_figure(p.calls)),
         ops=tuple(sorted(p.ops, key=lambda o: -o.total_s)),
         counters=counters,
+        counters_hidden=len(p.counters) - len(counters),
         counters_aligned=any(c.aligned for c in counters),
         hot_figure=_svg(figures.hot_frames_figure(p.hot_frames)),
         hot_frames=tuple(p.hot_frames[: figures.MAX_HOT_FRAMES]),
@@ -409,7 +428,10 @@ def render_html(analysis: Analysis) -> str:
     head = headline(analysis)
     primary = analysis.primary
     per_step = counter_steps(analysis)
-    procs = [process_view(p, per_step if p is primary else None) for p in analysis.processes]
+    named = [f.where for f in analysis.findings if f.where]
+    procs = [process_view(p, per_step if p is primary else None, named,
+                          only_named=p is not primary)
+             for p in analysis.processes]
     ws_figure = None
     if head.weight_sync_result is not None:
         ws_figure = figures.growth_figure(

@@ -239,7 +239,8 @@ def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
     if version not in READABLE_SCHEMA_VERSIONS:
         raise InputError(
             f"{path}: trace schema version {quote(version)}, this wsprof reads versions "
-            f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))} (writes {SCHEMA_VERSION}); analyse it with the wsprof version that wrote it"
+            f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))} (writes {SCHEMA_VERSION}); "
+            "analyse it with the wsprof version that wrote it"
         )
     calls = _read_calls(db)
     sites = {

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from wsprof.trace.model import CALL_COLUMNS, CALL_STRING_COLUMNS, SCHEMA_VERSION
 from wsprof.trace.chunks import pack_columns
+from wsprof.trace.model import CALL_COLUMNS, CALL_STRING_COLUMNS, SCHEMA_VERSION
 from wsprof.trace.retention import Retention, totals_rows
 from wsprof.trace.schema import DDL, INSERT
 

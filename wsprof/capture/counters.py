@@ -1,0 +1,423 @@
+"""In-process counters on a budget: what grows, sampled without becoming the slow probe.
+
+In the motivating case the bug *was* a per-call memory probe whose cost grew with the caching
+allocator. So every counter source here is a :class:`Probe` run by one background thread
+(:class:`CounterSampler`), never by a hook, and every run is paid from a :class:`Budget`: a
+token bucket filled at ``fraction`` of wall time (default 0.5 %, ``$WSPROF_PROBE_BUDGET_PCT``).
+A probe whose cost grows therefore runs less often on its own; its measured cost is recorded
+(``wsprof.probe_us.<name>`` counters and ``meta.self.probes``), and skipped runs are counted.
+
+When a probe runs is a set of triggers:
+
+* ``boundary``: at step and phase boundaries (``wsprof.step()``/``phase()`` bump a counter
+  the sampler thread watches; the probe runs on the sampler thread within one tick);
+* ``step``: once per step, at the first tick after ``wsprof.step()`` that is not inside a
+  sync burst (for costly probes: a stall there would land in the weight-sync time);
+* ``burst``: at most every ``interval_s`` while collective calls are being recorded (a
+  weight-sync burst);
+* ``periodic``: every ``interval_s``.
+
+The probes :func:`install` sets up:
+
+========== ================== ========= ===========================================
+probe      triggers           interval  counters
+========== ================== ========= ===========================================
+allocator  boundary, burst    50 ms     ``cuda<d>.<memory_stats key>``,
+                                        ``cuda<d>.mappings``, ``cuda<d>.total_bytes``
+process    step, periodic     1 s       ``proc.*`` (psutil), ``gc.gen<i>.*``
+gc_types   step               -         ``gc.type.<type>`` (types that grow)
+nvml       periodic           100 ms    ``nvml.gpu<i>.*``, ``nvml.process_gpu_bytes``
+snapshot   step               -         a ``memory_snapshot`` event when the mappings
+                                        grew at :data:`SNAPSHOT_AFTER_GROWTHS`
+                                        step starts in a row (at most
+                                        :data:`MAX_TRIGGERED_SNAPSHOTS` per process)
+========== ================== ========= ===========================================
+
+The allocator's interval inside bursts is ``$WSPROF_PROBE_INTERVAL_MS``.
+
+A probe that raises is counted; after :data:`MAX_CONSECUTIVE_ERRORS` in a row it is switched
+off with an event in the trace. Nothing here ever raises into the training loop.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wsprof.capture.recorder import Recorder
+
+_now = time.monotonic_ns
+#: A probe's cost is the CPU time of the sampler thread while it runs (what it takes from the
+#: process; time spent waiting for the GIL while the training thread runs is not a cost).
+_cpu = time.thread_time_ns
+
+#: Default share of wall time all probes together may cost (the counters issue: <= 0.5 %).
+DEFAULT_BUDGET_FRACTION = 0.005
+#: Most budget saved up while probes are idle, in seconds of probe time (a step boundary after a
+#: quiet minute may spend it at once, no more).
+BUDGET_CAP_S = 0.02
+#: Seconds between two wake-ups of the sampler thread.
+TICK_S = 0.05
+#: A probe that raises this many times in a row is switched off.
+MAX_CONSECUTIVE_ERRORS = 3
+#: Weight of the latest cost in a probe's moving average of its cost.
+COST_EMA_ALPHA = 0.3
+
+Reading = list[tuple[str, float]]
+
+
+class Budget:
+    """A token bucket of probe time: tokens (ns) accrue at ``fraction`` of wall time, up to
+    ``cap_ns``; a probe may start while tokens cover its expected cost (a probe dearer than
+    half the cap: when the bucket is at least half full, so that cheaper probes run in the same
+    round), and its measured cost is taken out (the balance may go
+    negative; then nothing runs until it refills).
+
+    Over any wall interval W, probes spend at most ``cap_ns + fraction * W`` plus one probe's
+    overshoot. Thread-safe.
+
+    Args:
+        fraction: share of wall time, 0 < fraction <= 1.
+        cap_ns: most tokens saved up, ns.
+        clock: monotonic ns (a test may pass its own).
+    """
+
+    def __init__(self, fraction: float = DEFAULT_BUDGET_FRACTION,
+                 cap_ns: int = int(BUDGET_CAP_S * 1e9),
+                 clock: Callable[[], int] = _now) -> None:
+        if not 0 < fraction <= 1:
+            raise ValueError(f"budget fraction {fraction!r} is not in (0, 1]")
+        self.fraction = fraction
+        self.cap_ns = cap_ns
+        self._clock = clock
+        self._t = clock()
+        self.t0_ns = self._t
+        self.tokens_ns = float(cap_ns)
+        self.spent_ns = 0
+        self._lock = threading.Lock()
+
+    def _refill(self) -> None:
+        t = self._clock()
+        self.tokens_ns = min(self.cap_ns, self.tokens_ns + (t - self._t) * self.fraction)
+        self._t = t
+
+    def allows(self, expected_ns: float) -> bool:
+        """Whether a probe expected to cost ``expected_ns`` may run now."""
+        with self._lock:
+            self._refill()
+            return self.tokens_ns > 0 and self.tokens_ns >= min(expected_ns, self.cap_ns / 2)
+
+    def spend(self, cost_ns: int) -> None:
+        """Take a probe's measured cost out of the bucket."""
+        with self._lock:
+            self._refill()
+            self.tokens_ns -= cost_ns
+            self.spent_ns += cost_ns
+
+    def share(self) -> float:
+        """Probe time spent / wall time since the budget was created."""
+        return self.spent_ns / max(self._clock() - self.t0_ns, 1)
+
+
+@dataclass
+class Probe:
+    """One counter source and its accounting.
+
+    Args:
+        name: short name (``allocator``, ``process``, ``gc_types``, ``nvml``).
+        read: returns (counter name, value) pairs; may raise (counted, never propagated).
+        when: triggers, a subset of {``boundary``, ``step``, ``burst``, ``periodic``}.
+        interval_s: least seconds between two ``burst`` or ``periodic`` runs.
+    """
+
+    name: str
+    read: Callable[[], Reading]
+    when: frozenset[str] = frozenset({"boundary"})
+    interval_s: float = 1.0
+    runs: int = 0
+    skipped: int = 0
+    errors: int = 0
+    consecutive_errors: int = 0
+    total_ns: int = 0
+    max_ns: int = 0
+    cost_ema_ns: float = 0.0
+    last_ns: int = 0
+    off: bool = False
+    last_error: str = ""
+    #: a step started and this ``step`` probe has not run for it yet
+    pending: bool = False
+
+    def stats(self) -> dict[str, Any]:
+        """What ``meta.self.probes[name]`` holds (costs in ns)."""
+        return {"when": sorted(self.when), "interval_s": self.interval_s, "runs": self.runs,
+                "skipped": self.skipped, "errors": self.errors, "total_ns": self.total_ns,
+                "mean_ns": self.total_ns // self.runs if self.runs else None,
+                "max_ns": self.max_ns, "off": self.off}
+
+
+@dataclass
+class CounterSampler:
+    """Runs probes on one daemon thread and queues their readings on the recorder.
+
+    Args:
+        recorder: where readings (``counters``) and events go; its ``calls`` queue tells a
+            sync burst.
+        probes: the sources.
+        budget: shared probe-time budget.
+        boundaries: returns a number that changes at every step/phase boundary.
+        steps: returns a number that changes at every step start.
+        tick_s: seconds between wake-ups.
+    """
+
+    recorder: Recorder
+    probes: Sequence[Probe]
+    budget: Budget = field(default_factory=Budget)
+    boundaries: Callable[[], int] = lambda: 0
+    steps: Callable[[], int] = lambda: 0
+    tick_s: float = TICK_S
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _seen_boundary: int = 0
+    _seen_step: int = 0
+    _last_call: Any = None
+
+    def start(self) -> None:
+        """Run one round of every probe the budget allows now (a baseline), then every tick."""
+        self._seen_boundary = self.boundaries()
+        self._seen_step = self.steps()
+        self.tick(every=True)
+        self._thread = threading.Thread(target=self._run, name="wsprof-counters", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread after a last round of what the budget allows (before the recorder's
+        last flush)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        self.tick(every=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            self.tick()
+
+    def _in_burst(self) -> bool:
+        calls = self.recorder.calls
+        last = calls[-1] if calls else None
+        burst = last is not None and last is not self._last_call
+        self._last_call = last
+        return burst
+
+    def tick(self, every: bool = False) -> None:
+        """One round: run every probe that is due (``every``: each probe is due) and that the
+        budget allows. Never raises."""
+        try:
+            b = self.boundaries()
+            boundary = b != self._seen_boundary
+            self._seen_boundary = b
+            st = self.steps()
+            new_step = st != self._seen_step
+            self._seen_step = st
+            burst = self._in_burst()
+            now = _now()
+            for p in self.probes:
+                if p.off:
+                    continue
+                if new_step and "step" in p.when:
+                    p.pending = True
+                waited = now - p.last_ns >= p.interval_s * 1e9
+                due = (
+                    every
+                    or (boundary and "boundary" in p.when)
+                    or (p.pending and not burst)
+                    or (waited and ("periodic" in p.when or (burst and "burst" in p.when)))
+                )
+                if not due:
+                    continue
+                p.pending = False
+                if not self.budget.allows(p.cost_ema_ns):
+                    p.skipped += 1
+                    continue
+                self._run_probe(p, now)
+        except Exception as e:  # noqa: BLE001 - never raise into training
+            self.recorder.internal_error("counters", e)
+
+    def _run_probe(self, p: Probe, now: int) -> None:
+        t0 = _cpu()
+        try:
+            reading = p.read()
+        except Exception as e:  # noqa: BLE001 - a failing source is counted, not raised
+            reading = None
+            p.errors += 1
+            p.consecutive_errors += 1
+            p.last_error = f"{type(e).__name__}: {e}"
+            if p.errors == 1:
+                self.recorder.event("probe_error", f"{p.name}: {p.last_error}")
+            if p.consecutive_errors >= MAX_CONSECUTIVE_ERRORS:
+                p.off = True
+                self.recorder.event(
+                    "probe_off", f"{p.name}: off after {p.consecutive_errors} errors in a row "
+                    f"({p.last_error})")
+        cost = _cpu() - t0
+        self.budget.spend(cost)
+        p.last_ns = now
+        p.runs += reading is not None
+        p.total_ns += cost
+        p.max_ns = max(p.max_ns, cost)
+        p.cost_ema_ns = cost if p.runs <= 1 else (
+            COST_EMA_ALPHA * cost + (1 - COST_EMA_ALPHA) * p.cost_ema_ns)
+        if reading is None:
+            return
+        p.consecutive_errors = 0
+        t = _now()
+        q = self.recorder.counters
+        for name, value in reading:
+            q.append((t, name, float(value)))
+        q.append((t, f"wsprof.probe_us.{p.name}", cost / 1e3))
+
+    def stats(self) -> dict[str, Any]:
+        """``meta.self.probes``: per probe runs, skips, errors and cost; and the budget."""
+        return {
+            "budget_fraction": self.budget.fraction,
+            "share": self.budget.share(),
+            "spent_ns": self.budget.spent_ns,
+            "by_probe": {p.name: p.stats() for p in self.probes},
+        }
+
+
+#: Consecutive step starts at which the allocator's mappings (segments without expandable
+#: segments) must have grown for a memory snapshot to be summarised: growth that persists for a
+#: few steps, not one allocation.
+SNAPSHOT_AFTER_GROWTHS = 5
+#: Most snapshots taken on a growth trigger per process (each walks every block).
+MAX_TRIGGERED_SNAPSHOTS = 2
+
+
+class _SnapshotTrigger:
+    """Summarises a memory snapshot when the allocator keeps growing (see the module table)."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.last: float | None = None
+        self.growths = 0
+        self.taken = 0
+
+    def __call__(self) -> Reading:
+        from wsprof.capture import allocator
+
+        if self.taken >= MAX_TRIGGERED_SNAPSHOTS:
+            return []
+        reading = dict(allocator.read_allocator())
+        value = next((v for k, v in reading.items() if k.endswith(".mappings")), None)
+        if value is None:
+            value = next((v for k, v in reading.items() if k.endswith(".segment.all.current")),
+                         None)
+        if value is None:
+            return []
+        self.growths = self.growths + 1 if self.last is not None and value > self.last else 0
+        self.last = value
+        if self.growths < SNAPSHOT_AFTER_GROWTHS:
+            return []
+        self.growths = 0
+        self.taken += 1
+        record_snapshot(self.recorder, f"growth: mappings/segments rose at "
+                        f"{SNAPSHOT_AFTER_GROWTHS} step starts in a row (now {value:.0f})")
+        return []
+
+
+def record_snapshot(recorder: Recorder, reason: str) -> dict[str, Any] | None:
+    """Summarise ``torch.cuda.memory_snapshot()`` into a ``memory_snapshot`` event (JSON: the
+    summary of :func:`wsprof.capture.allocator.summarize_snapshot`, the reason and its cost in
+    ns). None, and no event, while CUDA is not initialised."""
+    import json
+
+    from wsprof.capture import allocator
+
+    t0 = time.perf_counter_ns()
+    summary = allocator.take_snapshot_summary()
+    if summary is None:
+        return None
+    summary = {**summary, "reason": reason, "cost_ns": time.perf_counter_ns() - t0}
+    recorder.event("memory_snapshot", json.dumps(summary))
+    return summary
+
+
+def install(recorder: Recorder, boundaries: Callable[[], int],
+            steps: Callable[[], int]) -> CounterSampler:
+    """Set up the probes of the module table on ``recorder`` and start sampling.
+
+    Args:
+        recorder: where readings go.
+        boundaries: changes at every step and phase boundary; ``steps``: at every step start.
+
+    Settings: ``$WSPROF_PROBE_BUDGET_PCT`` (share of wall time, percent, default 0.5),
+    ``$WSPROF_PROBE_INTERVAL_MS`` (allocator interval inside bursts, default 50).
+
+    Returns:
+        The running sampler (stop it before the recorder's last flush).
+    """
+    import os
+
+    import psutil
+
+    from wsprof.capture import allocator, process_stats
+    from wsprof.capture.nvml import Nvml
+    from wsprof.capture.settings import env_int
+
+    pct = os.environ.get("WSPROF_PROBE_BUDGET_PCT", "").strip()
+    fraction = DEFAULT_BUDGET_FRACTION
+    if pct:
+        try:
+            fraction = float(pct) / 100
+            Budget(fraction)
+        except ValueError:
+            fraction = DEFAULT_BUDGET_FRACTION
+            recorder.event("settings", f"WSPROF_PROBE_BUDGET_PCT={pct!r} is not a percent in "
+                           "(0, 100]; using 0.5")
+    interval_s = env_int("WSPROF_PROBE_INTERVAL_MS", 50, minimum=1) / 1e3
+    me = psutil.Process()
+    me.cpu_percent(None)
+    total_sent: list[bool] = []
+
+    def read_allocator() -> Reading:
+        out = allocator.read_allocator()
+        if out and not total_sent:
+            total = allocator.device_total_bytes()
+            if total is not None:
+                device = out[0][0].split(".", 1)[0]
+                out.append((f"{device}.total_bytes", float(total)))
+                total_sent.append(True)
+        return out
+
+    def read_process() -> Reading:
+        return process_stats.process_reading(me) + process_stats.gc_reading()
+
+    probes = [
+        Probe("allocator", read_allocator, frozenset({"boundary", "burst"}), interval_s),
+        Probe("process", read_process, frozenset({"step", "periodic"}), 1.0),
+        Probe("gc_types", process_stats.GrowingTypes(), frozenset({"step"})),
+        Probe("snapshot", _SnapshotTrigger(recorder), frozenset({"step"})),
+    ]
+    nvml = Nvml()
+    if nvml.ok:
+        pid = os.getpid()
+        nvml_totals = nvml.total_bytes()
+        sent: list[bool] = []
+
+        def read_nvml() -> Reading:
+            out = nvml.reading_for(pid)
+            if not sent:
+                out += [(f"nvml.gpu{i}.mem_total_bytes", float(b)) for i, b in nvml_totals.items()]
+                sent.append(True)
+            return out
+
+        probes.append(Probe("nvml", read_nvml, frozenset({"periodic"}), 0.1))
+    else:
+        recorder.event("counters", f"no NVML counters: {nvml.why}")
+    sampler = CounterSampler(recorder, probes, Budget(fraction), boundaries, steps)
+    sampler.start()
+    return sampler
