@@ -4,6 +4,8 @@ In the motivating case the bug *was* a per-call memory probe whose cost grew wit
 allocator. So every counter source here is a :class:`Probe` run by one background thread
 (:class:`CounterSampler`), never by a hook, and every run is paid from a :class:`Budget`: a
 token bucket filled at ``fraction`` of wall time (default 0.5 %, ``$WSPROF_PROBE_BUDGET_PCT``).
+Each probe draws on its own share of that budget (:data:`BUDGET_SHARES`), so an expensive
+probe in debt (walking a large heap) never starves the cheap ones (the allocator's counters).
 A probe whose cost grows therefore runs less often on its own; its measured cost is recorded
 (``wsprof.probe_us.<name>`` counters and ``meta.self.probes``), and skipped runs are counted.
 
@@ -150,6 +152,8 @@ class Probe:
     last_error: str = ""
     #: a step started and this ``step`` probe has not run for it yet
     pending: bool = False
+    #: this probe's own budget; None draws on the sampler's
+    budget: Budget | None = None
 
     def stats(self) -> dict[str, Any]:
         """What ``meta.self.probes[name]`` holds (costs in ns)."""
@@ -167,7 +171,8 @@ class CounterSampler:
         recorder: where readings (``counters``) and events go; its ``calls`` queue tells a
             sync burst.
         probes: the sources.
-        budget: shared probe-time budget.
+        budget: probe-time budget of the probes that have none of their own; the total of
+            all budgets is reported.
         boundaries: returns a number that changes at every step/phase boundary.
         steps: returns a number that changes at every step start.
         tick_s: seconds between wake-ups.
@@ -239,7 +244,7 @@ class CounterSampler:
                 if not due:
                     continue
                 p.pending = False
-                if not self.budget.allows(p.cost_ema_ns):
+                if not (p.budget or self.budget).allows(p.cost_ema_ns):
                     p.skipped += 1
                     continue
                 self._run_probe(p, now)
@@ -263,7 +268,7 @@ class CounterSampler:
                     "probe_off", f"{p.name}: off after {p.consecutive_errors} errors in a row "
                     f"({p.last_error})")
         cost = _cpu() - t0
-        self.budget.spend(cost)
+        (p.budget or self.budget).spend(cost)
         p.last_ns = now
         p.runs += reading is not None
         p.total_ns += cost
@@ -279,15 +284,34 @@ class CounterSampler:
             q.append((t, name, float(value)))
         q.append((t, f"wsprof.probe_us.{p.name}", cost / 1e3))
 
+    def _budgets(self) -> list[Budget]:
+        out = [self.budget] + [p.budget for p in self.probes if p.budget is not None]
+        return list({id(b): b for b in out}.values())
+
+    def fraction(self) -> float:
+        """The share of wall time all probes together may spend: the sum of the budgets in use
+        (the sampler's own counts only when a probe draws on it)."""
+        own = [p.budget for p in self.probes if p.budget is not None]
+        shared = any(p.budget is None for p in self.probes)
+        return sum(b.fraction for b in own) + (self.budget.fraction if shared else 0.0)
+
+    def spent_ns(self) -> int:
+        """Probe time spent so far, ns (CPU time of the sampler thread in probes)."""
+        return sum(b.spent_ns for b in self._budgets())
+
     def stats(self) -> dict[str, Any]:
         """``meta.self.probes``: per probe runs, skips, errors and cost; and the budget."""
         return {
-            "budget_fraction": self.budget.fraction,
-            "share": self.budget.share(),
-            "spent_ns": self.budget.spent_ns,
+            "budget_fraction": self.fraction(),
+            "share": self.spent_ns() / max(_now() - self.budget.t0_ns, 1),
+            "spent_ns": self.spent_ns(),
             "by_probe": {p.name: p.stats() for p in self.probes},
         }
 
+
+#: Each probe's share of the budget (fraction and cap), by probe name.
+BUDGET_SHARES = {"allocator": 0.35, "process": 0.15, "gc_types": 0.2, "nvml": 0.25,
+                 "snapshot": 0.05}
 
 #: Consecutive step starts at which the allocator's mappings (segments without expandable
 #: segments) must have grown for a memory snapshot to be summarised: growth that persists for a
@@ -418,6 +442,9 @@ def install(recorder: Recorder, boundaries: Callable[[], int],
         probes.append(Probe("nvml", read_nvml, frozenset({"periodic"}), 0.1))
     else:
         recorder.event("counters", f"no NVML counters: {nvml.why}")
+    for p in probes:
+        share = BUDGET_SHARES.get(p.name, 0.1)
+        p.budget = Budget(fraction * share, cap_ns=int(BUDGET_CAP_S * 1e9 * share))
     sampler = CounterSampler(recorder, probes, Budget(fraction), boundaries, steps)
     sampler.start()
     return sampler
