@@ -13,9 +13,11 @@ from wsprof.analysis.run import analyze_path
 from wsprof.trace.reader import read_run
 
 STEPS, LEAK = 8, 2000
-#: A generous probe budget, so that the (costly) object count runs at every step boundary of a
-#: short test run; the default budget is checked by tests/unit/test_counters.py.
-BUDGET = {"WSPROF_PROBE_BUDGET_PCT": "50"}
+#: A generous probe budget (the object count's share of it is a fifth) and steps of 0.3 s, so
+#: that the object count (about 35 ms in a process that imported torch) runs at every step of
+#: a short test run; the default budget is checked by tests/unit/test_counters.py.
+BUDGET = {"WSPROF_PROBE_BUDGET_PCT": "100"}
+STEP_SLEEP_S = "0.3"
 LEAKY = "gc.type.__main__.Leaky"
 
 
@@ -27,7 +29,8 @@ def _with_standin(name: str) -> dict[str, str]:
 
 def test_counters_follow_steps_and_name_what_grows(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    run_ranks(TARGETS / "counters_target.py", 2, str(out), str(STEPS), str(LEAK), env=BUDGET)
+    run_ranks(TARGETS / "counters_target.py", 2, str(out), str(STEPS), str(LEAK), STEP_SLEEP_S,
+              env=BUDGET)
     traces = read_run(str(out))
     assert len(traces) == 2
     for t in traces:
