@@ -1,7 +1,9 @@
 """A marked run whose process keeps objects every step: ``STEPS`` steps, each keeping
 ``LEAK`` new :class:`Leaky` objects and doing a weight sync of 20 broadcasts.
 
-Usage: ``python counters_target.py RANK WORLD PORT OUT STEPS LEAK [STEP_SLEEP_S]``
+Usage: ``python counters_target.py RANK WORLD PORT OUT STEPS LEAK [STEP_SLEEP_S [GAP_S]]``
+(``GAP_S``: each weight sync also spends ``GAP_S * step`` seconds outside any collective, as a
+serialization that grows would).
 Exits non-zero if a broadcast result is wrong.
 """
 
@@ -27,6 +29,7 @@ def main() -> None:
     rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     steps, leak = int(sys.argv[5]), int(sys.argv[6])
     pause = float(sys.argv[7]) if len(sys.argv) > 7 else 0.1
+    gap = float(sys.argv[8]) if len(sys.argv) > 8 else 0.0
     wsprof.patch(out, flush_interval_s=0.1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
@@ -40,6 +43,7 @@ def main() -> None:
                 dist.broadcast(t, src=0)
                 if t[0].item() != step * 100 + i:
                     sys.exit(f"broadcast gave {t[0].item()}, expected {step * 100 + i}")
+            time.sleep(gap * step)
         time.sleep(pause)
     dist.destroy_process_group()
     wsprof.unpatch()

@@ -105,6 +105,12 @@ OUTLIER_GROWTH_RATIO = 3.0
 #: Most outlier_rank findings (one per rank, worst first); the rest are counted in the last one.
 OUTLIER_MAX_FINDINGS = 5
 
+#: Budgets of per-step times, s: the step at which the projection crosses it is reported. An
+#: hour per step (or per weight sync) is where an RL run stops being usable: the motivating
+#: run's 57-minute step was found because of it.
+TIME_BUDGETS_S = {"step_s": 3600.0, "weight_sync_s": 3600.0}
+
+
 TIME_SERIES = ("weight_sync_s", "step_s", "rollout_s")
 LABELS = {
     "weight_sync_s": "weight-sync time",
@@ -209,6 +215,13 @@ class AccumulatingSlowdown(Rule):
             }
             if proj:
                 evidence["projection"] = {"step": proj.step, "value": proj.value}
+            if v.budget_step is not None and s.steps:
+                # budget_step is a position in the series; past its end, one step per position
+                pos = v.budget_step
+                at = s.steps[pos] if pos < len(s.steps) else s.steps[-1] + pos - len(s.steps) + 1
+                budget = fmt_in_unit(TIME_BUDGETS_S.get(name), s.unit)
+                title += f"; at this rate it reaches {budget} at step {at}"
+                evidence["budget_step"] = at
             out.append(
                 Finding(
                     self.kind,
@@ -279,8 +292,50 @@ class BetweenLayers(Rule):
         ]
 
 
+#: Bucket size of the bucketing estimate, bytes: PyTorch DDP's default gradient bucket
+#: (``bucket_cap_mb=25``, torch.nn.parallel.DistributedDataParallel), a size known to amortise
+#: the per-call cost of collectives; weight-sync frameworks use larger buckets, so the estimate
+#: is conservative.
+BUCKET_BYTES = 25 * 2**20
+
+
+def bucketing_estimate(pa: ProcessAnalysis | None, calls_per_step: float,
+                       per_call_us: float) -> dict[str, float] | None:
+    """What bucketing one step's collectives into :data:`BUCKET_BYTES` collectives would save.
+
+    Args:
+        pa: the process (its ops' bytes and steps give the payload per step).
+        calls_per_step: collective calls in a step.
+        per_call_us: what each call avoided saves, µs (the fixed per-call cost of the cost
+            model, or the per-call growth).
+
+    Returns:
+        ``buckets`` (calls after bucketing), ``calls``, ``saved_s`` (per step, s); None when the
+        payload per step is unknown or bucketing would not reduce the calls.
+    """
+    if pa is None or not pa.steps or per_call_us <= 0:
+        return None
+    bytes_per_step = sum(o.bytes_total for o in pa.ops) / len(pa.steps)
+    if bytes_per_step <= 0:
+        return None
+    buckets = max(1.0, float(np.ceil(bytes_per_step / BUCKET_BYTES)))
+    if buckets >= calls_per_step:
+        return None
+    return {"buckets": buckets, "calls": calls_per_step,
+            "saved_s": (calls_per_step - buckets) * per_call_us / 1e6}
+
+
+def _bucketing_text(est: dict[str, float] | None) -> str:
+    if est is None:
+        return ""
+    return (f"; bucketed into {BUCKET_BYTES >> 20} MiB collectives the {est['calls']:.0f} calls "
+            f"would be {est['buckets']:.0f}, saving about {fmt_in_unit(est['saved_s'], 's')}"
+            "/step")
+
+
 class PerCallVsCallCount(Rule):
-    """Is each call slower, or are there more calls?"""
+    """Is each call slower, or are there more calls? With an estimate of what bucketing the
+    calls into fewer, larger collectives would save (:func:`bucketing_estimate`)."""
 
     kind = "per_call_growth"
     description = "each collective gets slower (per_call_growth) or there are more (call_count)"
@@ -288,14 +343,22 @@ class PerCallVsCallCount(Rule):
     def match(self, facts: Facts) -> list[Finding]:
         out: list[Finding] = []
         count = facts.series.get("collective_calls")
+        pa = facts.primary
         if count is not None and count.verdict.accumulating:
+            model = pa.cost_model if pa is not None else None
+            est = bucketing_estimate(pa, count.series.values[-1],
+                                     model.fixed_us if model is not None else 0.0)
             out.append(
                 Finding(
                     "call_count_growth",
                     "warning",
                     f"collective calls per step grow {count.verdict.slope_per_step:.1f}/step "
-                    f"({count.series.values[0]:.0f} -> {count.series.values[-1]:.0f})",
-                    {"slope_per_step": count.verdict.slope_per_step},
+                    f"({count.series.values[0]:.0f} -> {count.series.values[-1]:.0f})"
+                    + (f", each paying about {model.fixed_us:.0f} µs whatever its size"
+                       if model is not None else "") + _bucketing_text(est),
+                    {"slope_per_step": count.verdict.slope_per_step,
+                     "fixed_us_per_call": model.fixed_us if model is not None else None,
+                     "bucketing": est},
                     None,
                     "more calls each step: look for per-tensor sync of a growing set of tensors; "
                     "bucket tensors into fewer, larger collectives",
@@ -326,15 +389,22 @@ class PerCallVsCallCount(Rule):
             title = "each collective call gets slower (median per step): " + ", ".join(parts)
             if flat_count and count is not None:
                 title += f"; calls per step stay at {np.median(count.series.values):.0f}"
+            # Bucketing pays the added per-call cost once per bucket instead of once per call.
+            res0 = grown[0][1]
+            est = bucketing_estimate(pa, calls_per_step,
+                                     res0.series.values[-1] - res0.series.values[0])
+            title += _bucketing_text(est)
             out.append(
                 Finding(
                     self.kind,
                     "warning",
                     title,
                     {
-                        op: {"first_us": res.series.values[0], "last_us": res.series.values[-1],
-                             "slope_us_per_step": res.verdict.slope_per_step}
-                        for op, res in grown
+                        **{op: {"first_us": res.series.values[0],
+                                "last_us": res.series.values[-1],
+                                "slope_us_per_step": res.verdict.slope_per_step}
+                           for op, res in grown},
+                        "bucketing": est,
                     },
                     ", ".join(op for op, _ in grown),
                     "per-call cost grows, not the number of calls: compare the time between "
@@ -980,12 +1050,106 @@ class OutlierRank(Rule):
         return Finding(self.kind, severity, title, ev, r.where(), next_step)
 
 
+#: Share of the weight-sync time spent outside any collective at or above which the gaps are
+#: reported even when flat: a third of the sync goes to serialization, RPC or loading, not to
+#: communication, which is the first thing to overlap or remove.
+GAP_SHARE = 0.3
+#: Mean GPU utilization during weight sync, percent, at or below which the GPUs are said to sit
+#: idle (NVML's utilization is the share of time a kernel ran; a sync that keeps the GPU busy
+#: with NCCL kernels shows far above this).
+GPU_IDLE_PCT = 20.0
+#: Least share of the step that weight sync takes for idle GPUs during it to matter.
+GPU_IDLE_MIN_SYNC_SHARE = 0.1
+
+
+class Gaps(Rule):
+    """Time inside weight-sync phases that is in no collective: serialization, RPC, weight
+    loading or gathering between the collectives."""
+
+    kind = "gaps"
+    description = "time inside the weight sync that is in no collective"
+
+    def match(self, facts: Facts) -> list[Finding]:
+        gap = facts.series.get("sync_gap_s")
+        sync = facts.series.get("weight_sync_s")
+        if gap is None or sync is None or not gap.series.values:
+            return []
+        sync_by_step = dict(zip(sync.series.steps, sync.series.values))
+        shares = [g / sync_by_step[s] for s, g in zip(gap.series.steps, gap.series.values)
+                  if sync_by_step.get(s, 0) > 0]
+        if not shares:
+            return []
+        median_share = float(np.median(shares))
+        median_sync = float(np.median(sync.series.values))
+        grows = gap.verdict.accumulating and (
+            gap.series.values[-1] - gap.series.values[0]) >= MATERIAL_STEP_SHARE * median_sync
+        if not grows and median_share < GAP_SHARE:
+            return []
+        vals = gap.series.values
+        title = (f"{median_share:.0%} of each weight sync is in no collective "
+                 f"({fmt_in_unit(float(np.median(vals)), 's')} median per step)")
+        if grows:
+            title += (f", and it grows ({gap.verdict.shape}): {fmt_in_unit(vals[0], 's')} -> "
+                      f"{fmt_in_unit(vals[-1], 's')}")
+        return [
+            Finding(
+                self.kind,
+                "warning" if grows else "info",
+                title,
+                {"median_gap_share": median_share, "first_s": vals[0], "last_s": vals[-1],
+                 "accumulating": gap.verdict.accumulating, "shape": gap.verdict.shape},
+                "weight_sync phase",
+                "sample the weight sync (`wsprof attach PID` or py-spy) to see what runs between "
+                "the collectives (state_dict gathering, serialization, RPC to the engines, "
+                "weight loading) and overlap or remove it",
+            )
+        ]
+
+
+class GpuIdleDuringSync(Rule):
+    """The GPUs sit idle while weights are synced (NVML utilization inside weight-sync phases)."""
+
+    kind = "gpu_idle_during_sync"
+    description = "the GPUs sit idle during weight sync"
+
+    def match(self, facts: Facts) -> list[Finding]:
+        out: list[Finding] = []
+        for pa in facts.processes:
+            u = pa.gpu_util
+            syncs = [r.weight_sync_s / r.step_s for r in pa.steps
+                     if r.weight_sync_s is not None and r.step_s > 0]
+            if u is None or not syncs or u.sync_pct > GPU_IDLE_PCT:
+                continue
+            share = float(np.median(syncs))
+            if share < GPU_IDLE_MIN_SYNC_SHARE:
+                continue
+            other = (f" (against {u.other_pct:.0f}% outside it)" if u.other_pct is not None
+                     else "")
+            out.append(
+                Finding(
+                    self.kind,
+                    "warning",
+                    f"{pa.label}: the GPUs sit idle during weight sync: {u.sync_pct:.0f}% "
+                    f"utilization{other}, while weight sync takes {share:.0%} of each step",
+                    {"process": pa.label, "sync_util_pct": u.sync_pct,
+                     "other_util_pct": u.other_pct, "samples": u.n_sync, "sync_share": share},
+                    pa.label,
+                    "the sync is bound by the host, not the GPUs: overlap it with generation "
+                    "(async weight update), bucket parameters into fewer collectives, and keep "
+                    "the weights on the GPU (NCCL or CUDA IPC rather than CPU copies)",
+                )
+            )
+        return out
+
+
 RULES: tuple[Rule, ...] = (
     AccumulatingSlowdown(),
     BetweenLayers(),
     PerCallVsCallCount(),
     CounterCorrelation(),
     CounterGrowth(),
+    Gaps(),
+    GpuIdleDuringSync(),
     RolloutShare(),
     HotFrame(),
     EarlyLateShift(),

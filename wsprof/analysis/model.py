@@ -126,6 +126,9 @@ class StepRow:
     n_calls: int
     collective_s: float
     between_layers_s: float
+    #: Time inside weight-sync phases covered by no collective call (serialization, RPC, weight
+    #: loading between the collectives), s; None without weight-sync phase markers.
+    sync_gap_s: float | None = None
 
     @property
     def rollout_share(self) -> float | None:
@@ -147,6 +150,40 @@ class OpStats:
     p99_us: float
     between_layers_median_us: float
     bytes_total: int
+
+
+@dataclass(frozen=True)
+class CallCostModel:
+    """Host time of one collective call as a line in its payload, ``fixed_us + us_per_mib *
+    MiB``: least squares (``scipy.stats.linregress``) through the median latency of each
+    payload-size class (powers of two), so that neither many tiny calls nor a few huge ones
+    dominate. ``fixed_us`` (clipped at 0) is what every call pays whatever its size: what
+    bucketing small tensors into fewer collectives saves per call avoided.
+
+    Attributes:
+        fixed_us: per-call cost at zero bytes, µs.
+        us_per_mib: added cost per MiB of payload, µs.
+        n_sizes: payload-size classes the line was fitted through (>= 2).
+    """
+
+    fixed_us: float
+    us_per_mib: float
+    n_sizes: int
+
+
+@dataclass(frozen=True)
+class GpuUtil:
+    """NVML GPU utilization samples of one process, inside and outside weight-sync phases.
+
+    Attributes:
+        sync_pct: mean utilization during weight sync, percent.
+        other_pct: mean utilization outside weight sync, percent (None without samples there).
+        n_sync: samples during weight sync.
+    """
+
+    sync_pct: float
+    other_pct: float | None
+    n_sync: int
 
 
 @dataclass(frozen=True)
@@ -288,6 +325,10 @@ class ProcessAnalysis:
     phase_source: str | None = None
     #: First third of the windows against the last third (None with fewer than 2 windows).
     shift: WindowShift | None = None
+    #: Per-call cost against payload size (None with fewer than 2 payload-size classes).
+    cost_model: CallCostModel | None = None
+    #: GPU utilization in and out of weight sync (None without NVML samples in a sync phase).
+    gpu_util: GpuUtil | None = None
 
 
 @dataclass(frozen=True)

@@ -8,17 +8,20 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from scipy import stats
 
 from wsprof.analysis.model import (
+    CallCostModel,
     CallPoints,
     CounterTrack,
+    GpuUtil,
     OpStats,
     ProcessAnalysis,
     StepRow,
 )
 from wsprof.analysis.phases import patterns_from_meta, window_summaries
 from wsprof.analysis.samples import early_late_shift, hot_frames, hot_stacks
-from wsprof.analysis.steps import steps_from_bursts, steps_from_markers
+from wsprof.analysis.steps import steps_from_bursts, steps_from_markers, sync_spans
 from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow
 
 #: Most call points kept for plots per process; beyond it each bucket keeps its min and max.
@@ -93,6 +96,60 @@ def op_stats(calls: CallTable, totals: CallTotals | None = None) -> list[OpStats
                              bytes_total=int(totals.bytes[m].sum()))
     out.sort(key=lambda s: -s.total_s)
     return out
+
+
+#: Fewest calls in a payload-size class for its median to enter the cost model.
+COST_MODEL_MIN_CALLS = 3
+
+
+def call_cost_model(calls: CallTable) -> CallCostModel | None:
+    """Per-call cost against payload size (see :class:`CallCostModel`); None with fewer than
+    two payload-size classes of :data:`COST_MODEL_MIN_CALLS` calls with known sizes."""
+    known = calls.bytes > 0
+    if int(known.sum()) < 2 * COST_MODEL_MIN_CALLS:
+        return None
+    nbytes = calls.bytes[known].astype(np.float64)
+    dur_us = calls.duration_ns[known].astype(np.float64) / 1e3
+    cls = np.floor(np.log2(nbytes)).astype(np.int64)
+    xs: list[float] = []
+    ys: list[float] = []
+    for c in np.unique(cls).tolist():
+        m = cls == c
+        if int(m.sum()) >= COST_MODEL_MIN_CALLS:
+            xs.append(float(np.median(nbytes[m])) / 2**20)
+            ys.append(float(np.median(dur_us[m])))
+    if len(xs) < 2 or float(np.ptp(xs)) == 0:
+        return None
+    fit = stats.linregress(xs, ys)
+    return CallCostModel(fixed_us=max(float(fit.intercept), 0.0),
+                         us_per_mib=float(fit.slope), n_sizes=len(xs))
+
+
+#: Fewest NVML samples inside weight-sync phases for a utilization there to be reported.
+GPU_UTIL_MIN_SAMPLES = 3
+
+
+def gpu_util(trace: ProcessTrace) -> GpuUtil | None:
+    """Mean NVML utilization (``nvml.gpu<i>.util_pct``, every GPU) inside and outside the
+    weight-sync phases; None without :data:`GPU_UTIL_MIN_SAMPLES` samples inside."""
+    spans = sync_spans(trace.spans)
+    names = [n for n in trace.counters if n.startswith("nvml.gpu") and n.endswith(".util_pct")]
+    if not spans or not names:
+        return None
+    t = np.concatenate([trace.counters[n][0] for n in names])
+    v = np.concatenate([trace.counters[n][1] for n in names])
+    ok = np.isfinite(v)
+    t, v = t[ok], v[ok]
+    starts = np.array([sp.t_start_ns for sp in spans], dtype=np.int64)
+    ends = np.array([sp.t_end_ns for sp in spans], dtype=np.int64)
+    i = np.searchsorted(starts, t, side="right") - 1
+    inside = (i >= 0) & (t < ends[np.clip(i, 0, None)])
+    if int(inside.sum()) < GPU_UTIL_MIN_SAMPLES:
+        return None
+    other = v[~inside]
+    return GpuUtil(sync_pct=float(v[inside].mean()),
+                   other_pct=float(other.mean()) if len(other) else None,
+                   n_sync=int(inside.sum()))
 
 
 def call_points(calls: CallTable) -> CallPoints:
@@ -172,6 +229,12 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
     calls = trace.calls
     totals = trace.totals if trace.thinned else None
     steps = steps_from_markers(calls, trace.spans, totals)
+    r = trace.meta.get("retention")
+    if totals is not None and isinstance(r, dict):
+        # A thinned step keeps a sample of its calls: its gaps cannot be measured.
+        lo, hi = r.get("first_thinned_step"), r.get("last_thinned_step")
+        if isinstance(lo, int) and isinstance(hi, int):
+            steps = [replace(s, sync_gap_s=None) if lo <= s.step <= hi else s for s in steps]
     source = "markers"
     if not steps:
         steps = steps_from_bursts(calls, last_record_ns(trace))
@@ -189,6 +252,8 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
         hot_stacks=(),
         n_samples=0,
         meta=dict(trace.meta),
+        cost_model=call_cost_model(calls),
+        gpu_util=gpu_util(trace),
     )
     return join_samples(pa, trace.meta, [*samples, *trace.samples])
 

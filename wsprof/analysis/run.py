@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from wsprof.analysis.align import ClockInput, align, anchor_of
-from wsprof.analysis.findings import Facts, run_rules
+from wsprof.analysis.findings import TIME_BUDGETS_S, Facts, run_rules
 from wsprof.analysis.growth import classify
 from wsprof.analysis.model import (
     Analysis,
@@ -58,7 +58,8 @@ def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
     """The per-step series of one process, named as the findings expect.
 
     ``weight_sync_s``, ``step_s``, ``rollout_s``, ``rollout_share``, ``between_layers_s``,
-    ``collective_calls``, ``median_us:<op>`` (median host latency of each op present in every
+    ``collective_calls``, ``sync_gap_s`` (time in weight-sync phases outside any collective),
+    ``median_us:<op>`` (median host latency of each op present in every
     step, µs) and ``counter:<name>`` (each counter's value at each step's end).
     """
     rows = list(pa.steps)
@@ -73,6 +74,7 @@ def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
         _series("rollout_share", "", rows, [r.rollout_share for r in rows]),
         _series("between_layers_s", "s", rows, [r.between_layers_s for r in rows]),
         _series("collective_calls", "", rows, [float(r.n_calls) for r in rows]),
+        _series("sync_gap_s", "s", rows, [r.sync_gap_s for r in rows]),
     ]
     calls = trace.calls
     if len(calls) and len(rows) >= MIN_STEPS_FOR_OP_SERIES:
@@ -120,12 +122,13 @@ def window_series(pa: ProcessAnalysis) -> list[Series]:
 
 
 def _classify(series: Sequence[Series], notes: list[str]) -> list[SeriesResult]:
-    """Classify each series; one that cannot be judged (no finite value, overflow) is left out
-    and described in ``notes``."""
+    """Classify each series (with :data:`TIME_BUDGETS_S`); one that cannot be judged (no finite
+    value, overflow) is left out and described in ``notes``."""
     out: list[SeriesResult] = []
     for s in series:
         try:
-            out.append(SeriesResult(s, classify(s.values, config=s.config)))
+            budget = TIME_BUDGETS_S.get(s.name) if s.unit == "s" else None
+            out.append(SeriesResult(s, classify(s.values, config=s.config, budget=budget)))
         except (ValueError, OverflowError, FloatingPointError, ZeroDivisionError) as e:
             notes.append(f"series {s.name!r} not judged: {e}")
     return out

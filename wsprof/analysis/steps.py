@@ -129,6 +129,51 @@ def _rows(calls: CallTable, specs: Sequence[_Spec], by_step_number: bool,
     return out
 
 
+def sync_spans(spans: Sequence[Span]) -> list[Span]:
+    """The weight-sync phase spans (:data:`WEIGHT_SYNC_PHASES`), by start."""
+    return sorted((sp for sp in spans if sp.kind == "phase"
+                   and sp.name.lower() in WEIGHT_SYNC_PHASES), key=lambda sp: sp.t_start_ns)
+
+
+def covered_ns(starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], lo: int,
+               hi: int) -> int:
+    """Length of the union of intervals [start, end) clipped to [lo, hi), ns.
+
+    Args:
+        starts: interval starts, sorted, shape (n,).
+        ends: interval ends, shape (n,).
+    """
+    if len(starts) == 0 or hi <= lo:
+        return 0
+    a = np.clip(starts, lo, hi)
+    b = np.clip(ends, lo, hi)
+    # Sorted by start: what interval i adds is its part after every earlier interval's end.
+    prev_end = np.maximum.accumulate(np.concatenate(([lo], b[:-1])))
+    return int(np.clip(b - np.maximum(a, prev_end), 0, None).sum())
+
+
+def sync_gaps(calls: CallTable, spans: Sequence[Span]) -> dict[int, float]:
+    """Per step number: time inside its weight-sync phases covered by no collective, s.
+
+    A collective covers [start, completion) (the return for a synchronous call, ``wait()``
+    for an async one); calls of every thread count. Steps without a weight-sync phase are
+    absent.
+    """
+    out: dict[int, float] = {}
+    starts = calls.t_start_ns
+    done = np.where(calls.t_done_ns >= 0, np.maximum(calls.t_done_ns, calls.t_end_ns),
+                    calls.t_end_ns)
+    for sp in sync_spans(spans):
+        i0 = int(np.searchsorted(starts, sp.t_start_ns, side="left"))
+        i1 = int(np.searchsorted(starts, sp.t_end_ns, side="left"))
+        # A call that started just before the span may still cover its beginning.
+        i0 = max(i0 - 1, 0) if i0 > 0 and done[i0 - 1] > sp.t_start_ns else i0
+        cov = covered_ns(starts[i0:i1], done[i0:i1], sp.t_start_ns, sp.t_end_ns)
+        gap = max(sp.t_end_ns - sp.t_start_ns - cov, 0) / 1e9
+        out[sp.step] = out.get(sp.step, 0.0) + gap
+    return out
+
+
 def steps_from_markers(calls: CallTable, spans: Sequence[Span],
                        totals: CallTotals | None = None) -> list[StepRow]:
     """One row per ``step`` span; phase times from ``phase`` spans of that step.
@@ -148,7 +193,9 @@ def steps_from_markers(calls: CallTable, spans: Sequence[Span],
          phases.get((sp.step, "train")), phases.get((sp.step, "weight_sync")))
         for sp in sorted((sp for sp in spans if sp.kind == "step"), key=lambda sp: sp.step)
     ]
-    return _rows(calls, specs, by_step_number=True, totals=totals)
+    rows = _rows(calls, specs, by_step_number=True, totals=totals)
+    gaps = sync_gaps(calls, spans)
+    return [replace(r, sync_gap_s=gaps.get(r.step)) for r in rows]
 
 
 def idle_gap_threshold(gaps: npt.NDArray[np.int64]) -> float | None:

@@ -101,6 +101,7 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
                 "rollout_share": s.rollout_share,
                 "n_calls": s.n_calls,
                 "between_layers_s": s.between_layers_s,
+                "sync_gap_s": s.sync_gap_s,
             }
             for s in pa.steps
         ]
