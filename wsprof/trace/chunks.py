@@ -63,8 +63,11 @@ def chunk_columns(columns: Any) -> list[tuple[str, np.dtype[Any]]]:
     return out
 
 
-def unpack_columns(n_rows: Any, columns: Any, data: Any) -> dict[str, npt.NDArray[np.int64]]:
-    """One ``call_chunks`` row -> column name to int64 array of shape ``(n_rows,)``.
+def unpack_columns(n_rows: Any, columns: Any, data: Any,
+                   widen: bool = True) -> dict[str, npt.NDArray[Any]]:
+    """One ``call_chunks`` row -> column name to integer array of shape ``(n_rows,)``: int64,
+    or with ``widen=False`` the narrow type it was stored in (a reader of millions of calls
+    concatenates the narrow columns first and widens once).
 
     Columns this wsprof does not know are skipped.
 
@@ -77,13 +80,14 @@ def unpack_columns(n_rows: Any, columns: Any, data: Any) -> dict[str, npt.NDArra
     n, off = int(n_rows), 0
     if n < 0:
         raise ValueError(f"call chunk of {quote(n)} rows")
-    out: dict[str, npt.NDArray[np.int64]] = {}
+    out: dict[str, npt.NDArray[Any]] = {}
     for name, dt in names:
         size = n * dt.itemsize
         if off + size > len(raw):
             raise ValueError("call chunk shorter than its columns")
         if name in CALL_COLUMNS:
-            out[name] = np.frombuffer(raw, dtype=dt, count=n, offset=off).astype(np.int64)
+            col = np.frombuffer(raw, dtype=dt, count=n, offset=off)
+            out[name] = col.astype(np.int64) if widen else col.astype(dt.newbyteorder("="))
         off += size
     missing = set(CALL_COLUMNS) - set(out)
     if missing:

@@ -1,0 +1,82 @@
+"""Analysis speed on one long trace: ``--steps`` x ``--calls`` collective calls (default
+100 x 100,000 = 10M), every call kept in detail (retention off), with step and weight-sync
+phase markers. Prints the time and peak memory of ``analyze_path`` measured in a fresh
+process (the trace is written first, by the real recorder and writer). Not a test.
+
+The analyzer issue's budget: 10M call records analysed in <= 20 s and <= 4 GB on 2 cores.
+
+Usage: python scripts/bench_analysis.py [--steps 100] [--calls 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+from wsprof.capture.collectives import _pack_row
+from wsprof.capture.recorder import Recorder
+from wsprof.trace.retention import Retention
+
+_CHILD = """
+import json, resource, sys, time
+t0 = time.monotonic()
+from wsprof.analysis.run import analyze_path
+a = analyze_path(sys.argv[1])
+dt = time.monotonic() - t0
+print(json.dumps({"seconds": dt, "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "steps": len(a.primary.steps), "findings": [f.kind for f in a.findings],
+                  "calls": sum(o.n_calls for o in a.primary.ops)}))
+"""
+
+
+def write_trace(steps: int, calls: int) -> str:
+    rng = random.Random(0)
+    rec = Recorder(tempfile.mkdtemp(prefix="wsprof-analysis-"), flush_interval_s=3600,
+                   max_pending=calls + 1, retention=Retention(keep_steps=0))
+    hooks = [rec.hook_id("broadcast", "dist.broadcast", "api"),
+             rec.hook_id("all_gather_into_tensor", "dist.all_gather_into_tensor", "api")]
+    dt, grp, phase = (rec.strings.intern(s) for s in ("bfloat16", "0", "weight_sync"))
+    sizes = [rng.choice([4096, 2**20, 4 * 2**20, 16 * 2**20]) for _ in range(300)]
+    t = time.monotonic_ns()
+    ident = 140_000_000_000_123
+    for step in range(steps):
+        t_step = t
+        sync_start = t + 50_000_000
+        t = sync_start
+        for i in range(calls):
+            dur = rng.randint(20_000, 60_000) + step * 200  # per-call cost grows a little
+            rec.calls.append(_pack_row(t, t + dur, dur - 5_000, 2, ident, hooks[i % 50 == 0],
+                                       sizes[i % 300], dt, grp, 0, i % 3, step, phase, -1))
+            t += dur + rng.randint(1_000, 5_000)
+        rec.spans.append(("phase", "weight_sync", sync_start, t, step, ident))
+        t += 50_000_000
+        rec.spans.append(("step", str(step), t_step, t, step, ident))
+        rec.flush()
+    rec.close()
+    return rec.path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--calls", type=int, default=100_000)
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    path = write_trace(args.steps, args.calls)
+    print(f"wrote {args.steps} steps x {args.calls:,} calls = {args.steps * args.calls:,} calls "
+          f"({os.path.getsize(path) / 2**20:.0f} MiB) in {time.monotonic() - t0:.0f} s")
+    out = subprocess.run([sys.executable, "-c", _CHILD, path], capture_output=True, text=True,
+                         check=True)
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"analyze_path: {r['seconds']:.1f} s, peak RSS {r['peak_rss_kib'] / 2**20:.2f} GiB, "
+          f"{r['calls']:,} calls in {r['steps']} steps; findings: {', '.join(r['findings'])}")
+
+
+if __name__ == "__main__":
+    main()
