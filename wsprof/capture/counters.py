@@ -191,10 +191,12 @@ class CounterSampler:
     _last_call: Any = None
 
     def start(self) -> None:
-        """Run one round of every probe the budget allows now (a baseline), then every tick."""
+        """Run one round of every probe the budget allows now (a baseline; once-per-step
+        probes wait for the first step: a short run without steps never pays for them), then
+        every tick."""
         self._seen_boundary = self.boundaries()
         self._seen_step = self.steps()
-        self.tick(every=True)
+        self.tick(every=True, per_step=False)
         self._thread = threading.Thread(target=self._run, name="wsprof-counters", daemon=True)
         self._thread.start()
 
@@ -217,9 +219,10 @@ class CounterSampler:
         self._last_call = last
         return burst
 
-    def tick(self, every: bool = False) -> None:
-        """One round: run every probe that is due (``every``: each probe is due) and that the
-        budget allows. Never raises."""
+    def tick(self, every: bool = False, per_step: bool = True) -> None:
+        """One round: run every probe that is due (``every``: each probe is due; with
+        ``per_step`` False, each but the ``step`` probes) and that the budget allows. Never
+        raises."""
         try:
             b = self.boundaries()
             boundary = b != self._seen_boundary
@@ -236,7 +239,7 @@ class CounterSampler:
                     p.pending = True
                 waited = now - p.last_ns >= p.interval_s * 1e9
                 due = (
-                    every
+                    (every and (per_step or "step" not in p.when))
                     or (boundary and "boundary" in p.when)
                     or (p.pending and not burst)
                     or (waited and ("periodic" in p.when or (burst and "burst" in p.when)))

@@ -20,12 +20,14 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from wsprof.cli import analyze, attach, demo, report
+    from wsprof.cli import analyze, attach, demo, diff, export, report
 
     cli.add_command(demo.demo)
     cli.add_command(attach.attach)
     cli.add_command(analyze.analyze)
     cli.add_command(report.report)
+    cli.add_command(diff.diff)
+    cli.add_command(export.export)
 
 
 _register()

@@ -17,7 +17,8 @@ from wsprof.errors import EXIT_FINDINGS, EXIT_OK
               show_default=True, help="text for people, json for machines")
 @click.option("--fail-on", type=click.Choice(["warning", "critical"]), default=None,
               help="exit 1 when a finding at or above this severity exists")
-def analyze(path: str, fmt: str, fail_on: str | None) -> int:
+@click.option("--all", "show_all", is_flag=True, help="list every finding (text lists 10)")
+def analyze(path: str, fmt: str, fail_on: str | None, show_all: bool) -> int:
     """Analyse PATH: a run folder, a .wsprof trace or a CSV series (first column 'step')."""
     from wsprof.analysis.run import analyze_path
 
@@ -29,7 +30,9 @@ def analyze(path: str, fmt: str, fail_on: str | None) -> int:
     else:
         from wsprof.report.text import render_text
 
-        click.echo(render_text(analysis, colour=sys.stdout.isatty()), nl=False)
+        limit = len(analysis.findings) if show_all else 10
+        click.echo(render_text(analysis, colour=sys.stdout.isatty(), max_findings=limit),
+                   nl=False)
     if fails(analysis, fail_on):
         n = sum(1 for f in analysis.findings
                 if SEVERITIES.index(f.severity) >= SEVERITIES.index(str(fail_on)))

@@ -159,7 +159,7 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10
         )
     if len(analysis.findings) > max_findings:
         lines.append(f"(+{len(analysis.findings) - max_findings} more: wsprof analyze "
-                     f"{analysis.source})")
+                     f"{analysis.source} --all)")
     lines.append("")
     lines.append(f"{'series':<30} {'shape':<17} {'accum':<5} {'slope/step':>12} {'last':>11}")
     for r in analysis.series:

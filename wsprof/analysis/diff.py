@@ -1,0 +1,911 @@
+"""Compare two runs, or two step windows of one run: what got faster, what got slower, and
+where the overhead moved.
+
+The lesson behind it: re-measure after every fix, because overhead moves to the next slowest
+place. Each side is measured on the steps of its primary process (the process whose series
+``wsprof analyze`` headlines: rank 0 when ranks are known):
+
+- per step: the median step time, weight-sync time and rollout share, and the mean time in
+  collective calls;
+- per canonical op: calls per step, median latency per call and time per step;
+- per caller site (``function (file)``): calls per step and time per step;
+- per phase (a ``wsprof.phase()`` name): time per step;
+- per py-spy leaf frame (``function (file)``): its share of the active samples;
+- for a per-step series file (CSV): each column's median per step.
+
+"Per step" numbers are sums over the side's steps divided by its number of steps (a side
+without steps counts as one step). The diff pairs the items of both sides by name (an item
+absent on a side that measured its kind had zero calls and time there) and sorts them by the
+absolute change of their time per step. A change counts when it is at least
+:data:`MIN_REL_CHANGE` of its before value and :data:`MIN_SHARE_OF_REFERENCE` of a step; the
+overhead *moved* to the item of a kind with the largest counted increase when that kind's total
+got smaller or another item of it got faster.
+
+Sites and frames are named without their line numbers: a fix usually edits the file it fixes,
+so the same call site has another line after it (the lines seen are kept in ``detail``).
+
+Pure: traces in, frozen dataclasses out; never imports torch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import statistics
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from wsprof.analysis.model import ProcessAnalysis, StepRow
+from wsprof.errors import InputError, quote
+from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow, Span
+from wsprof.units import fmt_duration, fmt_in_unit, fmt_pct
+
+#: A change smaller than this fraction of its before value is noise (10 %).
+MIN_REL_CHANGE = 0.10
+#: A change of time per step smaller than this fraction of the reference (the larger median
+#: step time of the two sides; without steps, the larger total of the item's kind) does not
+#: matter (1 %).
+MIN_SHARE_OF_REFERENCE = 0.01
+#: Smallest change of time per step that counts, s (1 µs: below it sums are clock noise).
+MIN_CHANGE_S = 1e-6
+#: Smallest change of a frame's share of active samples that counts (5 percentage points).
+MIN_SHARE_CHANGE = 0.05
+#: Frames below this share of active samples on a side are left out of that side (1 %).
+MIN_FRAME_SHARE = 0.01
+#: Most frames kept per side, most samples first.
+MAX_FRAMES = 30
+#: Items named per verdict line (faster, slower); the rest are counted.
+MAX_VERDICT_ITEMS = 3
+#: Fewer steps than this on a side: a note says its medians are noisy.
+MIN_STEPS_FOR_MEDIANS = 3
+
+#: Item kinds, in the order the verdict and the reports list them.
+ITEM_KINDS = ("op", "site", "phase", "series", "frame")
+#: Site of calls whose caller is unknown (site id -1 or not in ``sites``).
+UNKNOWN_SITE = "(unknown caller)"
+#: Site of calls that retention removed from the detail of a thinned step and whose op had no
+#: kept call in that step (their count and time are exact, their caller unknown).
+THINNED_SITE = "(not kept in detail)"
+#: Names of the headline series of a per-step series file.
+SERIES_STEP = "step_s"
+SERIES_WEIGHT_SYNC = "weight_sync_s"
+SERIES_ROLLOUT_SHARE = "rollout_share"
+#: Series units that are times, in seconds per unit (a series in one of them is a time per
+#: step).
+SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
+
+#: A half-open step range [start, stop) on step numbers; None ends are open.
+StepRange = tuple[int | None, int | None]
+
+
+# --------------------------------------------------------------------------- result
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One number before and after, in the unit of the field that holds it.
+
+    Attributes:
+        before: value on the before side; None where unknown.
+        after: value on the after side; None where unknown.
+        change: ``after - before``; None when either is unknown.
+        rel_change: ``change / before``; None when ``before`` is 0 or unknown.
+    """
+
+    before: float | None
+    after: float | None
+    change: float | None
+    rel_change: float | None
+
+    @classmethod
+    def of(cls, before: float | None, after: float | None) -> Delta:
+        """The delta of two values (either may be None)."""
+        change = after - before if before is not None and after is not None else None
+        rel = change / before if change is not None and before else None
+        return cls(before, after, change, rel)
+
+
+@dataclass(frozen=True)
+class ItemDiff:
+    """One item (an op, caller site, phase, frame or series) on both sides.
+
+    Attributes:
+        kind: ``op`` (canonical op), ``site`` (caller site ``function (file)``), ``phase``
+            (a phase name), ``series`` (a column of a per-step series file) or ``frame``
+            (py-spy leaf frame ``function (file)``).
+        name: the item, the same on both sides.
+        detail: what else identifies it: the names called (op), the lines seen (site), the
+            unit (series); empty when nothing.
+        s_per_step: time per step, s (op, site, phase; a series in a time unit: its median
+            per step); None for frames and other series.
+        calls_per_step: calls per step (op, site); None for the other kinds.
+        median_us: median host latency per call, µs (op; None on a side without its calls).
+        share: share of the side's active py-spy samples, 0..1 (frame).
+        value: median per step of a series not in a time unit, in ``unit``.
+        unit: the unit of ``value``; empty otherwise.
+    """
+
+    kind: str
+    name: str
+    detail: str = ""
+    s_per_step: Delta | None = None
+    calls_per_step: Delta | None = None
+    median_us: Delta | None = None
+    share: Delta | None = None
+    value: Delta | None = None
+    unit: str = ""
+
+    @property
+    def label(self) -> str:
+        """How the verdict names the item: ``broadcast``, ``site push (sync.py)``,
+        ``phase rollout``, ``frame f (a.py)``, ``update_weights_time_s``."""
+        return self.name if self.kind in ("op", "series") else f"{self.kind} {self.name}"
+
+    @property
+    def main(self) -> Delta | None:
+        """The number the item is judged by: time per step, else share, else value."""
+        return self.s_per_step or self.share or self.value
+
+
+@dataclass(frozen=True)
+class SideSummary:
+    """What one side of the diff covers.
+
+    Attributes:
+        role: ``before`` or ``after``.
+        source: the path given.
+        kind: ``run`` (traces) or ``series`` (a per-step series file).
+        process: label of the primary process (``rank 0``); None for a series file.
+        step_source: where its steps came from: ``markers``, ``bursts``, ``none`` (no steps:
+            the whole trace counts as one step) or ``series``.
+        step_range: the half-open [start, stop) asked for; None: every step.
+        steps: step numbers measured.
+        n_calls: collective calls in those steps (exact where retention thinned the detail).
+        n_samples: active py-spy samples of the process in those steps' time.
+        notes: what the reader should know about this side.
+    """
+
+    role: str
+    source: str
+    kind: str
+    process: str | None
+    step_source: str
+    step_range: StepRange | None
+    steps: tuple[int, ...]
+    n_calls: int
+    n_samples: int
+    notes: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One line: ``rank 0 of RUN, steps 0-4 (5 from markers), 120 calls``."""
+        who = f"{self.process} of {self.source}" if self.process else self.source
+        if self.steps:
+            span = (f"step {self.steps[0]}" if len(self.steps) == 1
+                    else f"steps {self.steps[0]}-{self.steps[-1]}")
+            where = f"{span} ({len(self.steps)} from {self.step_source})"
+        else:
+            where = "no steps (the whole trace counts as one step)"
+        if self.step_range is not None:
+            where += f" of --{self.role}-steps {format_step_range(self.step_range)}"
+        parts = [who, where]
+        if self.kind == "run":
+            parts.append(f"{self.n_calls:,} calls")
+            if self.n_samples:
+                parts.append(f"{self.n_samples:,} py-spy samples")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    """``wsprof diff``: two sides, what changed and the verdict; what every renderer reads.
+
+    Attributes:
+        before: the before side.
+        after: the after side.
+        step_s: median step time, s.
+        weight_sync_s: median weight-sync time per step, s.
+        rollout_share: median rollout share of a step, 0..1.
+        collective_s: time in collective calls per step, s (mean over the steps).
+        items: every item of both sides, largest absolute change of time per step first, then
+            frames by the change of their share, then other series by relative change.
+        faster: items whose time per step (frames: share) fell by a counted change, most first.
+        slower: items whose time per step (frames: share) rose by a counted change, most first.
+        moved_to: per kind, the item with the largest counted increase, where that kind's total
+            got smaller or another of its items got faster: where the overhead went.
+        verdict: the verdict as lines, the headline first.
+        notes: what limits the comparison (different processes, few steps, ...).
+    """
+
+    before: SideSummary
+    after: SideSummary
+    step_s: Delta
+    weight_sync_s: Delta
+    rollout_share: Delta
+    collective_s: Delta
+    items: tuple[ItemDiff, ...]
+    faster: tuple[ItemDiff, ...]
+    slower: tuple[ItemDiff, ...]
+    moved_to: tuple[ItemDiff, ...]
+    verdict: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    def of_kind(self, kind: str) -> tuple[ItemDiff, ...]:
+        """The items of one kind, in the order of :attr:`items`."""
+        return tuple(i for i in self.items if i.kind == kind)
+
+
+# --------------------------------------------------------------------------- one side
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One item on one side (see :class:`ItemDiff` for the fields and their units)."""
+
+    s_per_step: float | None = None
+    calls_per_step: float | None = None
+    median_us: float | None = None
+    share: float | None = None
+    value: float | None = None
+    unit: str = ""
+    detail: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side measured, before pairing: what :func:`diff_sides` reads.
+
+    Attributes:
+        summary: what the side covers.
+        step_s: median step time, s (None without steps).
+        weight_sync_s: median weight-sync time per step, s (None where unknown).
+        rollout_share: median rollout share, 0..1 (None where unknown).
+        collective_s: time in collective calls per step, s (None without calls).
+        items: ``(kind, name)`` -> its measure.
+        kinds: the kinds this side measured (an item of such a kind missing here had none).
+    """
+
+    summary: SideSummary
+    step_s: float | None
+    weight_sync_s: float | None
+    rollout_share: float | None
+    collective_s: float | None
+    items: dict[tuple[str, str], Measure] = field(default_factory=dict)
+    kinds: frozenset[str] = frozenset()
+
+
+def parse_step_range(text: str, option: str = "--steps") -> StepRange:
+    """``A:B`` as a half-open step range; ``A:`` and ``:B`` leave an end open.
+
+    Args:
+        text: what the user gave.
+        option: the option it came from (for the message).
+
+    Returns:
+        ``(start, stop)``, either None where open.
+
+    Raises:
+        InputError: not ``A:B`` with integers, or an empty range (``B <= A``).
+    """
+    head, sep, tail = text.strip().partition(":")
+    try:
+        start = int(head) if head.strip() else None
+        stop = int(tail) if tail.strip() else None
+    except ValueError:
+        start = stop = None
+        sep = ""
+    if not sep:
+        raise InputError(f"{option} {quote(text)}: expected A:B, step numbers with A < B "
+                         "(half-open: 0:5 is steps 0 to 4; A: and :B leave an end open)")
+    if start is not None and stop is not None and stop <= start:
+        raise InputError(f"{option} {quote(text)}: empty step range (B must be greater than A; "
+                         f"half-open: {start}:{start + 1} is step {start} alone)")
+    return start, stop
+
+
+def format_step_range(r: StepRange) -> str:
+    """``0:5``, ``10:``, ``:3``."""
+    return f"{'' if r[0] is None else r[0]}:{'' if r[1] is None else r[1]}"
+
+
+def _in_range(step: int, r: StepRange | None) -> bool:
+    return r is None or ((r[0] is None or step >= r[0]) and (r[1] is None or step < r[1]))
+
+
+def _median(values: Sequence[float]) -> float | None:
+    vals = [v for v in values if math.isfinite(v)]
+    return float(statistics.median(vals)) if vals else None
+
+
+def _is_series_file(path: str) -> bool:
+    return os.path.isfile(path) and path.lower().endswith((".csv", ".tsv"))
+
+
+def measure_path(path: str, step_range: StepRange | None = None,
+                 role: str = "before") -> Side:
+    """Measure one side: a run folder, a trace file or a per-step series file.
+
+    Args:
+        path: what ``wsprof analyze`` accepts.
+        step_range: only these steps of the primary process (and the calls in them).
+        role: ``before`` or ``after`` (names the side in messages).
+
+    Returns:
+        The side's measures.
+
+    Raises:
+        InputError: the path cannot be read, or the range selects no step.
+    """
+    if _is_series_file(path):
+        return _measure_series(path, step_range, role)
+    return _measure_run(path, step_range, role)
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What is kept of each trace while the run is analysed (its calls are not)."""
+
+    path: str
+    pid: object
+    rank: int | None
+    n_calls: int
+    samples: list[SampleWindow]
+
+
+def _measure_run(path: str, step_range: StepRange | None, role: str) -> Side:
+    from wsprof.analysis.run import analyze_run
+    from wsprof.trace.reader import find_traces, read_run_lenient, read_trace
+
+    if os.path.isfile(path):
+        with open(path, "rb") as fh:
+            head = fh.read(16)
+        if head and head != b"SQLite format 3\x00":
+            raise InputError(
+                f"{path}: neither a wsprof trace nor a CSV series (first column 'step'); "
+                "give a run folder, a .wsprof trace or a .csv file")
+    problems: list[str] = []
+    seen: list[_Seen] = []
+
+    def each() -> Iterator[ProcessTrace]:
+        for p in find_traces(path):
+            try:
+                t = read_trace(p)
+            except InputError as e:
+                problems.append(f"skipped {e}")
+                continue
+            seen.append(_Seen(p, t.meta.get("pid"), t.rank, len(t.calls), t.samples))
+            yield t
+
+    traces = each()
+    first = next(traces, None)
+    if first is None:
+        read_run_lenient(path)  # raises the reader's error for the run
+        raise InputError(f"{path}: no trace could be read; re-record the run")
+    # One trace at a time, as ``wsprof analyze`` reads a run; the primary is read again below.
+    analysis = analyze_run(itertools.chain([first], traces), path)
+    pa = analysis.primary
+    if pa is None:
+        raise InputError(f"{path}: no process to compare; give a run folder written by wsprof")
+    match = next((s for s in seen if s.pid == pa.pid and s.rank == pa.rank
+                  and s.n_calls == pa.calls.n_total), None)
+    if match is None:  # the primary is always one of the traces read; keep going if not
+        match = next((s for s in seen if s.pid == pa.pid), seen[0])
+    trace = first if match.path == seen[0].path else read_trace(match.path)
+    pid = trace.meta.get("pid")
+    windows = trace.samples or [w for s in seen for w in s.samples
+                                if isinstance(pid, int) and w.pid == pid]
+    return measure_process(trace, pa, windows, step_range, role, path, problems)
+
+
+def _select_rows(pa: ProcessAnalysis, step_range: StepRange | None, role: str,
+                 source: str) -> list[int]:
+    rows = pa.steps
+    if step_range is None:
+        return list(range(len(rows)))
+    rng = format_step_range(step_range)
+    if not rows:
+        raise InputError(
+            f"{role.upper()} {source}: --{role}-steps {rng}: {pa.label} has no steps to select "
+            "(no wsprof.step() markers and no sync bursts found); compare whole runs instead")
+    sel = [i for i, r in enumerate(rows) if _in_range(r.step, step_range)]
+    if not sel:
+        nums = sorted(r.step for r in rows)
+        raise InputError(
+            f"{role.upper()} {source}: --{role}-steps {rng} selects none of {pa.label}'s steps "
+            f"({nums[0]}-{nums[-1]}); choose a range within them")
+    return sel
+
+
+def _thinned_weights(calls: CallTable, totals: CallTotals, steps: npt.NDArray[np.int64]) -> (
+    tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], dict[str, tuple[float, float]]]
+):
+    """Per kept call, how many calls and how much time it stands for in a thinned trace.
+
+    Each (step, op) group's kept calls share the group's exact totals in proportion (so that
+    per-op sums are exact and per-site sums are estimates from an evenly spaced sample).
+
+    Returns:
+        (calls weight, time weight in ns, per op: (calls, ns) of groups with no kept call).
+    """
+    tm = np.isin(totals.step, steps)
+    t_step, t_op = totals.step[tm], totals.op[tm]
+    t_n, t_d = totals.n[tm].astype(np.float64), totals.duration_ns[tm].astype(np.float64)
+    ops = sorted({str(o) for o in calls.op.tolist()} | {str(o) for o in t_op.tolist()})
+    code = {o: i for i, o in enumerate(ops)}
+    k = len(ops)
+    c_key = calls.step.astype(np.int64) * k + np.array([code[str(o)] for o in calls.op.tolist()],
+                                                       dtype=np.int64)
+    t_key = t_step.astype(np.int64) * k + np.array([code[str(o)] for o in t_op.tolist()],
+                                                   dtype=np.int64)
+    keys, c_inv = np.unique(c_key, return_inverse=True)
+    dur = calls.duration_ns.astype(np.float64)
+    kept_n = np.bincount(c_inv, minlength=len(keys)).astype(np.float64)
+    kept_d = np.bincount(c_inv, weights=dur, minlength=len(keys))
+    pos = np.clip(np.searchsorted(keys, t_key), 0, max(len(keys) - 1, 0))
+    hit = (keys[pos] == t_key) if len(keys) else np.zeros(len(t_key), dtype=bool)
+    tot_n = np.bincount(pos[hit], weights=t_n[hit], minlength=len(keys))
+    tot_d = np.bincount(pos[hit], weights=t_d[hit], minlength=len(keys))
+    f_n = np.where(kept_n > 0, tot_n / np.maximum(kept_n, 1), 1.0)
+    f_d = np.where(kept_d > 0, tot_d / np.maximum(kept_d, 1.0), f_n)
+    rest: dict[str, tuple[float, float]] = {}
+    for key, n, d in zip(t_key[~hit].tolist(), t_n[~hit].tolist(), t_d[~hit].tolist()):
+        op = ops[int(key) % k]
+        a, b = rest.get(op, (0.0, 0.0))
+        rest[op] = (a + n, b + d)
+    return f_n[c_inv], dur * f_d[c_inv], rest
+
+
+def _phase_seconds(spans: Sequence[Span], rows: Sequence[StepRow], by_number: bool
+                   ) -> dict[str, float]:
+    """Seconds per phase name over the phase spans of ``rows`` (by step number with markers,
+    else by the span's start within the step)."""
+    out: dict[str, float] = {}
+    numbers = {r.step for r in rows}
+    for sp in spans:
+        if sp.kind != "phase":
+            continue
+        if by_number:
+            ok = sp.step in numbers
+        else:
+            ok = any(r.t_start_ns <= sp.t_start_ns < r.t_end_ns for r in rows)
+        if ok:
+            out[sp.name] = out.get(sp.name, 0.0) + max(sp.t_end_ns - sp.t_start_ns, 0) / 1e9
+    return out
+
+
+def measure_process(
+    trace: ProcessTrace,
+    pa: ProcessAnalysis,
+    windows: Sequence[SampleWindow] = (),
+    step_range: StepRange | None = None,
+    role: str = "before",
+    source: str | None = None,
+    problems: Sequence[str] = (),
+) -> Side:
+    """Measure one process (the primary of a run) over its steps in ``step_range``.
+
+    Args:
+        trace: the process's trace, with its calls.
+        pa: its analysis (:func:`wsprof.analysis.process.analyze_process` or the primary of
+            :func:`wsprof.analysis.run.analyze_run`).
+        windows: py-spy sample windows of the process (its own and a sampler's).
+        step_range: only these steps (by step number) and the calls in them.
+        role: ``before`` or ``after`` (names the side in messages).
+        source: the path the trace came from (default: the trace's path).
+        problems: traces of the run that could not be read (become notes).
+
+    Returns:
+        The side's measures: per-step medians, and per op, site, phase and frame.
+
+    Raises:
+        InputError: ``step_range`` selects no step of the process.
+    """
+    from wsprof.analysis.samples import hot_frames
+    from wsprof.analysis.steps import assign_calls
+
+    src = source if source is not None else trace.path
+    notes = list(problems)
+    sel = _select_rows(pa, step_range, role, src)
+    rows = [pa.steps[i] for i in sel]
+    by_number = pa.step_source == "markers"
+    units = len(rows) or 1
+    calls = trace.calls
+    if pa.steps:
+        calls = calls.take(np.isin(assign_calls(calls, pa.steps, by_number), sel))
+    items: dict[tuple[str, str], Measure] = {}
+    kinds: set[str] = set()
+    # Per op and per site, with the exact totals where retention thinned the detail.
+    dur = calls.duration_ns.astype(np.float64)
+    w_n, w_d = np.ones(len(calls)), dur
+    rest: dict[str, tuple[float, float]] = {}
+    thinned = trace.thinned and trace.totals is not None and by_number and bool(rows)
+    if thinned and trace.totals is not None:
+        steps = np.array([r.step for r in rows], dtype=np.int64)
+        w_n, w_d, rest = _thinned_weights(calls, trace.totals, steps)
+        notes.append("retention thinned some of these steps: per-op numbers are exact, per-site "
+                     "numbers are estimated from the calls kept in detail")
+    n_total = float(w_n.sum()) + sum(n for n, _ in rest.values())
+    if len(calls) or rest:
+        kinds |= {"op", "site"}
+    op_names = sorted({str(o) for o in calls.op.tolist()} | set(rest))
+    for op in op_names:
+        m = calls.op == op
+        extra_n, extra_d = rest.get(op, (0.0, 0.0))
+        items[("op", op)] = Measure(
+            s_per_step=(float(w_d[m].sum()) + extra_d) / 1e9 / units,
+            calls_per_step=(float(w_n[m].sum()) + extra_n) / units,
+            median_us=float(np.median(dur[m])) / 1e3 if m.any() else None,
+            detail=tuple(sorted({str(a) for a in calls.api[m].tolist()})),
+        )
+    site_n: dict[str, float] = {}
+    site_d: dict[str, float] = {}
+    site_lines: dict[str, set[str]] = {}
+    if len(calls):
+        ids, inv = np.unique(calls.site, return_inverse=True)
+        sn = np.bincount(inv, weights=w_n, minlength=len(ids))
+        sd = np.bincount(inv, weights=w_d, minlength=len(ids))
+        for i, sid in enumerate(ids.tolist()):
+            site = trace.sites.get(int(sid))
+            name = f"{site.function} ({site.file})" if site is not None else UNKNOWN_SITE
+            site_n[name] = site_n.get(name, 0.0) + float(sn[i])
+            site_d[name] = site_d.get(name, 0.0) + float(sd[i])
+            if site is not None:
+                site_lines.setdefault(name, set()).add(str(site.line))
+    for n, d in rest.values():
+        site_n[THINNED_SITE] = site_n.get(THINNED_SITE, 0.0) + n
+        site_d[THINNED_SITE] = site_d.get(THINNED_SITE, 0.0) + d
+    for name in site_n:
+        lines = sorted(site_lines.get(name, ()), key=int)
+        items[("site", name)] = Measure(
+            s_per_step=site_d[name] / 1e9 / units, calls_per_step=site_n[name] / units,
+            detail=tuple(lines))
+    # Per phase: phase spans, else the weight-sync time of burst-detected steps.
+    phases = _phase_seconds(trace.spans, rows, by_number)
+    if not phases and any(r.weight_sync_s is not None for r in rows):
+        phases = {"weight_sync": sum(r.weight_sync_s or 0.0 for r in rows)}
+        notes.append("no phase markers: phase weight_sync is the span of each step's sync burst")
+    if phases:
+        kinds.add("phase")
+    for name, s in phases.items():
+        items[("phase", name)] = Measure(s_per_step=s / units)
+    # Per hot frame, over the sample windows that overlap the selected steps.
+    if step_range is not None and rows:
+        lo, hi = min(r.t_start_ns for r in rows), max(r.t_end_ns for r in rows)
+        windows = [w for w in windows if w.t_end_ns > lo and w.t_start_ns < hi]
+    frames = hot_frames(windows, lines=False)
+    n_active = frames[0].total if frames else 0
+    if n_active:
+        kinds.add("frame")
+    for f in frames[:MAX_FRAMES]:  # without line numbers: ``function (file)``
+        if f.share >= MIN_FRAME_SHARE:
+            items[("frame", f.frame)] = Measure(share=f.share)
+    # Medians over the steps (from bursts the process's last step is cut short: left out).
+    timed = [r for r in rows if not (pa.step_source == "bursts" and r is pa.steps[-1]
+                                     and len(pa.steps) > 1)]
+    if rows and len(rows) < MIN_STEPS_FOR_MEDIANS:
+        notes.append(f"only {len(rows)} step(s): their medians are noisy; compare at least "
+                     f"{MIN_STEPS_FOR_MEDIANS} steps on each side")
+    if not pa.steps:
+        notes.append("no steps found (no wsprof.step() markers, no sync bursts): per-step "
+                     "numbers are totals over the whole trace")
+    op_s = [m.s_per_step for (k, _), m in items.items() if k == "op" and m.s_per_step is not None]
+    summary = SideSummary(
+        role=role, source=src, kind="run", process=pa.label, step_source=pa.step_source,
+        step_range=step_range, steps=tuple(r.step for r in rows),
+        n_calls=int(round(n_total)), n_samples=n_active, notes=tuple(notes))
+    return Side(
+        summary=summary,
+        step_s=_median([r.step_s for r in timed]),
+        weight_sync_s=_median([r.weight_sync_s for r in rows if r.weight_sync_s is not None]),
+        rollout_share=_median([s for s in (r.rollout_share for r in rows) if s is not None]),
+        collective_s=sum(op_s) if op_s else None,
+        items=items,
+        kinds=frozenset(kinds),
+    )
+
+
+def _measure_series(path: str, step_range: StepRange | None, role: str) -> Side:
+    """A per-step series file: each column's median over the steps in ``step_range``."""
+    from wsprof.importers.csv_series import load_series_csv
+
+    items: dict[tuple[str, str], Measure] = {}
+    steps: set[int] = set()
+    medians: dict[str, float] = {}
+    for s in load_series_csv(path):
+        vals = [v for st, v in zip(s.steps, s.values) if _in_range(st, step_range)
+                and math.isfinite(v)]
+        steps |= {st for st in s.steps if _in_range(st, step_range)}
+        med = _median(vals)
+        if med is None:
+            continue
+        medians[s.name] = med
+        scale = SECONDS_PER_UNIT.get(s.unit)
+        if scale is not None:
+            items[("series", s.name)] = Measure(s_per_step=med * scale, detail=(s.unit,))
+        else:
+            items[("series", s.name)] = Measure(value=med, unit=s.unit,
+                                                detail=(s.unit,) if s.unit else ())
+    if step_range is not None and not steps:
+        raise InputError(
+            f"{role.upper()} {path}: --{role}-steps {format_step_range(step_range)} selects no "
+            "row of the series file; choose a range within its step column")
+    notes = []
+    if 0 < len(steps) < MIN_STEPS_FOR_MEDIANS:
+        notes.append(f"only {len(steps)} step(s): their medians are noisy")
+    summary = SideSummary(role=role, source=path, kind="series", process=None,
+                          step_source="series", step_range=step_range,
+                          steps=tuple(sorted(steps)), n_calls=0, n_samples=0,
+                          notes=tuple(notes))
+    return Side(summary=summary, step_s=medians.get(SERIES_STEP),
+                weight_sync_s=medians.get(SERIES_WEIGHT_SYNC),
+                rollout_share=medians.get(SERIES_ROLLOUT_SHARE), collective_s=None,
+                items=items, kinds=frozenset({"series"}) if items else frozenset())
+
+
+# --------------------------------------------------------------------------- the diff
+
+
+def _absent(kind: str, side: Side) -> Measure:
+    """An item missing on a side: none of it there when the side measured its kind."""
+    if kind not in side.kinds:
+        return Measure()
+    if kind in ("op", "site"):
+        return Measure(s_per_step=0.0, calls_per_step=0.0)
+    if kind == "phase":
+        return Measure(s_per_step=0.0)
+    if kind == "frame":
+        return Measure(share=0.0)
+    return Measure()
+
+
+def _pair(kind: str, name: str, b: Measure, a: Measure) -> ItemDiff:
+    def d(x: float | None, y: float | None, keep: bool) -> Delta | None:
+        return Delta.of(x, y) if keep else None
+
+    timed = kind in ("op", "site", "phase") or b.s_per_step is not None or (
+        a.s_per_step is not None)
+    valued = kind == "series" and not timed
+    detail = ", ".join(dict.fromkeys((*b.detail, *a.detail)))
+    if kind == "site" and detail:
+        lines = sorted({*b.detail, *a.detail}, key=int)
+        detail = f"line{'s' if len(lines) > 1 else ''} {', '.join(lines)}"
+    return ItemDiff(
+        kind=kind,
+        name=name,
+        detail=detail,
+        s_per_step=d(b.s_per_step, a.s_per_step, timed),
+        calls_per_step=d(b.calls_per_step, a.calls_per_step, kind in ("op", "site")),
+        median_us=d(b.median_us, a.median_us, kind == "op"),
+        share=d(b.share, a.share, kind == "frame"),
+        value=d(b.value, a.value, valued),
+        unit=(b.unit or a.unit) if valued else "",
+    )
+
+
+def _sort_key(item: ItemDiff) -> tuple[int, float, str, str]:
+    for rank, delta in enumerate((item.s_per_step, item.share)):
+        if delta is not None:
+            return rank, -abs(delta.change or 0.0), item.kind, item.name
+    rel = item.value.rel_change if item.value is not None else None
+    return 2, -abs(rel or 0.0), item.kind, item.name
+
+
+def _kind_total(items: Sequence[ItemDiff], kind: str, after: bool) -> float:
+    total = 0.0
+    for i in items:
+        if i.kind == kind and i.s_per_step is not None:
+            v = i.s_per_step.after if after else i.s_per_step.before
+            total += v or 0.0
+    return total
+
+
+def counted(item: ItemDiff, reference_s: float) -> bool:
+    """True when the item's change is more than noise.
+
+    Time per step: at least :data:`MIN_REL_CHANGE` of the before value (any change from
+    zero), at least :data:`MIN_SHARE_OF_REFERENCE` of ``reference_s`` and at least
+    :data:`MIN_CHANGE_S`. A frame's share: at least :data:`MIN_SHARE_CHANGE`. Other series
+    are never counted (they are not times).
+
+    Args:
+        item: the item.
+        reference_s: the time a step takes (or the kind's total), s.
+    """
+    if item.share is not None:
+        return item.share.change is not None and abs(item.share.change) >= MIN_SHARE_CHANGE
+    return item.s_per_step is not None and counted_time(item.s_per_step, reference_s)
+
+
+def counted_time(d: Delta, reference_s: float) -> bool:
+    """True when a change of time per step is more than noise (see :func:`counted`).
+
+    Args:
+        d: a time per step before and after, s.
+        reference_s: the time a step takes (or the kind's total), s.
+    """
+    if d.change is None:
+        return False
+    change = abs(d.change)
+    if change < max(MIN_CHANGE_S, MIN_SHARE_OF_REFERENCE * reference_s):
+        return False
+    return not d.before or change >= MIN_REL_CHANGE * abs(d.before)
+
+
+def fmt_rel(delta: Delta) -> str:
+    """A relative change: ``-96%``, ``+40%``, ``x12`` (beyond +1000%), ``new``, ``gone``."""
+    if delta.change is None:
+        return "-"
+    if delta.rel_change is None:
+        return "new" if delta.change > 0 else "same"
+    if delta.after == 0 and delta.before:
+        return "gone"
+    if delta.rel_change >= 9.995:
+        return f"x{1 + delta.rel_change:.0f}"
+    return f"{delta.rel_change:+.0%}"
+
+
+def fmt_change_s(change: float | None) -> str:
+    """A signed duration: ``+140 ms``, ``-380 ms``."""
+    if change is None:
+        return "-"
+    text = fmt_duration(change)
+    return text if text.startswith("-") or change == 0 else f"+{text}"
+
+
+def fmt_item_change(item: ItemDiff) -> str:
+    """The change an item is judged by, with its unit: ``-380 ms/step (-96%)``,
+    ``+30 pts of samples (10% -> 40%)``."""
+    if item.s_per_step is not None:
+        d = item.s_per_step
+        return f"{fmt_change_s(d.change)}/step ({fmt_rel(d)})"
+    if item.share is not None:
+        d = item.share
+        pts = (d.change or 0.0) * 100
+        return (f"{pts:+.0f} pts of samples ({fmt_pct(d.before)} -> {fmt_pct(d.after)})")
+    if item.value is not None:
+        d = item.value
+        return (f"{fmt_in_unit(d.before, item.unit)} -> {fmt_in_unit(d.after, item.unit)} "
+                f"({fmt_rel(d)})")
+    return "-"
+
+
+def _named(items: Sequence[ItemDiff]) -> str:
+    text = "; ".join(f"{i.label} {fmt_item_change(i)}" for i in items[:MAX_VERDICT_ITEMS])
+    if len(items) > MAX_VERDICT_ITEMS:
+        text += f" (+{len(items) - MAX_VERDICT_ITEMS} more)"
+    return text
+
+
+def _headline(step_s: Delta, sync: Delta, collective: Delta, series: Delta,
+              reference_s: float) -> str:
+    """The first verdict line: the step time (else the time in collectives, else the sum of
+    a series file's time columns), before and after."""
+    parts: list[str] = []
+    for what, d in (("step time", step_s), ("weight sync", sync),
+                    ("time in collectives", collective), ("time columns summed", series)):
+        if d.before is not None and d.after is not None:
+            parts.append(f"{what} {fmt_duration(d.before)} -> {fmt_duration(d.after)} "
+                         f"({fmt_rel(d)})")
+    main = next((d for d in (step_s, collective, series) if d.change is not None), None)
+    if main is None:
+        return "no step, collective or series times on both sides: see the items below"
+    word = ("about the same" if not counted_time(main, reference_s)
+            else "faster" if (main.change or 0.0) < 0 else "slower")
+    return f"{word} per step: " + "; ".join(parts[:2])
+
+
+def diff_sides(before: Side, after: Side) -> DiffResult:
+    """Pair the items of two sides, judge every change and write the verdict.
+
+    Args:
+        before: the side measured first (before the fix).
+        after: the side measured after.
+
+    Returns:
+        The diff.
+
+    Raises:
+        InputError: one side is a series file and the other a run (nothing to pair).
+    """
+    b, a = before.summary, after.summary
+    if b.kind != a.kind:
+        raise InputError(
+            f"cannot compare a {b.kind} with a {a.kind}: BEFORE {b.source} is a "
+            f"{'per-step series file' if b.kind == 'series' else 'run'} and AFTER {a.source} "
+            f"is {'a per-step series file' if a.kind == 'series' else 'a run'}; give two runs "
+            "(folders or .wsprof traces) or two series files")
+    keys = sorted(set(before.items) | set(after.items),
+                  key=lambda k: (ITEM_KINDS.index(k[0]) if k[0] in ITEM_KINDS else 99, k[1]))
+    items = sorted((_pair(kind, name, before.items.get((kind, name)) or _absent(kind, before),
+                          after.items.get((kind, name)) or _absent(kind, after))
+                    for kind, name in keys), key=_sort_key)
+    step_s = Delta.of(before.step_s, after.step_s)
+    refs = [v for v in (before.step_s, after.step_s) if v]
+    faster: list[ItemDiff] = []
+    slower: list[ItemDiff] = []
+    moved: list[ItemDiff] = []
+    for kind in ITEM_KINDS:
+        of_kind = [i for i in items if i.kind == kind]
+        total_b, total_a = _kind_total(of_kind, kind, False), _kind_total(of_kind, kind, True)
+        ref = max(refs) if refs else max(total_b, total_a)
+        changed = [i for i in of_kind if counted(i, ref)]
+        down = sorted((i for i in changed if (i.main and i.main.change or 0.0) < 0),
+                      key=lambda i: i.main.change if i.main and i.main.change else 0.0)
+        up = sorted((i for i in changed if (i.main and i.main.change or 0.0) > 0),
+                    key=lambda i: -(i.main.change if i.main and i.main.change else 0.0))
+        faster += down
+        slower += up
+        # Overhead moved: the largest increase, where the kind's total fell or another item of
+        # it got faster (the rule of thumb: fix one place, the next slowest shows).
+        if up and (down or (kind != "frame" and total_a < total_b)):
+            moved.append(up[0])
+    sync = Delta.of(before.weight_sync_s, after.weight_sync_s)
+    collective = Delta.of(before.collective_s, after.collective_s)
+    series = Delta.of(
+        _kind_total(items, "series", False) if "series" in before.kinds else None,
+        _kind_total(items, "series", True) if "series" in after.kinds else None)
+    reference = max(refs) if refs else max(before.collective_s or 0.0,
+                                           after.collective_s or 0.0,
+                                           series.before or 0.0, series.after or 0.0)
+    verdict = [_headline(step_s, sync, collective, series, reference)]
+    if faster:
+        verdict.append(f"got faster: {_named(faster)}")
+    if slower:
+        verdict.append(f"got slower: {_named(slower)}")
+    if moved:
+        verdict.append("overhead moved to " + "; ".join(
+            f"{i.label} {fmt_item_change(i)}" for i in moved)
+            + ": the next place to look (re-measure after every fix)")
+    if not faster and not slower:
+        verdict.append(f"nothing changed by {MIN_REL_CHANGE:.0%} of itself and "
+                       f"{MIN_SHARE_OF_REFERENCE:.0%} of a step")
+    return DiffResult(
+        before=b, after=a, step_s=step_s, weight_sync_s=sync,
+        rollout_share=Delta.of(before.rollout_share, after.rollout_share),
+        collective_s=collective, items=tuple(items), faster=tuple(faster),
+        slower=tuple(slower), moved_to=tuple(moved), verdict=tuple(verdict),
+        notes=tuple(_comparability(b, a)),
+    )
+
+
+def _comparability(b: SideSummary, a: SideSummary) -> list[str]:
+    """Notes on what makes the two sides less comparable, then each side's own notes."""
+    notes: list[str] = []
+    if b.kind == "run" and b.process != a.process:
+        notes.append(f"the sides are different processes ({b.process} before, {a.process} "
+                     "after): the primary of each run is compared")
+    if b.step_source != a.step_source:
+        notes.append(f"steps came from {b.step_source} before and from {a.step_source} after: "
+                     "step boundaries differ, so per-step numbers compare less well")
+    if (os.path.abspath(b.source) == os.path.abspath(a.source)
+            and set(b.steps) & set(a.steps)):
+        both = sorted(set(b.steps) & set(a.steps))
+        notes.append(f"the two windows of {b.source} share {len(both)} step(s) "
+                     f"({both[0]}-{both[-1]}): choose disjoint --before-steps/--after-steps")
+    notes += [f"before: {n}" for n in b.notes]
+    notes += [f"after: {n}" for n in a.notes]
+    return notes
+
+
+def diff_paths(before: str, after: str, before_steps: StepRange | None = None,
+               after_steps: StepRange | None = None) -> DiffResult:
+    """Measure both paths and diff them (what ``wsprof diff`` runs).
+
+    Args:
+        before: run folder, trace or series file before the fix.
+        after: the same after it (may be the same path with other steps).
+        before_steps: steps of ``before`` to compare (half-open); None: every step.
+        after_steps: steps of ``after`` to compare; None: every step.
+
+    Returns:
+        The diff.
+
+    Raises:
+        InputError: a path cannot be read, a range selects no step, or the sides are of
+            different kinds.
+    """
+    return diff_sides(measure_path(before, before_steps, "before"),
+                      measure_path(after, after_steps, "after"))

@@ -1,0 +1,75 @@
+"""``wsprof diff --format json``: the diff for machines."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+from wsprof.analysis.diff import DiffResult, ItemDiff, SideSummary
+
+#: Bumped when a field of the document changes meaning.
+DIFF_JSON_VERSION = 1
+
+
+def _clean(v: Any) -> Any:
+    """JSON-safe: non-finite floats become null, tuples lists."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+def _side(s: SideSummary) -> dict[str, Any]:
+    d = dataclasses.asdict(s)
+    d["step_range"] = None if s.step_range is None else {"start": s.step_range[0],
+                                                         "stop": s.step_range[1]}
+    return d
+
+
+def _ref(i: ItemDiff) -> dict[str, str]:
+    return {"kind": i.kind, "name": i.name}
+
+
+def diff_to_dict(result: DiffResult) -> dict[str, Any]:
+    """The JSON document.
+
+    ``version``; ``verdict`` (lines, the headline first); ``before`` and ``after`` (role,
+    source, kind, process, step_source, step_range {start, stop} (null ends open) or null,
+    steps, n_calls, n_samples, notes); ``per_step`` (``step_s``, ``weight_sync_s`` medians in
+    s, ``rollout_share`` median 0..1, ``collective_s`` mean in s; each {before, after, change,
+    rel_change}); ``items`` (kind, name, detail, ``s_per_step`` s, ``calls_per_step``,
+    ``median_us`` µs, ``share`` 0..1, ``value`` in ``unit``: each a {before, after, change,
+    rel_change} or null), largest absolute change of time per step first; ``faster``,
+    ``slower``, ``moved_to`` ([{kind, name}], most first); ``notes``. Non-finite numbers
+    become null.
+    """
+    r = result
+    doc = {
+        "version": DIFF_JSON_VERSION,
+        "verdict": list(r.verdict),
+        "before": _side(r.before),
+        "after": _side(r.after),
+        "per_step": {
+            "step_s": dataclasses.asdict(r.step_s),
+            "weight_sync_s": dataclasses.asdict(r.weight_sync_s),
+            "rollout_share": dataclasses.asdict(r.rollout_share),
+            "collective_s": dataclasses.asdict(r.collective_s),
+        },
+        "items": [dataclasses.asdict(i) for i in r.items],
+        "faster": [_ref(i) for i in r.faster],
+        "slower": [_ref(i) for i in r.slower],
+        "moved_to": [_ref(i) for i in r.moved_to],
+        "notes": list(r.notes),
+    }
+    cleaned: dict[str, Any] = _clean(doc)
+    return cleaned
+
+
+def render_diff_json(result: DiffResult) -> str:
+    """The JSON document as text (see :func:`diff_to_dict`)."""
+    return json.dumps(diff_to_dict(result), indent=2, ensure_ascii=False)
