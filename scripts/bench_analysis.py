@@ -5,7 +5,10 @@ process (the trace is written first, by the real recorder and writer). Not a tes
 
 The analyzer issue's budget: 10M call records analysed in <= 20 s and <= 4 GB on 2 cores.
 
-Usage: python scripts/bench_analysis.py [--steps 100] [--calls 100000]
+With ``--report``, the child also renders the HTML report and prints its size (the report
+issue's budget: <= 5 MB for a run of 1M calls: ``--steps 10 --calls 100000 --report``).
+
+Usage: python scripts/bench_analysis.py [--steps 100] [--calls 100000] [--report]
 """
 
 from __future__ import annotations
@@ -29,7 +32,15 @@ t0 = time.monotonic()
 from wsprof.analysis.run import analyze_path
 a = analyze_path(sys.argv[1])
 dt = time.monotonic() - t0
-print(json.dumps({"seconds": dt, "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+size = None
+if len(sys.argv) > 2:
+    import os
+    from wsprof.report.html import write_html
+    t1 = time.monotonic()
+    write_html(a, sys.argv[2])
+    size = (os.path.getsize(sys.argv[2]), time.monotonic() - t1)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"seconds": dt, "report": size, "peak_rss_kib": peak,
                   "steps": len(a.primary.steps), "findings": [f.kind for f in a.findings],
                   "calls": sum(o.n_calls for o in a.primary.ops)}))
 """
@@ -66,16 +77,20 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--calls", type=int, default=100_000)
+    ap.add_argument("--report", action="store_true", help="also render the HTML report")
     args = ap.parse_args()
     t0 = time.monotonic()
     path = write_trace(args.steps, args.calls)
     print(f"wrote {args.steps} steps x {args.calls:,} calls = {args.steps * args.calls:,} calls "
           f"({os.path.getsize(path) / 2**20:.0f} MiB) in {time.monotonic() - t0:.0f} s")
-    out = subprocess.run([sys.executable, "-c", _CHILD, path], capture_output=True, text=True,
-                         check=True)
+    report = [os.path.join(os.path.dirname(path), "report.html")] if args.report else []
+    out = subprocess.run([sys.executable, "-c", _CHILD, path, *report], capture_output=True,
+                         text=True, check=True)
     r = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"analyze_path: {r['seconds']:.1f} s, peak RSS {r['peak_rss_kib'] / 2**20:.2f} GiB, "
           f"{r['calls']:,} calls in {r['steps']} steps; findings: {', '.join(r['findings'])}")
+    if r["report"]:
+        print(f"HTML report: {r['report'][0] / 2**20:.2f} MiB, rendered in {r['report'][1]:.1f} s")
 
 
 if __name__ == "__main__":

@@ -21,9 +21,11 @@ from wsprof.analysis.model import (
     OpStats,
     ProcessAnalysis,
     Projection,
+    RankSeries,
     Series,
     SeriesResult,
     StepRow,
+    WrapperFact,
 )
 
 N_STEPS = 8
@@ -241,6 +243,8 @@ def _process(rank: int, payload: str) -> ProcessAnalysis:
         ),
         hot_frames=hot,
         hot_stacks=stacks,
+        early_stacks=stacks[1:],
+        late_stacks=stacks,
         n_samples=1000,
         meta={
             "wsprof_version": "0.1.0",
@@ -296,6 +300,20 @@ def _findings(payload: str) -> tuple[Finding, ...]:
             next_step="Nothing to do; listed for context.",
         ),
     )
+
+
+def _rank(rank: int) -> RankSeries:
+    steps = _steps(rank)
+    return RankSeries(
+        label=f"rank {rank}", rank=rank, host=f"node-{rank // 2}", pid=4100 + rank,
+        step_source="markers", steps=tuple(r.step for r in steps),
+        weight_sync_s=tuple(r.weight_sync_s for r in steps),
+        step_s=tuple(r.step_s for r in steps),
+        between_layers_s=tuple(r.between_layers_s for r in steps),
+        start_s=tuple((r.t_start_ns - T0_NS) / 1e9 for r in steps),
+        sync_start_s=tuple(None for _ in steps), clock="host", sync=None, between=None,
+        median_weight_sync_s=float(np.median([r.weight_sync_s or 0.0 for r in steps])),
+        median_step_s=float(np.median([r.step_s for r in steps])))
 
 
 def make_run_analysis(payload: str = "", n_processes: int = 3) -> Analysis:
@@ -394,6 +412,15 @@ def make_run_analysis(payload: str = "", n_processes: int = 3) -> Analysis:
         processes=tuple(_process(r, payload) for r in range(n_processes)),
         series=series,
         findings=_findings(payload),
+        wrappers=(
+            WrapperFact("dist.all_gather", "name", f"_all_gather_wrapper{payload}", "verl.x",
+                        f"{payload}/verl/workers/fsdp_workers.py", 412,
+                        ("torch.distributed.all_gather",), False, 2.4),
+            WrapperFact("dist.broadcast", "name", f"_all_gather_wrapper{payload}", "verl.x",
+                        f"{payload}/verl/workers/fsdp_workers.py", 412,
+                        ("torch.distributed.broadcast",), True, None),
+        ),
+        ranks=tuple(_rank(r) for r in range(n_processes)),
         notes=(
             "rank 2: 3 calls after the last step were not attributed to a step",
             f"py-spy sampled at 100 Hz{payload}",

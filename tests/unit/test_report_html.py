@@ -337,3 +337,43 @@ def test_a_process_with_dozens_of_counters_draws_the_named_ones_first() -> None:
     assert not any(n.startswith("wsprof.") or n.endswith("num_device_alloc") for n in shown)
     assert [c.name for c in shown_counters(p, ["cuda0.mappings"], only_named=True)] == [
         "cuda0.mappings"]
+
+
+def _section(html: str, sid: str) -> str:
+    start = html.index(f'<section id="{sid}"')
+    return html[start : html.index("</section>", start)]
+
+
+def test_wrapper_audit_lists_every_wrapper_and_its_time(run_html: str) -> None:
+    table = _section(run_html, "wrappers")
+    assert table.count("<tr><td><code>dist.") == 2
+    assert "_all_gather_wrapper" in table and "/verl/workers/fsdp_workers.py:412" in table
+    assert "2.4 s" in table and "no calls" in table and "after patch()" in table
+
+
+def test_ranks_heatmap_names_every_rank(run_html: str) -> None:
+    ranks = _section(run_html, "ranks")
+    assert 'aria-label="weight-sync time per rank and step"' in ranks
+    for r in range(3):
+        assert f"rank {r}" in ranks
+
+
+def test_ranks_heatmap_marks_the_outlier_rank_red() -> None:
+    a = make_run_analysis()
+    rank1 = a.ranks[1]
+    outlier = dataclasses.replace(a.findings[0], kind="outlier_rank",
+                                  evidence={"label": rank1.label})
+    html = render_html(dataclasses.replace(a, findings=(*a.findings, outlier)))
+    plain_html = render_html(a)
+    red = figures._C_GAINED
+    assert red in _section(html, "ranks") and red not in _section(plain_html, "ranks")
+
+
+def test_flame_charts_early_and_late(run_html: str) -> None:
+    stacks = _section(run_html, "stacks")
+    assert stacks.count('aria-label="Early: ') == 3 and stacks.count('aria-label="Late: ') == 3
+
+
+def test_hostile_names_in_wrappers_are_escaped(hostile_html: str) -> None:
+    table = _section(hostile_html, "wrappers")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in table and "<script" not in table

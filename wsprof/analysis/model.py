@@ -329,6 +329,10 @@ class ProcessAnalysis:
     cost_model: CallCostModel | None = None
     #: GPU utilization in and out of weight sync (None without NVML samples in a sync phase).
     gpu_util: GpuUtil | None = None
+    #: Whole stacks (root first, per function) of the first and the last third of the sampling
+    #: windows, ``(stack, samples)`` most first: the flame charts. Empty with < 2 windows.
+    early_stacks: tuple[tuple[tuple[str, ...], int], ...] = ()
+    late_stacks: tuple[tuple[tuple[str, ...], int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from wsprof.analysis.model import (
     StepRow,
 )
 from wsprof.analysis.phases import patterns_from_meta, window_summaries
-from wsprof.analysis.samples import early_late_shift, hot_frames, hot_stacks
+from wsprof.analysis.samples import early_late_shift, early_late_stacks, hot_frames, hot_stacks
 from wsprof.analysis.steps import steps_from_bursts, steps_from_markers, sync_spans
 from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow
 
@@ -274,6 +274,7 @@ def join_samples(
     windows = list(windows)
     patterns = patterns_from_meta(meta, windows)
     summaries = window_summaries(windows, patterns)
+    flame = early_late_stacks(windows)
     return replace(
         pa,
         hot_frames=tuple(hot_frames(windows)),
@@ -282,4 +283,6 @@ def join_samples(
         windows=tuple(summaries),
         phase_source=patterns.source if summaries else None,
         shift=early_late_shift(windows),
+        early_stacks=tuple(flame[0]) if flame else (),
+        late_stacks=tuple(flame[1]) if flame else (),
     )

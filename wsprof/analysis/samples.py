@@ -360,3 +360,29 @@ def early_late_shift(windows: Iterable[SampleWindow], k: int | None = None) -> W
         gained=tuple(p[0] for p in gained[:MAX_SHIFT_FRAMES]),
         lost=tuple(p[0] for p in lost[:MAX_SHIFT_FRAMES]),
     )
+
+
+#: Most stacks kept per side by :func:`early_late_stacks` (enough for a flame chart: smaller
+#: stacks would be narrower than a pixel).
+MAX_FLAME_STACKS = 300
+
+
+def early_late_stacks(
+    windows: Iterable[SampleWindow], k: int | None = None
+) -> tuple[list[tuple[tuple[str, ...], int]], list[tuple[tuple[str, ...], int]]] | None:
+    """Whole stacks (root first, per function and file) of the first and of the last ``k``
+    windows with active samples: the same split as :func:`early_late_shift`, for flame charts.
+
+    Returns:
+        (early, late) lists of ``(stack, samples)``, most samples first, at most
+        :data:`MAX_FLAME_STACKS` each; None with fewer than 2 windows with active samples.
+    """
+    groups = [g for _, _, g in group_windows(windows) if any(True for _ in _active(g, False))]
+    n = len(groups)
+    if n < 2:
+        return None
+    k = max(1, n // 3) if k is None else k
+    k = max(1, min(k, n // 2))
+    early = hot_stacks((w for g in groups[:k] for w in g), MAX_FLAME_STACKS, lines=False)
+    late = hot_stacks((w for g in groups[-k:] for w in g), MAX_FLAME_STACKS, lines=False)
+    return early, late

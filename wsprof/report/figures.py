@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import re
 import threading
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter
 
 from wsprof.analysis.model import (
@@ -586,3 +588,113 @@ def hot_frames_figure(frames: Sequence[HotFrame], top: int = MAX_HOT_FRAMES) -> 
         ax.set_xlabel("share of samples (%)")
         ax.grid(axis="y", visible=False)
         return _to_svg(fig, "hottest leaf frames by share of samples")
+
+
+#: Deepest flame-chart row drawn (deeper frames are folded into their row-limit ancestor).
+MAX_FLAME_DEPTH = 28
+#: Narrowest flame-chart box drawn, as a share of all samples (narrower is below a pixel).
+MIN_FLAME_SHARE = 0.002
+_C_FLAME = ("#f6c85f", "#f4a259", "#e9c46a", "#f28e2b", "#edc948", "#ffbe7d")
+_C_GAINED = "#e15759"
+
+
+def _flame_tree(stacks: Sequence[tuple[tuple[str, ...], int]]) -> dict[str, Any]:
+    root: dict[str, Any] = {"n": 0, "kids": {}}
+    for frames, n in stacks:
+        root["n"] += n
+        node = root
+        for f in frames[:MAX_FLAME_DEPTH]:
+            node = node["kids"].setdefault(f, {"n": 0, "kids": {}})
+            node["n"] += n
+    return root
+
+
+def flame_figure(stacks: Sequence[tuple[tuple[str, ...], int]], title: str,
+                 highlight: Sequence[str] = ()) -> str | None:
+    """An icicle (flame chart, root at the top): each box a frame, its width the share of
+    samples whose stack holds it under its callers; frames in ``highlight`` (those that gained
+    share) drawn red.
+
+    Args:
+        stacks: ``(stack root first, samples)`` pairs.
+        title: figure title.
+        highlight: frame names (``function (file)``) to draw red.
+
+    Returns:
+        An inline SVG, or None without samples.
+    """
+    root = _flame_tree(stacks)
+    total = root["n"]
+    if total <= 0:
+        return None
+    boxes: list[tuple[int, float, float, str]] = []  # depth, x, width, frame
+
+    def walk(node: dict[str, Any], depth: int, x: float) -> None:
+        for frame, kid in sorted(node["kids"].items(), key=lambda kv: -kv[1]["n"]):
+            w = kid["n"] / total
+            if w >= MIN_FLAME_SHARE:
+                boxes.append((depth, x, w, frame))
+                walk(kid, depth + 1, x)
+            x += w
+
+    walk(root, 0, 0.0)
+    depth = 1 + max(b[0] for b in boxes) if boxes else 1
+    marked = set(highlight)
+    with _figure(0.7 + 0.24 * depth) as fig:
+        ax = fig.add_subplot()
+        for d, x, w, frame in boxes:
+            name = frame.split(" (", 1)[0]
+            colour = (_C_GAINED if frame in marked
+                      else _C_FLAME[zlib.crc32(name.encode()) % len(_C_FLAME)])
+            ax.add_patch(Rectangle((x, d), w, 0.92, facecolor=colour, edgecolor="white",
+                                   linewidth=0.4))
+            chars = int(w * 150)
+            if chars >= 4:
+                ax.text(x + 0.003, d + 0.46, plain(name, chars), va="center", fontsize=6.5,
+                        clip_on=True)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(depth, 0)
+        ax.set_yticks([])
+        ax.set_xlabel("share of samples")
+        ax.grid(visible=False)
+        ax.set_title(plain(title, 90), loc="left")
+        return _to_svg(fig, title)
+
+
+def ranks_figure(labels: Sequence[str], steps: Sequence[int],
+                 values: Sequence[Sequence[float | None]], outliers: Sequence[str] = ()) -> (
+        str | None):
+    """Heatmap of per-rank weight-sync time per step; outlier ranks' labels drawn red.
+
+    Args:
+        labels: one per rank (``rank 3``).
+        steps: step numbers (columns).
+        values: per rank, per step, weight-sync time, s (None where unknown).
+        outliers: labels of ranks an ``outlier_rank`` finding names.
+
+    Returns:
+        An inline SVG, or None without ranks or steps.
+    """
+    if not labels or not steps:
+        return None
+    m = np.array([[np.nan if v is None else float(v) for v in row] for row in values],
+                 dtype=np.float64)
+    if not np.isfinite(m).any():
+        return None
+    with _figure(1.2 + 0.22 * min(len(labels), 64)) as fig:
+        ax = fig.add_subplot()
+        im = ax.imshow(m, aspect="auto", interpolation="nearest", cmap="magma_r",
+                       extent=(steps[0] - 0.5, steps[-1] + 0.5, len(labels) - 0.5, -0.5))
+        fig.colorbar(im, ax=ax, label="weight sync (s)", shrink=0.9)
+        every = max(1, len(labels) // 32)
+        ticks = list(range(0, len(labels), every))
+        ax.set_yticks(ticks, [plain(labels[i], 24) for i in ticks], fontsize=7)
+        bad = set(outliers)
+        for tick, i in zip(ax.get_yticklabels(), ticks, strict=True):
+            if labels[i] in bad:
+                tick.set_color(_C_GAINED)
+                tick.set_fontweight("bold")
+        ax.set_xlabel("step")
+        ax.grid(visible=False)
+        ax.set_title("Weight-sync time per rank and step", loc="left")
+        return _to_svg(fig, "weight-sync time per rank and step")

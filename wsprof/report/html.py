@@ -47,7 +47,8 @@ from wsprof.units import (
 )
 
 #: Section ids, in page order (tests and links rely on them).
-SECTIONS = ("verdict", "two-numbers", "growth", "ops", "counters", "stacks", "meta")
+SECTIONS = ("verdict", "two-numbers", "growth", "ops", "counters", "stacks", "wrappers", "ranks",
+            "meta")
 
 #: Findings shown in full in the verdict section; the rest are folded below them.
 TOP_FINDINGS = 5
@@ -146,6 +147,9 @@ class ProcessView:
     hot_frames: tuple[HotFrame, ...]
     hot_stacks: tuple[StackRow, ...]
     meta: tuple[tuple[str, str], ...]
+    #: flame charts of the first and last third of the sampling windows (None without)
+    flame_early: Markup | None = None
+    flame_late: Markup | None = None
 
 
 # --------------------------------------------------------------------------- formatting
@@ -339,6 +343,35 @@ def _meta_rows(meta: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple((str(k), fmt_value(v)) for k, v in sorted(meta.items(), key=lambda kv: str(kv[0])))
 
 
+def _flames(p: ProcessAnalysis) -> dict[str, Markup | None]:
+    """Early and late flame charts of a process; frames that gained share are red in the late
+    one."""
+    if not p.early_stacks or not p.late_stacks:
+        return {}
+    gained = [f.frame for f in p.shift.gained] if p.shift is not None else []
+    k = p.shift.k if p.shift is not None else None
+    side = f"the first {k} windows" if k else "the first windows"
+    late = f"the last {k} windows" if k else "the last windows"
+    return {
+        "flame_early": _svg(figures.flame_figure(p.early_stacks, f"Early: {side}")),
+        "flame_late": _svg(figures.flame_figure(
+            p.late_stacks, f"Late: {late} (red: frames that gained share)", gained)),
+    }
+
+
+def ranks_view(analysis: Analysis) -> Markup | None:
+    """Heatmap of per-rank weight-sync time per step (outlier ranks red); None with fewer than
+    two ranks with steps."""
+    ranks = [r for r in analysis.ranks if r.steps]
+    if len(ranks) < 2:
+        return None
+    steps = sorted({s for r in ranks for s in r.steps})
+    values = [[dict(zip(r.steps, r.weight_sync_s)).get(s) for s in steps] for r in ranks]
+    named = {str(f.evidence.get("label")) for f in analysis.findings if f.kind == "outlier_rank"}
+    labels = [r.label for r in ranks]
+    return _svg(figures.ranks_figure(labels, steps, values, [x for x in labels if x in named]))
+
+
 def shown_counters(p: ProcessAnalysis, named: Sequence[str] = (),
                    only_named: bool = False) -> list[CounterTrack]:
     """The counters a report draws for a process: those a finding names first, then (unless
@@ -379,6 +412,7 @@ def process_view(
         counters_hidden=len(p.counters) - len(counters),
         counters_aligned=any(c.aligned for c in counters),
         hot_figure=_svg(figures.hot_frames_figure(p.hot_frames)),
+        **_flames(p),
         hot_frames=tuple(p.hot_frames[: figures.MAX_HOT_FRAMES]),
         hot_stacks=_stack_rows(p),
         meta=_meta_rows(p.meta),
@@ -478,6 +512,7 @@ def render_html(analysis: Analysis) -> str:
         growth_figures=growth_figures,
         procs=procs,
         any_counters=any(v.counters for v in procs),
+        ranks_figure=ranks_view(analysis),
         any_stacks=any(v.hot_frames or v.hot_stacks for v in procs),
     )
 
