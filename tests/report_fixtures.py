@@ -150,6 +150,7 @@ def call_points(n_per_step: int = 600, n_steps: int = N_STEPS, op_prefix: str = 
         step=tuple(int(s) for s in step),
         op=tuple(op_prefix + OPS[int(i)] for i in op_i),
         n_total=n * 4,
+        site=tuple(f"sync_weights{op_prefix} (fsdp_workers.py:{160 + int(i)})" for i in op_i),
     )
 
 

@@ -377,3 +377,23 @@ def test_flame_charts_early_and_late(run_html: str) -> None:
 def test_hostile_names_in_wrappers_are_escaped(hostile_html: str) -> None:
     table = _section(hostile_html, "wrappers")
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in table and "<script" not in table
+
+
+def test_growth_figure_draws_a_band_around_the_fit() -> None:
+    r = make_series_analysis().series[0]
+    noisy = dataclasses.replace(r.series, values=tuple(
+        v * (1.05 if i % 2 else 0.95) for i, v in enumerate(r.series.values)))
+    svg = figures.growth_figure(SeriesResult(noisy, r.verdict))
+    assert svg is not None and "band: fit ± 2σ" in svg
+    exact = figures.growth_figure(SeriesResult(
+        dataclasses.replace(r.series, values=r.verdict.fitted), r.verdict))
+    assert exact is not None and "band: fit" not in exact  # no residuals, no band
+
+
+def test_per_site_latency_figure(run_html: str) -> None:
+    ops = _section(run_html, "ops")
+    assert 'aria-label="per-call collective latency by caller site over call index"' in ops
+    assert "sync_weights (fsdp_workers.py:161)" in ops
+    assert figures.site_latency_figure(call_points()) is not None
+    no_sites = dataclasses.replace(call_points(), site=())
+    assert figures.site_latency_figure(no_sites) is None

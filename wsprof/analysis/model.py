@@ -191,7 +191,8 @@ class CallPoints:
     """Per-call latency points for plotting, downsampled keeping extremes.
 
     Arrays as tuples of equal length: call index in the process, latency (µs), time between
-    layers (µs), step, canonical op.
+    layers (µs), step, canonical op, and caller site (``function (file:line)`` for the sites
+    with the most time, ``other sites`` or ``unknown`` for the rest; empty when not known).
     """
 
     index: tuple[int, ...]
@@ -200,6 +201,7 @@ class CallPoints:
     step: tuple[int, ...]
     op: tuple[str, ...]
     n_total: int
+    site: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -22,7 +23,7 @@ from wsprof.analysis.model import (
 from wsprof.analysis.phases import patterns_from_meta, window_summaries
 from wsprof.analysis.samples import early_late_shift, early_late_stacks, hot_frames, hot_stacks
 from wsprof.analysis.steps import steps_from_bursts, steps_from_markers, sync_spans
-from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow
+from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow, Site
 
 #: Most call points kept for plots per process; beyond it each bucket keeps its min and max.
 MAX_PLOT_POINTS = 6_000
@@ -152,8 +153,33 @@ def gpu_util(trace: ProcessTrace) -> GpuUtil | None:
                    n_sync=int(inside.sum()))
 
 
-def call_points(calls: CallTable) -> CallPoints:
-    """Per-call latency and time between layers over call index, downsampled keeping extremes."""
+#: Caller sites named in the per-site plot (most total time first); the rest are "other sites".
+MAX_PLOT_SITES = 6
+
+
+def _site_labels(calls: CallTable, sites: Mapping[int, Site], idx: npt.NDArray[np.int64]) -> (
+        tuple[str, ...]):
+    """Labels of the caller sites of the calls at ``idx`` (see :class:`CallPoints`)."""
+    if not len(calls):
+        return ()
+    ids, inv = np.unique(calls.site, return_inverse=True)
+    total = np.bincount(inv.reshape(-1), weights=calls.duration_ns.astype(np.float64))
+    top = {int(ids[i]) for i in np.argsort(-total)[:MAX_PLOT_SITES]}
+    out: list[str] = []
+    for sid in calls.site[idx].tolist():
+        site = sites.get(int(sid))
+        if site is None:
+            out.append("unknown")
+        elif int(sid) in top:
+            out.append(f"{site.function} ({os.path.basename(site.file)}:{site.line})")
+        else:
+            out.append("other sites")
+    return tuple(out)
+
+
+def call_points(calls: CallTable, sites: Mapping[int, Site] | None = None) -> CallPoints:
+    """Per-call latency and time between layers over call index, downsampled keeping extremes;
+    with ``sites``, each point's caller site (:class:`CallPoints`)."""
     lat = calls.duration_ns.astype(np.float64) / 1e3
     idx = downsample_extremes(lat, MAX_PLOT_POINTS)
     return CallPoints(
@@ -163,6 +189,7 @@ def call_points(calls: CallTable) -> CallPoints:
         step=tuple(int(v) for v in calls.step[idx]),
         op=tuple(str(v) for v in calls.op[idx]),
         n_total=len(calls),
+        site=_site_labels(calls, sites, idx) if sites is not None else (),
     )
 
 
@@ -246,7 +273,7 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
         step_source=source,
         steps=tuple(steps),
         ops=tuple(op_stats(calls, totals)),
-        calls=call_points(calls),
+        calls=call_points(calls, trace.sites),
         counters=tuple(counter_tracks(trace, first_record_ns(trace))),
         hot_frames=(),
         hot_stacks=(),

@@ -212,7 +212,12 @@ def _legend_above(ax: Axes, handles: Sequence[object] | None = None, ncols: int 
 def growth_figure(
     result: SeriesResult, *, title: str | None = None, width_in: float = WIDTH_IN
 ) -> str | None:
-    """One per-step series: measured points, the fitted model and the projection.
+    """One per-step series: measured points, the fitted model with its band, and the projection.
+
+    The band is the fit ± 2 robust standard deviations of the residuals (1.4826 × their median
+    absolute deviation, the normal-consistent MAD): where about 95 % of the points would fall
+    if the fitted model is right and the noise is normal; points outside it are what the model
+    does not explain.
 
     Args:
         result: the series and its verdict (``verdict.fitted`` has one value per point).
@@ -247,6 +252,13 @@ def growth_figure(
         if len(v.fitted) == n:
             fitted = np.asarray(v.fitted, dtype=np.float64)[idx]
             ax.plot(x, fitted, color=_C_FIT, linewidth=1.6, label=f"fit: {v.shape}")
+            resid = y - fitted
+            resid = resid[np.isfinite(resid)]
+            if len(resid) >= 3:
+                sigma = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
+                if sigma > 0:
+                    ax.fill_between(x, fitted - 2 * sigma, fitted + 2 * sigma, color=_C_FIT,
+                                    alpha=0.12, linewidth=0, label="band: fit ± 2σ")
             if v.projection is not None and len(x):
                 ax.plot(
                     [x[-1], v.projection.step],
@@ -347,14 +359,15 @@ def step_breakdown_figure(steps: Sequence[StepRow]) -> str | None:
 
 
 def _call_arrays(
-    calls: CallPoints, values: Sequence[float]
+    calls: CallPoints, values: Sequence[float], groups: Sequence[str] | None = None
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64], list[str]]:
-    n = min(len(calls.index), len(values), len(calls.step), len(calls.op))
+    groups = calls.op if groups is None else groups
+    n = min(len(calls.index), len(values), len(calls.step), len(groups))
     y = np.asarray(values[:n], dtype=np.float64)
     keep = cap_indices(y)
     x = np.asarray(calls.index[:n], dtype=np.float64)[keep]
     step = np.asarray(calls.step[:n], dtype=np.int64)[keep]
-    ops = [calls.op[int(i)] for i in keep]
+    ops = [groups[int(i)] for i in keep]
     return x, y[keep], step, ops
 
 
@@ -365,9 +378,11 @@ def _scatter_by_op(
     *,
     ylabel: str,
     title: str,
+    groups: Sequence[str] | None = None,
 ) -> bool:
-    """Scatter ``values`` over call index: colour by step, one marker per op. False if empty."""
-    x, y, step, ops = _call_arrays(calls, values)
+    """Scatter ``values`` over call index: colour by step, one marker per op (or per entry of
+    ``groups``, one per point). False if empty."""
+    x, y, step, ops = _call_arrays(calls, values, groups)
     if len(x) == 0:
         return False
     ax = fig.add_subplot()
@@ -416,6 +431,21 @@ def _scatter_by_op(
         cbar = fig.colorbar(mappable, ax=ax, pad=0.01, aspect=30)
         cbar.set_label("step")
     return True
+
+
+def site_latency_figure(calls: CallPoints) -> str | None:
+    """Per-call latency over call index, log scale; colour is the step, marker the caller site.
+
+    Returns:
+        An inline SVG, or None without calls or without site labels.
+    """
+    if not calls.site:
+        return None
+    with _figure(3.6) as fig:
+        if not _scatter_by_op(fig, calls, calls.latency_us, ylabel="latency (µs)",
+                              title="Per-call latency by caller site", groups=calls.site):
+            return None
+        return _to_svg(fig, "per-call collective latency by caller site over call index")
 
 
 def op_latency_figure(calls: CallPoints) -> str | None:

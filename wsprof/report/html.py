@@ -138,6 +138,7 @@ class ProcessView:
     p: ProcessAnalysis
     op_figure: Markup | None
     between_figure: Markup | None
+    site_figure: Markup | None
     ops: tuple[OpStats, ...]
     counters: tuple[CounterView, ...]
     #: counters recorded but not drawn (see :func:`shown_counters`)
@@ -407,6 +408,7 @@ def process_view(
         p=p,
         op_figure=_svg(figures.op_latency_figure(p.calls)),
         between_figure=_svg(figures.between_layers_figure(p.calls)),
+        site_figure=_svg(figures.site_latency_figure(p.calls)),
         ops=tuple(sorted(p.ops, key=lambda o: -o.total_s)),
         counters=counters,
         counters_hidden=len(p.counters) - len(counters),
