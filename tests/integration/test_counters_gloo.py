@@ -12,7 +12,7 @@ from helpers import REPO, TARGETS, run_ranks
 from wsprof.analysis.run import analyze_path
 from wsprof.trace.reader import read_run
 
-STEPS, LEAK = 8, 2000
+STEPS, LEAK = 10, 2000
 #: A generous probe budget (the object count's share of it is a fifth) and steps of 0.3 s, so
 #: that the object count (about 35 ms in a process that imported torch) runs at every step of
 #: a short test run; the default budget is checked by tests/unit/test_counters.py.
@@ -40,10 +40,11 @@ def test_counters_follow_steps_and_name_what_grows(tmp_path: Path) -> None:
         _, kept = t.counters[LEAKY]
         # LEAK more each step: the count rises by LEAK between consecutive samples at boundaries
         steps_seen = np.unique(kept)
-        assert len(steps_seen) >= STEPS - 2, kept
-        assert set(np.diff(steps_seen).tolist()) <= {float(LEAK * k) for k in range(1, 4)}
+        # the first count is the baseline; on a loaded machine the budget may skip a step or two
+        assert len(steps_seen) >= STEPS - 4, kept
+        assert set(np.diff(steps_seen).tolist()) <= {float(LEAK * k) for k in range(1, 5)}
         probes = t.meta["self"]["probes"]
-        assert probes["by_probe"]["gc_types"]["runs"] >= STEPS - 2
+        assert probes["by_probe"]["gc_types"]["runs"] >= STEPS - 3
     a = analyze_path(str(out))
     growth = [f for f in a.findings if f.kind == "memory_growth"]
     assert any(f.where == LEAKY for f in growth), [f.title for f in a.findings]

@@ -397,3 +397,13 @@ def test_per_site_latency_figure(run_html: str) -> None:
     assert figures.site_latency_figure(call_points()) is not None
     no_sites = dataclasses.replace(call_points(), site=())
     assert figures.site_latency_figure(no_sites) is None
+
+
+def test_a_large_run_draws_figures_for_the_first_ranks_and_the_named_ones() -> None:
+    a = make_run_analysis(n_processes=7)
+    named = dataclasses.replace(a.findings[0], kind="outlier_rank", title="rank 6: grows",
+                                evidence={"label": "rank 6", "rank": 6})
+    html = render_html(dataclasses.replace(a, findings=(*a.findings, named)))
+    ops = _section(html, "ops")
+    assert ops.count('aria-label="per-call collective latency over call index"') == 5  # 0-3, 6
+    assert ops.count("Figures are drawn for the first ranks") == 2  # ranks 4 and 5

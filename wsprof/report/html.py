@@ -70,6 +70,10 @@ COUNTER_SERIES_PREFIX = "counter:"
 #: Most counter figures per process (findings' counters first): a process records dozens of
 #: counters (allocator, NVML, psutil, gc), and a report of every one is slow to read and open.
 MAX_COUNTER_FIGURES = 8
+#: Processes whose per-call and sample figures are drawn: the first ones in rank order, plus
+#: every process a finding names. A 64-rank run with every figure measured 24 MB and 48 s; the
+#: ranks heatmap compares all ranks at a glance.
+MAX_FIGURE_PROCESSES = 4
 
 _TEMPLATE = "report.html.j2"
 
@@ -139,6 +143,8 @@ class ProcessView:
     op_figure: Markup | None
     between_figure: Markup | None
     site_figure: Markup | None
+    #: figures left out for this process (a large run: see :data:`MAX_FIGURE_PROCESSES`)
+    figures_skipped: bool
     ops: tuple[OpStats, ...]
     counters: tuple[CounterView, ...]
     #: counters recorded but not drawn (see :func:`shown_counters`)
@@ -386,7 +392,7 @@ def shown_counters(p: ProcessAnalysis, named: Sequence[str] = (),
 
 def process_view(
     p: ProcessAnalysis, per_step_counters: dict[str, dict[int, float]] | None = None,
-    named: Sequence[str] = (), only_named: bool = False,
+    named: Sequence[str] = (), only_named: bool = False, draw: bool = True,
 ) -> ProcessView:
     """Figures and tables of one process.
 
@@ -397,6 +403,8 @@ def process_view(
         named: counters named by findings (drawn first; see :func:`shown_counters`).
         only_named: draw only those (the processes after the primary one: a figure per counter
             per rank would make a large run's report slow to build and to read).
+        draw: draw the per-call and sample figures (False: tables only; see
+            :data:`MAX_FIGURE_PROCESSES`).
 
     Returns:
         The view the template renders.
@@ -406,15 +414,16 @@ def process_view(
                      for c in shown_counters(p, named, only_named))
     return ProcessView(
         p=p,
-        op_figure=_svg(figures.op_latency_figure(p.calls)),
-        between_figure=_svg(figures.between_layers_figure(p.calls)),
-        site_figure=_svg(figures.site_latency_figure(p.calls)),
+        op_figure=_svg(figures.op_latency_figure(p.calls)) if draw else None,
+        between_figure=_svg(figures.between_layers_figure(p.calls)) if draw else None,
+        site_figure=_svg(figures.site_latency_figure(p.calls)) if draw else None,
+        figures_skipped=not draw,
         ops=tuple(sorted(p.ops, key=lambda o: -o.total_s)),
         counters=counters,
         counters_hidden=len(p.counters) - len(counters),
         counters_aligned=any(c.aligned for c in counters),
-        hot_figure=_svg(figures.hot_frames_figure(p.hot_frames)),
-        **_flames(p),
+        hot_figure=_svg(figures.hot_frames_figure(p.hot_frames)) if draw else None,
+        **(_flames(p) if draw else {}),
         hot_frames=tuple(p.hot_frames[: figures.MAX_HOT_FRAMES]),
         hot_stacks=_stack_rows(p),
         meta=_meta_rows(p.meta),
@@ -465,9 +474,18 @@ def render_html(analysis: Analysis) -> str:
     primary = analysis.primary
     per_step = counter_steps(analysis)
     named = [f.where for f in analysis.findings if f.where]
+    labels = {str(f.evidence.get("label")) for f in analysis.findings if f.evidence}
+    ranks = {f.evidence.get("rank") for f in analysis.findings if f.evidence}
+    text = " ".join(f"{f.title} {f.where or ''}" for f in analysis.findings)
+
+    def drawn(i: int, p: ProcessAnalysis) -> bool:
+        return (i < MAX_FIGURE_PROCESSES or p is primary or p.label in labels
+                or (p.rank is not None and p.rank in ranks)
+                or f"{p.label} " in text or f"{p.label}:" in text)
+
     procs = [process_view(p, per_step if p is primary else None, named,
-                          only_named=p is not primary)
-             for p in analysis.processes]
+                          only_named=p is not primary, draw=drawn(i, p))
+             for i, p in enumerate(analysis.processes)]
     ws_figure = None
     if head.weight_sync_result is not None:
         ws_figure = figures.growth_figure(
