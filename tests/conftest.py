@@ -30,7 +30,7 @@ def collectives_untouched() -> Iterator[None]:
     after = _collective_state()
     changed = [k for k in before if before[k] is not after.get(k)]
     assert not changed, f"test left collectives patched: {changed[:5]}"
-    extra = sys.modules.get("wsprof.capture.extra")
-    if extra is not None:
-        left = [f for f in sys.meta_path if isinstance(f, extra._PostImportFinder)]
+    imports = sys.modules.get("wsprof.capture.imports")
+    if imports is not None:
+        left = [f for f in sys.meta_path if isinstance(f, imports.PostImportFinder)]
         assert not left, "test left wsprof's post-import finder on sys.meta_path"

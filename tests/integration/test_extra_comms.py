@@ -24,6 +24,7 @@ from helpers import REPO, free_port
 
 import wsprof
 from wsprof.capture import collectives, extra
+from wsprof.capture.imports import PostImportFinder
 from wsprof.trace.model import ProcessTrace
 from wsprof.trace.reader import read_trace
 
@@ -334,7 +335,7 @@ def test_unpatch_restores_originals_and_exceptions_pass_through(
     }
     assert all(after[k] is before[k] for k in before), after
     assert not extra.finder_installed()
-    assert not [f for f in sys.meta_path if isinstance(f, extra._PostImportFinder)]
+    assert not [f for f in sys.meta_path if isinstance(f, PostImportFinder)]
     c = _trace(path).calls
     assert c.api.tolist() == ["wsprof_user_err.fail", "ray.util.collective.broadcast"]
     assert c.error.tolist() == ["KeyError", "ValueError"]

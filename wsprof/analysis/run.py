@@ -419,18 +419,24 @@ def analyze_series(series: Sequence[Series], source: str) -> Analysis:
 
 
 def analyze_path(path: str) -> Analysis:
-    """Analyse a run folder, a trace file or a CSV series file.
+    """Analyse a run folder, a trace file, a CSV series file or a training log.
 
     Raises:
         wsprof.errors.InputError: the path cannot be read as any of those.
     """
     from wsprof.errors import InputError
+    from wsprof.importers.logs import Imported, is_sqlite, load_log
+    from wsprof.importers.metrics_csv import load_csv
     from wsprof.trace.reader import read_run_lenient
 
+    imported: Imported | None = None
     if os.path.isfile(path) and path.lower().endswith((".csv", ".tsv")):
-        from wsprof.importers.csv_series import load_series_csv
-
-        return analyze_series(load_series_csv(path), path)
+        imported = load_csv(path)  # a CSV series or a metric export (W&B)
+    elif os.path.isfile(path) and not path.lower().endswith(".wsprof") and not is_sqlite(path):
+        imported = load_log(path)  # a training log: slime, verl, OpenRLHF, AReaL
+    if imported is not None:
+        analysis = analyze_series(imported.series, path)
+        return replace(analysis, notes=imported.notes + analysis.notes)
     if os.path.isfile(path):
         with open(path, "rb") as fh:
             head = fh.read(16)

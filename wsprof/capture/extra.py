@@ -19,8 +19,6 @@ A target that cannot be hooked (malformed string, missing attribute, not a funct
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import os
 import sys
 import threading
@@ -30,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from wsprof.capture import collectives
+from wsprof.capture.imports import PostImportFinder
 
 if TYPE_CHECKING:
     from wsprof.capture.recorder import Recorder
@@ -192,7 +191,7 @@ class _State:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.recorder: Recorder | None = None
-        self.finder: _PostImportFinder | None = None
+        self.finder: PostImportFinder | None = None
         #: module name -> targets waiting for that module's first import
         self.pending: dict[str, list[Target]] = {}
         self.hooked: list[str] = []
@@ -238,7 +237,8 @@ def install(targets: Iterable[str], recorder: Recorder | None = None) -> list[st
             else:
                 _STATE.pending.setdefault(target.module, []).append(target)
         if _STATE.pending and _STATE.finder is None:
-            _STATE.finder = _PostImportFinder()
+            _STATE.finder = PostImportFinder(lambda name: name in _STATE.pending,
+                                             _module_loaded)
             sys.meta_path.insert(0, _STATE.finder)
         return list(_STATE.hooked)
 
@@ -384,67 +384,3 @@ def _module_loaded(name: str, module: types.ModuleType) -> None:
                     rec.internal_error("extra", e)
 
 
-class _PostImportFinder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: for a module with waiting targets it asks the finders after it for
-    the spec and wraps the spec's loader so that the targets are hooked right after the
-    module's code has run."""
-
-    def __init__(self) -> None:
-        self._busy = threading.local()
-
-    def find_spec(
-        self,
-        fullname: str,
-        path: Sequence[str] | None,
-        target: types.ModuleType | None = None,
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in _STATE.pending:
-            return None
-        busy: set[str] = self._busy.__dict__.setdefault("names", set())
-        if fullname in busy:
-            return None
-        busy.add(fullname)
-        try:
-            for finder in list(sys.meta_path):
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(fullname, path, target)
-                if spec is None:
-                    continue
-                loader = spec.loader
-                if loader is not None and hasattr(loader, "exec_module"):
-                    spec.loader = _HookingLoader(loader)
-                return spec
-            return None
-        finally:
-            busy.discard(fullname)
-
-
-class _HookingLoader(importlib.abc.Loader):
-    """Delegates to the real loader; after ``exec_module`` hooks the module's targets.
-
-    The module's ``__loader__`` and ``__spec__.loader`` are set back to the real loader before
-    its code runs, so nothing after the import can tell this wrapper was there.
-    """
-
-    def __init__(self, loader: Any) -> None:
-        self.loader = loader
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.loader, name)
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
-        create = getattr(self.loader, "create_module", None)
-        return None if create is None else create(spec)
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        if getattr(module, "__loader__", None) is self:
-            module.__loader__ = self.loader
-        spec = getattr(module, "__spec__", None)
-        if spec is not None and spec.loader is self:
-            spec.loader = self.loader
-        self.loader.exec_module(module)
-        # A module may replace itself in sys.modules while it runs; hook what importers get.
-        name = module.__name__
-        loaded = sys.modules.get(name, module)
-        _module_loaded(name, loaded if isinstance(loaded, types.ModuleType) else module)

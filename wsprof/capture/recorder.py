@@ -84,6 +84,18 @@ def new_trace_path(out_dir: str, tag: str = "") -> str:
     return path
 
 
+def _identity_from_env() -> dict[str, Any]:
+    """Rank and world size from a launcher's environment (torchrun sets ``RANK`` and
+    ``WORLD_SIZE``), for a process whose process group is not up yet (or already gone)."""
+    try:
+        rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+        if rank is None or world is None:
+            return {}
+        return {"rank": int(rank), "world_size": int(world)}
+    except ValueError:
+        return {}
+
+
 class Recorder:
     """Owns the queues, the trace writer and the writer thread of one process.
 
@@ -195,10 +207,10 @@ class Recorder:
     def _identity(self) -> dict[str, Any]:
         dist = sys.modules.get("torch.distributed")
         if dist is None:
-            return {}
+            return _identity_from_env()
         try:
             if not dist.is_initialized():
-                return {}
+                return _identity_from_env()
             self._rank_known = True
             return {
                 "rank": dist.get_rank(),

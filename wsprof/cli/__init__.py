@@ -20,7 +20,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from wsprof.cli import analyze, attach, demo, diff, export, report
+    from wsprof.cli import analyze, attach, demo, diff, export, report, run
 
     cli.add_command(demo.demo)
     cli.add_command(attach.attach)
@@ -28,6 +28,7 @@ def _register() -> None:
     cli.add_command(report.report)
     cli.add_command(diff.diff)
     cli.add_command(export.export)
+    cli.add_command(run.run)
 
 
 _register()

@@ -1,0 +1,75 @@
+"""What ``wsprof run -- CMD`` starts in every Python process CMD launches.
+
+``hooks/sitecustomize.py`` (on ``PYTHONPATH`` under ``wsprof run``) calls :func:`start` at
+interpreter start-up. It does nothing unless ``$WSPROF_RUN`` is ``1`` (set by ``wsprof run``):
+
+1. framework presets (:mod:`wsprof.capture.presets`, ``$WSPROF_PRESET``) are installed, so the
+   weight-sync and rollout entry points are marked as phases when their modules are imported;
+2. ``wsprof.patch($WSPROF_OUT)`` runs as soon as ``torch`` has finished importing (right away
+   when it already has): a process that never imports torch (a shell helper, a tokenizer
+   worker) pays nothing. Not at ``torch.distributed``'s import: torch imports it half-way
+   through its own initialisation, and hooking a half-initialised torch crashes it. A launcher
+   (``torchrun``) is not patched: its workers are.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+#: Set to ``1`` by ``wsprof run`` in the command's environment.
+ENV_RUN = "WSPROF_RUN"
+#: Launchers that start the ranks but make no collective call: script endings and modules.
+LAUNCHER_SCRIPTS = ("torch/distributed/run.py", "torchrun", "torch/distributed/launch.py")
+LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+
+
+def _is_launcher() -> bool:
+    """Whether this process is ``torchrun`` / ``python -m torch.distributed.run`` (from
+    ``sys.orig_argv``: under ``-m``, torch is imported before ``sys.argv[0]`` is set)."""
+    orig = list(getattr(sys, "orig_argv", []) or [])
+    if "-m" in orig[1:]:
+        i = orig.index("-m", 1)
+        if i + 1 < len(orig) and orig[i + 1] in LAUNCHER_MODULES:
+            return True
+    scripts = [a.replace(os.sep, "/") for a in (*orig[1:2], *(sys.argv[:1] or []))]
+    return any(a.endswith(LAUNCHER_SCRIPTS) for a in scripts)
+
+
+def _patch(*_: object) -> None:
+    if _is_launcher():
+        return
+    import wsprof
+    from wsprof.capture import presets
+
+    wsprof.patch(os.environ.get("WSPROF_OUT") or None)
+    presets.flush_events()
+
+
+def start() -> None:
+    """Install presets and patch now or at ``torch.distributed``'s import (see the module
+    docstring). Never raises."""
+    if os.environ.get(ENV_RUN) != "1" or os.environ.get("WSPROF_DISABLE") == "1":
+        return
+    from wsprof.capture import presets
+
+    presets.install(os.environ.get("WSPROF_PRESET"))
+    torch = sys.modules.get("torch")
+    if torch is not None and getattr(getattr(torch, "__spec__", None), "_initializing",
+                                     False) is False:
+        _patch()
+        return
+    from wsprof.capture.imports import PostImportFinder
+
+    def loaded(name: str, module: types.ModuleType) -> None:
+        try:
+            _patch()
+        except Exception as e:  # noqa: BLE001 - never raise into the importing code
+            sys.stderr.write(f"wsprof: not profiling ({type(e).__name__}: {e})\n")
+        finally:
+            while finder in sys.meta_path:
+                sys.meta_path.remove(finder)
+
+    finder = PostImportFinder(lambda n: n == "torch", loaded)
+    sys.meta_path.insert(0, finder)
