@@ -220,3 +220,18 @@ def _at_exit() -> None:
     if _recorder is not None:
         close_step()
         _recorder.close()
+        _say_where(_recorder)
+
+
+def _say_where(rec: Any) -> None:
+    """One line on stderr at exit saying where the trace is: from rank 0 (or a process whose
+    rank is unknown) only, so a 1,000-rank job prints one line; ``WSPROF_QUIET=1`` silences it."""
+    if os.environ.get("WSPROF_QUIET") == "1":
+        return
+    try:
+        rank = rec._identity().get("rank") if hasattr(rec, "_identity") else None
+        if rank in (None, 0):
+            folder = os.path.dirname(str(rec.path))
+            sys.stderr.write(f"wsprof: trace {rec.path} (wsprof analyze {folder})\n")
+    except Exception:  # noqa: BLE001 - a message must never fail an exit
+        pass

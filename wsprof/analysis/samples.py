@@ -312,6 +312,19 @@ def common_frame(windows: Iterable[SampleWindow]) -> str | None:
     return min(cands, key=lambda f: (-depth_sum[f] / counts[f], -counts[f], f))
 
 
+def _early_late(windows: Iterable[SampleWindow], k: int | None) -> (
+        tuple[int, int, list[SampleWindow], list[SampleWindow]] | None):
+    """(k, windows with active samples, sample groups of the first k, of the last k); k
+    defaults to a third, clamped to [1, half]; None with fewer than 2 such windows."""
+    groups = [g for _, _, g in group_windows(windows) if any(True for _ in _active(g, False))]
+    n = len(groups)
+    if n < 2:
+        return None
+    k = max(1, n // 3) if k is None else k
+    k = max(1, min(k, n // 2))
+    return (k, n, [w for g in groups[:k] for w in g], [w for g in groups[-k:] for w in g])
+
+
 def early_late_shift(windows: Iterable[SampleWindow], k: int | None = None) -> WindowShift | None:
     """Frames whose share of samples changed between the first and the last windows.
 
@@ -330,14 +343,12 @@ def early_late_shift(windows: Iterable[SampleWindow], k: int | None = None) -> W
         The shift, or None with fewer than 2 windows with active samples. ``gained`` is sorted
         most gained first, ``lost`` most lost first, at most :data:`MAX_SHIFT_FRAMES` each.
     """
-    groups = [g for _, _, g in group_windows(windows) if any(True for _ in _active(g, False))]
-    n = len(groups)
-    if n < 2:
+    split = _early_late(windows, k)
+    if split is None:
         return None
-    k = max(1, n // 3) if k is None else k
-    k = max(1, min(k, n // 2))
-    early, e_depth, e_total = _inclusive(w for g in groups[:k] for w in g)
-    late, l_depth, l_total = _inclusive(w for g in groups[-k:] for w in g)
+    k, n, first, last = split
+    early, e_depth, e_total = _inclusive(first)
+    late, l_depth, l_total = _inclusive(last)
     shifts: list[tuple[FrameShift, float]] = []
     for frame in set(early) | set(late):
         e_n, l_n = early.get(frame, 0), late.get(frame, 0)
@@ -377,12 +388,9 @@ def early_late_stacks(
         (early, late) lists of ``(stack, samples)``, most samples first, at most
         :data:`MAX_FLAME_STACKS` each; None with fewer than 2 windows with active samples.
     """
-    groups = [g for _, _, g in group_windows(windows) if any(True for _ in _active(g, False))]
-    n = len(groups)
-    if n < 2:
+    split = _early_late(windows, k)
+    if split is None:
         return None
-    k = max(1, n // 3) if k is None else k
-    k = max(1, min(k, n // 2))
-    early = hot_stacks((w for g in groups[:k] for w in g), MAX_FLAME_STACKS, lines=False)
-    late = hot_stacks((w for g in groups[-k:] for w in g), MAX_FLAME_STACKS, lines=False)
-    return early, late
+    _, _, first, last = split
+    return (hot_stacks(first, MAX_FLAME_STACKS, lines=False),
+            hot_stacks(last, MAX_FLAME_STACKS, lines=False))

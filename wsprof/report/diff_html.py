@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from jinja2 import Environment, PackageLoader
 
 from wsprof.analysis.diff import Delta, DiffResult, ItemDiff, fmt_change_s, fmt_rel
-from wsprof.errors import InputError
 from wsprof.report.diff_text import fmt_count
+from wsprof.report.files import write_text
 from wsprof.units import fmt_duration, fmt_in_unit, fmt_pct, fmt_us
 
 #: Rows per table; the rest are counted.
@@ -124,14 +124,4 @@ def write_diff_html(result: DiffResult, path: str | os.PathLike[str]) -> str:
     Raises:
         InputError: the file or its folder cannot be written (one line: which and why).
     """
-    text = render_diff_html(result)
-    out = os.fspath(path)
-    try:
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        with open(out, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as e:
-        raise InputError(
-            f"{out}: cannot write the diff ({e.strerror or e}); choose another path with -o"
-        ) from e
-    return out
+    return write_text(path, render_diff_html(result), "the diff")

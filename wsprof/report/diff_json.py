@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from typing import Any
 
 from wsprof.analysis.diff import DiffResult, ItemDiff, SideSummary
+from wsprof.report.jsonout import json_safe
 
 #: Bumped when a field of the document changes meaning.
 DIFF_JSON_VERSION = 1
 
 
-def _clean(v: Any) -> Any:
-    """JSON-safe: non-finite floats become null, tuples lists."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {str(k): _clean(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
-    return v
 
 
 def _side(s: SideSummary) -> dict[str, Any]:
@@ -66,7 +57,7 @@ def diff_to_dict(result: DiffResult) -> dict[str, Any]:
         "moved_to": [_ref(i) for i in r.moved_to],
         "notes": list(r.notes),
     }
-    cleaned: dict[str, Any] = _clean(doc)
+    cleaned: dict[str, Any] = json_safe(doc)
     return cleaned
 
 

@@ -35,8 +35,8 @@ from wsprof.analysis.model import (
     SeriesResult,
     StepRow,
 )
-from wsprof.errors import InputError
 from wsprof.report import figures
+from wsprof.report.files import write_text
 from wsprof.units import (
     fmt_bytes,
     fmt_duration,
@@ -550,15 +550,4 @@ def write_html(analysis: Analysis, path: str | os.PathLike[str]) -> str:
     Raises:
         InputError: the file or its folder cannot be written (one line: which and why).
     """
-    text = render_html(analysis)
-    out = os.fspath(path)
-    parent = os.path.dirname(os.path.abspath(out))
-    try:
-        os.makedirs(parent, exist_ok=True)
-        with open(out, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as e:
-        raise InputError(
-            f"{out}: cannot write the report ({e.strerror or e}); choose another path with -o"
-        ) from e
-    return out
+    return write_text(path, render_html(analysis), "the report")

@@ -10,15 +10,16 @@ from typing import Any
 from wsprof.analysis.model import Analysis, GrowthVerdict, RankSeries
 
 
-def _clean(v: Any) -> Any:
+def json_safe(v: Any) -> Any:
+    """JSON-safe: non-finite floats become null, tuples lists, numpy scalars Python ones."""
     if isinstance(v, float) and not math.isfinite(v):
         return None
     if isinstance(v, dict):
-        return {str(k): _clean(x) for k, x in v.items()}
+        return {str(k): json_safe(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_clean(x) for x in v]
+        return [json_safe(x) for x in v]
     if hasattr(v, "item"):  # numpy scalar
-        return _clean(v.item())
+        return json_safe(v.item())
     return v
 
 
@@ -137,7 +138,7 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             shift = {"k": sh.k, "n_windows": sh.n_windows, "early_total": sh.early_total,
                      "late_total": sh.late_total, "gained": frames(sh.gained),
                      "lost": frames(sh.lost)}
-    doc: dict[str, Any] = _clean(
+    doc: dict[str, Any] = json_safe(
         {
             "source": analysis.source,
             "kind": analysis.kind,

@@ -44,7 +44,8 @@ def find_traces(path: str) -> list[str]:
         InputError: the path does not exist, or a folder holds no trace.
     """
     if not os.path.exists(path):
-        raise InputError(f"{path}: no such file or folder; give a run folder or a .wsprof trace")
+        raise InputError(f"{path}: no such file or folder; give a run folder, a .wsprof trace, "
+                         "a .csv series or a training log")
     if os.path.isdir(path):
         try:
             names = os.listdir(path)
