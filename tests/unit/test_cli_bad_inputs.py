@@ -5,8 +5,8 @@ contract of ``wsprof.cli.main``: exit code 2, nothing on stdout, exactly one lin
 starts ``wsprof: error:``, names the file, says what is wrong and, after ``;``, what to do, and
 holds no traceback. ``test_cli_errors.py`` covers a missing path, a zero-byte trace, a binary
 file, a CSV without a step column and an empty folder; ``test_trace_io.py`` and
-``test_csv_series.py`` the reader's and importer's messages. There is no log importer yet: a
-log is answered as "neither a trace nor a CSV".
+``test_csv_series.py`` the reader's and importer's messages, ``test_log_importers.py`` a log
+with no recognisable line.
 """
 
 from __future__ import annotations

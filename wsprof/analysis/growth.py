@@ -69,6 +69,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -157,6 +158,11 @@ SAW_RESET_FRACTION = 0.5
 #: Each period between two resets has at least this many points (and a periodic sawtooth's
 #: period at least this).
 SAW_MIN_PERIOD = 3
+#: Longest period the periodic-sawtooth grid search tries: the search costs about
+#: n x period^2 / 2 operations (12 s for 2,000 points with periods up to n/3). A longer
+#: period spans enough steps for its resets to stand out one by one, which the reset fit
+#: (:func:`_fit_reset_sawtooth`) catches without a search.
+SAW_MAX_PERIOD = 64
 #: A periodic sawtooth rises by at least this many residual SDs per period (3-sigma rule).
 SAW_MIN_AMP_SIGMAS = 3.0
 #: Peaks (and troughs) are flat when they drift by less than this fraction of the median drop
@@ -402,13 +408,31 @@ def _robust_sigma(d: _Data) -> float:
     return max(mad / (MAD_TO_SIGMA * math.sqrt(2.0)), d.floor)
 
 
+#: Most points Theil-Sen slopes are computed from: all pairwise slopes are sorted (n^2 / 2 of
+#: them: 12.5M for 5,000 points, about 2 s), so a longer series is thinned to this many evenly
+#: spaced points first. The estimator stays consistent; its interval widens (by about
+#: sqrt(n / 1000)), which only makes a trend harder to call, never easier.
+THEIL_SEN_MAX_POINTS = 1000
+
+
+def _theil_sen(x: FloatArray, y: FloatArray) -> Any:
+    """``scipy.stats.theilslopes(y, x, alpha=PERSIST_CI)`` on at most
+    :data:`THEIL_SEN_MAX_POINTS` evenly spaced points."""
+    if len(x) > THEIL_SEN_MAX_POINTS:
+        idx = np.linspace(0, len(x) - 1, THEIL_SEN_MAX_POINTS).round().astype(np.int64)
+        x, y = x[idx], y[idx]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return stats.theilslopes(y, x, alpha=PERSIST_CI)
+
+
 def _trend(x: FloatArray, y: FloatArray) -> _Trend:
     """Mann-Kendall (both directions) and the Theil-Sen slope with its PERSIST_CI interval."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         up = stats.kendalltau(x, y, alternative="greater")
         down = stats.kendalltau(x, y, alternative="less")
-        ts = stats.theilslopes(y, x, alpha=PERSIST_CI)
+    ts = _theil_sen(x, y)
     tau = float(up.statistic)
     if not math.isfinite(tau):  # constant series: no trend at all
         return _Trend(0.0, 1.0, 1.0, 0.0, 0.0, 0.0)
@@ -420,6 +444,25 @@ def _trend(x: FloatArray, y: FloatArray) -> _Trend:
         slope_lo=float(ts.low_slope),
         slope_hi=float(ts.high_slope),
     )
+
+
+def _mk_s(v: FloatArray) -> float:
+    """Mann-Kendall S (concordant minus discordant pairs against the order) of ``v``.
+
+    From scipy's tau-b in O(m log m): with positions untied, ``S = tau_b * sqrt(n0 (n0 - n2))``,
+    ``n0 = m(m-1)/2`` and ``n2`` the pairs tied in ``v`` (the explicit m x m sign matrix this
+    replaces took m^2 memory).
+    """
+    m = v.size
+    if m < 2 or float(np.ptp(v)) == 0:
+        return 0.0
+    _, counts = np.unique(v, return_counts=True)
+    n0 = m * (m - 1) / 2.0
+    n2 = float((counts * (counts - 1) / 2.0).sum())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tau_b = float(stats.kendalltau(np.arange(m), v).statistic)
+    return round(tau_b * math.sqrt(n0 * (n0 - n2)))
 
 
 def _stratified_mk_p(y: FloatArray, segments: list[slice]) -> float:
@@ -435,7 +478,7 @@ def _stratified_mk_p(y: FloatArray, segments: list[slice]) -> float:
         m = v.size
         if m < 2:
             continue
-        s_total += float(np.sign(v[None, :] - v[:, None])[np.triu_indices(m, 1)].sum())
+        s_total += _mk_s(v)
         var_total += m * (m - 1) * (2 * m + 5) / 18.0
     if var_total <= 0 or s_total == 0:
         return 1.0 if var_total <= 0 else 0.5
@@ -444,10 +487,8 @@ def _stratified_mk_p(y: FloatArray, segments: list[slice]) -> float:
 
 
 def _theil_sen_hi(x: FloatArray, y: FloatArray) -> tuple[float, float]:
-    """Theil-Sen slope and the upper bound of its PERSIST_CI interval."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        r = stats.theilslopes(y, x, alpha=PERSIST_CI)
+    """Theil-Sen slope and the upper bound of its PERSIST_CI interval (see :func:`_theil_sen`)."""
+    r = _theil_sen(x, y)
     return float(r.slope), float(r.high_slope)
 
 
@@ -724,7 +765,8 @@ def _fit_reset_sawtooth(d: _Data) -> _Fit | None:
 def _fit_periodic_sawtooth(d: _Data) -> _Fit | None:
     """A strictly periodic sawtooth ``base + slope * ((x + shift) mod period)``; k = 4.
 
-    Period (:data:`SAW_MIN_PERIOD` .. a third of the series, so >= 2 resets) and phase by grid
+    Period (:data:`SAW_MIN_PERIOD` .. a third of the series, so >= 2 resets, at most
+    :data:`SAW_MAX_PERIOD`) and phase by grid
     search, base and slope by weighted least squares for each. Catches sawtooths whose single
     resets are too small to stand out of the noise but which repeat. Kept only when the rise
     per period is at least :data:`SAW_MIN_AMP_SIGMAS` residual SDs and the residuals do not
@@ -732,7 +774,7 @@ def _fit_periodic_sawtooth(d: _Data) -> _Fit | None:
     """
     n = d.n
     xi = np.rint(d.x - d.x[0]).astype(np.int64)
-    p_max = int(xi[-1] + 1) // 3
+    p_max = min(int(xi[-1] + 1) // 3, SAW_MAX_PERIOD)
     if p_max < SAW_MIN_PERIOD or n < 3 * SAW_MIN_PERIOD:
         return None
     ww = d.w**2

@@ -19,7 +19,8 @@ from wsprof.errors import EXIT_FINDINGS, EXIT_OK
               help="exit 1 when a finding at or above this severity exists")
 @click.option("--all", "show_all", is_flag=True, help="list every finding (text lists 10)")
 def analyze(path: str, fmt: str, fail_on: str | None, show_all: bool) -> int:
-    """Analyse PATH: a run folder, a .wsprof trace or a CSV series (first column 'step')."""
+    """Analyse PATH: a run folder, a .wsprof trace, a CSV series (a step column and numeric
+    columns, W&B exports too) or a training log (slime, verl, OpenRLHF, AReaL)."""
     from wsprof.analysis.run import analyze_path
 
     analysis = analyze_path(path)

@@ -142,13 +142,15 @@ def clean_line(line: str) -> str:
     Returns:
         The cleaned line (its content; leading text other than Ray's prefix is kept).
     """
-    text = _ANSI_RE.sub("", line).rstrip("\r\n")
-    for _ in range(3):  # a driver may prefix a worker's already-prefixed line
+    text = _ANSI_RE.sub("", line) if "\x1b" in line else line
+    for _ in range(3 if "pid=" in text else 0):  # a driver may prefix a worker's prefixed line
         stripped = _RAY_PREFIX_RE.sub("", text, count=1)
         if stripped == text:
             break
         text = stripped
-    return _RAY_REPEATED_RE.sub("", text).strip()
+    if "[repeated " in text:
+        text = _RAY_REPEATED_RE.sub("", text)
+    return text.strip()
 
 
 def parse_number(text: str) -> float | None:
@@ -274,10 +276,11 @@ FORMATS = (
     LogFormat("AReaL", "Train step N/M done. + rows '| timeperf/update_weights | ... |'"),
 )
 
-_LINE_PARSERS: dict[str, Callable[[str], tuple[int, dict[str, float]] | None]] = {
-    "slime": parse_slime_line,
-    "verl": parse_verl_line,
-    "OpenRLHF": parse_openrlhf_line,
+#: Format -> (text every step line holds, its parser); the text spares most lines the regex.
+_LINE_PARSERS: dict[str, tuple[str, Callable[[str], tuple[int, dict[str, float]] | None]]] = {
+    "slime": ("perf ", parse_slime_line),
+    "verl": ("step:", parse_verl_line),
+    "OpenRLHF": ("Global step ", parse_openrlhf_line),
 }
 
 
@@ -311,12 +314,12 @@ def _collect(lines: Iterable[str]) -> dict[str, _Collected]:
         line = clean_line(raw)
         if not line:
             continue
-        for name, parse in _LINE_PARSERS.items():
-            hit = parse(line)
+        for name, (marker, parse) in _LINE_PARSERS.items():
+            hit = parse(line) if marker in line else None
             if hit is not None:
                 found[name].lines += 1
                 found[name].records.setdefault(hit[0], {}).update(hit[1])
-        step = parse_areal_step(line)
+        step = parse_areal_step(line) if "Train step " in line else None
         if step is not None:
             areal_step = step
             found["AReaL"].lines += 1
@@ -437,8 +440,15 @@ def parse_log_lines(lines: Iterable[str], source: str) -> Imported:
             f"{source}: {got.lines} {best.name} step line(s) but no numeric value in them "
             f"(expected {quote(best.example, 80)}); check the log is not cut or filtered"
         )
-    series, notes = build_series({k: v for k, v in got.records.items() if v})
-    steps = sorted(got.records)
+    records = {k: v for k, v in got.records.items() if v}
+    series, notes = build_series(records)
+    if not series:
+        raise InputError(
+            f"{source}: {got.lines} {best.name} step line(s) whose only value is slime's "
+            "weight sync before training (no training step to give it to); give a log of at "
+            "least two steps"
+        )
+    steps = sorted(records)
     head = (f"read as a {best.name} log: {got.lines} step lines, {len(steps)} steps "
             f"({steps[0]}-{steps[-1]}), {len(series)} metrics")
     if not any(s.name == "weight_sync_s" for s in series):

@@ -177,6 +177,11 @@ def load_metrics_csv(path: str) -> Imported:
             f"{_HINT}"
         )
     series, notes = build_series(records)
+    if not series:
+        raise InputError(
+            f"{path}: the only value is slime's weight sync before training (no training step "
+            "to give it to); give an export of at least two steps"
+        )
     steps = sorted(records)
     head = (f"read as a metric export: step column {header[step_col]!r}, {len(steps)} steps "
             f"({steps[0]}-{steps[-1]}), {len(series)} metrics")
