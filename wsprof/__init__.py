@@ -107,7 +107,8 @@ def patch(
         sys.stderr.write(f"wsprof: collectives not hooked ({type(e).__name__}: {e})\n")
         rec.internal_error("install", e)
     if counters is None:
-        counters = os.environ.get("WSPROF_COUNTERS", "1") != "0"
+        counters = os.environ.get("WSPROF_COUNTERS", "1").strip().lower() not in (
+            "0", "false", "no", "off")
     if counters:
         try:
             from wsprof.capture import counters as counter_probes
@@ -213,7 +214,9 @@ def _flush_all(final: bool) -> None:
     if _recorder is not None:
         if final:
             close_step()
-        _recorder.flush()
+        # Never wait for ever in a signal handler: when the signal interrupted this thread's
+        # own flush (wsprof.flush() in the loop), that flush cannot finish while we wait.
+        _recorder.flush(timeout_s=2.0)
 
 
 def _at_exit() -> None:

@@ -821,22 +821,23 @@ class SelfOverhead(Rule):
         dropped = internal = write = forgotten = lost = 0
         hook_ns: list[int] = []
         for pa in facts.processes:
-            own = pa.meta.get("self") or {}
-            flush_s += float(own.get("flush_ns_total", 0)) / 1e9
-            dropped += int(own.get("dropped_calls", 0))
-            internal += int(own.get("internal_errors", 0))
-            write += int(own.get("write_errors", 0))
-            forgotten += int(own.get("forgotten_async", 0))
-            lost += int(own.get("lost_calls", 0))
-            per_call = int(own.get("hook_ns_per_call", -1))
+            own = pa.meta.get("self")
+            own = own if isinstance(own, dict) else {}  # an edited trace: not a dict
+            flush_s += _num(own.get("flush_ns_total"), 0) / 1e9
+            dropped += int(_num(own.get("dropped_calls"), 0))
+            internal += int(_num(own.get("internal_errors"), 0))
+            write += int(_num(own.get("write_errors"), 0))
+            forgotten += int(_num(own.get("forgotten_async"), 0))
+            lost += int(_num(own.get("lost_calls"), 0))
+            per_call = int(_num(own.get("hook_ns_per_call"), -1))
             if per_call >= 0:
                 hook_ns.append(per_call)
                 hooks_s += per_call * sum(o.n_calls for o in pa.ops) / 1e9
             steps_s += sum(r.step_s for r in pa.steps)
             probes = own.get("probes")
-            if isinstance(probes, dict) and float(probes.get("share") or 0) > 0:
-                probe_s += float(probes.get("spent_ns", 0)) / 1e9
-                wall_s += float(probes.get("spent_ns", 0)) / 1e9 / float(probes["share"])
+            if isinstance(probes, dict) and _num(probes.get("share"), 0) > 0:
+                probe_s += _num(probes.get("spent_ns"), 0) / 1e9
+                wall_s += _num(probes.get("spent_ns"), 0) / 1e9 / _num(probes["share"], 1)
         if not facts.processes:
             return []
         bad = dropped or internal or write or lost
@@ -868,6 +869,14 @@ class SelfOverhead(Rule):
                 if bad else "nothing to do",
             )
         ]
+
+
+def _num(v: Any, default: float) -> float:
+    """A finite number from a trace's meta, else ``default`` (an edited or foreign trace)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return default
+    f = float(v)
+    return f if np.isfinite(f) else default
 
 
 def robust_z(values: Sequence[float]) -> list[float]:

@@ -193,11 +193,23 @@ def call_points(calls: CallTable, sites: Mapping[int, Site] | None = None) -> Ca
     )
 
 
+#: Counter values beyond this magnitude are treated as missing: fits and axes of values near the
+#: largest double overflow (and LAPACK prints warnings on stdout); no real counter gets there.
+COUNTER_MAX_ABS = 1e250
+
+
+def _sane(v: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Counter values with those beyond :data:`COUNTER_MAX_ABS` as NaN."""
+    with np.errstate(invalid="ignore"):
+        return np.where(np.abs(v) > COUNTER_MAX_ABS, np.nan, v)
+
+
 def counter_tracks(trace: ProcessTrace, t0_ns: int) -> list[CounterTrack]:
     """Every counter over time (seconds since ``t0_ns``), downsampled keeping extremes."""
     tracks: list[CounterTrack] = []
     for name in sorted(trace.counters):
         t, v = trace.counters[name]
+        v = _sane(v)
         idx = downsample_extremes(v, MAX_COUNTER_POINTS)
         tracks.append(
             CounterTrack(
@@ -215,6 +227,7 @@ def counter_per_step(
     """Each counter's last value at or before each step's end (None before its first sample)."""
     out: dict[str, list[float | None]] = {}
     for name, (t, v) in trace.counters.items():
+        v = _sane(v)
         vals: list[float | None] = []
         for row in steps:
             i = int(np.searchsorted(t, row.t_end_ns, side="right")) - 1

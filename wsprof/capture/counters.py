@@ -43,6 +43,7 @@ off with an event in the trace. Nothing here ever raises into the training loop.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -403,8 +404,9 @@ def install(recorder: Recorder, boundaries: Callable[[], int],
             Budget(fraction)
         except ValueError:
             fraction = DEFAULT_BUDGET_FRACTION
-            recorder.event("settings", f"WSPROF_PROBE_BUDGET_PCT={pct!r} is not a percent in "
-                           "(0, 100]; using 0.5")
+            msg = f"ignoring WSPROF_PROBE_BUDGET_PCT={pct!r}: not a percent in (0, 100]; using 0.5"
+            sys.stderr.write(f"wsprof: {msg}\n")
+            recorder.event("settings", msg)
     interval_s = env_int("WSPROF_PROBE_INTERVAL_MS", 50, minimum=1) / 1e3
     me = psutil.Process()
     me.cpu_percent(None)

@@ -7,10 +7,11 @@ reads per call). Markers are no-ops costing a function call while wsprof is not 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from wsprof.capture.recorder import Recorder
@@ -45,6 +46,27 @@ class MarkerState:
 STATE = MarkerState()
 
 
+def _recorder() -> Recorder | None:
+    """The recorder markers write to: None when not patched, and in a forked child that did not
+    patch for itself (the parent's queues are never drained there: they would only grow)."""
+    rec = STATE.recorder
+    if rec is not None and getattr(rec, "pid", None) != os.getpid():
+        return None
+    return rec
+
+
+#: Largest step number a trace row holds (int64), with room for ``+ 1``.
+MAX_STEP = 2**62
+
+
+def _step_number(number: Any) -> int:
+    try:
+        n = int(number)
+    except (TypeError, ValueError, OverflowError):
+        return STATE.step + 1
+    return max(-1, min(n, MAX_STEP))
+
+
 def step(number: int | None = None) -> int:
     """Mark the start of a training step (and the end of the previous one).
 
@@ -58,13 +80,14 @@ def step(number: int | None = None) -> int:
         The number of the step that starts now.
     """
     t = _now()
-    rec = STATE.recorder
+    rec = _recorder()
     if rec is not None and STATE.step_start_ns is not None:
         rec.spans.append(
             ("step", str(STATE.step), STATE.step_start_ns, t, STATE.step, threading.get_ident())
         )
-    # int(): a tensor, numpy or float step number must never poison the trace's rows.
-    STATE.step = int(number) if number is not None else STATE.step + 1
+    # int(): a tensor, numpy or float step number must never poison the trace's rows; clamped
+    # to what a trace row (int64) holds.
+    STATE.step = _step_number(number) if number is not None else STATE.step + 1
     STATE.step_start_ns = t
     STATE.boundaries += 1
     STATE.steps_started += 1
@@ -73,7 +96,7 @@ def step(number: int | None = None) -> int:
 
 def close_step() -> None:
     """End the open step span (at unpatch or exit) without starting another."""
-    rec = STATE.recorder
+    rec = _recorder()
     if rec is not None and STATE.step_start_ns is not None:
         t = _now()
         rec.spans.append(
@@ -118,7 +141,7 @@ class phase:  # used like a function: ``with wsprof.phase("rollout"):``
         if not stack:
             # A thread that left its last phase holds no entry (threads come and go).
             STATE.phases.pop(ident, None)
-        rec = STATE.recorder
+        rec = _recorder()
         if rec is not None:
             rec.spans.append(("phase", self.name, self._t0, t, STATE.step, threading.get_ident()))
 
@@ -130,6 +153,14 @@ def counter(name: str, value: float) -> None:
         name: counter name; use units in the name (``staging_bytes``, ``queue_len``).
         value: the value now.
     """
-    rec = STATE.recorder
-    if rec is not None:
-        rec.counters.append((_now(), name, float(value)))
+    rec = _recorder()
+    if rec is None:
+        return
+    try:
+        v = float(value)
+    except (TypeError, ValueError, OverflowError) as e:
+        # Training must not change behaviour because it is profiled: count and drop.
+        rec.internal_error("counter", ValueError(f"counter {str(name)[:80]!r}: value "
+                                                 f"{str(value)[:40]!r} is not a number ({e})"))
+        return
+    rec.counters.append((_now(), str(name), v))

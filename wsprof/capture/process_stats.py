@@ -43,6 +43,18 @@ def gc_reading() -> Reading:
     return out
 
 
+def _type_name(k: type) -> str:
+    """``module.qualname`` of a type; a type whose names raise or are not text (a metaclass
+    with properties) is named by ``repr`` rather than switching the probe off."""
+    try:
+        return f"{str(k.__module__)}.{str(k.__qualname__)}"
+    except Exception:  # noqa: BLE001 - any user type
+        try:
+            return f"<type at {id(k):#x}>" if not isinstance(repr(k), str) else repr(k)[:120]
+        except Exception:  # noqa: BLE001
+            return f"<type at {id(k):#x}>"
+
+
 class GrowingTypes:
     """Object counts of the types whose counts grow: ``gc.type.<qualified name>`` counters.
 
@@ -69,6 +81,6 @@ class GrowingTypes:
                         reverse=True)
         for g, _, k in growth[: self.top]:
             if g > 0 and k not in self.reported and len(self.reported) < 2 * self.top:
-                self.reported[k] = f"{k.__module__}.{k.__qualname__}"
+                self.reported[k] = _type_name(k)
         return [(f"gc.type.{name}", float(counts.get(k, 0)))
                 for k, name in sorted(self.reported.items(), key=lambda kv: kv[1])]

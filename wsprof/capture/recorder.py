@@ -145,6 +145,7 @@ class Recorder:
         self.flush_ns_total = 0
         self._rank_known = False
         self.lock = threading.Lock()  # held by flush; the calibration holds it too
+        self._flushing_here = threading.local()
         self._stop = threading.Event()
         self._writer = TraceWriter(self.path, retention=retention)
         self._writer.set_meta(self._static_meta(source))
@@ -220,64 +221,84 @@ class Recorder:
         except Exception:  # noqa: BLE001 - identity is best effort
             return {}
 
-    def flush(self) -> None:
+    def flush(self, timeout_s: float | None = None) -> bool:
         """Write everything queued so far. Never raises: failures are counted and recorded.
 
         In a forked child (DataLoader workers, ...) this does nothing: the queues and the
         connection are the parent's.
+
+        Args:
+            timeout_s: wait at most this long for a flush in progress (a signal handler: the
+                flush it interrupted on its own thread never finishes while it waits, so
+                it must not wait for ever); None waits.
+
+        Returns:
+            False when it did not flush (another process, or the wait timed out).
         """
         if os.getpid() != self.pid:
-            return
-        with self.lock:
-            t0 = _now()
-            for fn in list(self.on_flush):
-                try:
-                    fn()
-                except Exception as e:  # noqa: BLE001 - never raise into training
-                    self.internal_error("on_flush", e)
-            batches: dict[str, list[tuple[Any, ...]]] = {}
-            for name in ("sites", "updates", "spans", "counters", "events"):
-                q: deque[tuple[Any, ...]] = getattr(self, name)
-                n = len(q)
-                batches[name] = [q.popleft() for _ in range(n)]
-            batches["call_updates"] = batches.pop("updates")
-            pending = len(self.calls)
+            return False
+        if getattr(self._flushing_here, "on", False):
+            return False  # a signal handler that interrupted this thread's own flush
+        if not self.lock.acquire(timeout=-1 if timeout_s is None else timeout_s):
+            return False
+        try:
+            self._flushing_here.on = True
+            self._flush_locked()
+        finally:
+            self._flushing_here.on = False
+            self.lock.release()
+        return True
+
+    def _flush_locked(self) -> None:
+        t0 = _now()
+        for fn in list(self.on_flush):
             try:
-                meta: dict[str, Any] = {}
-                if not self._rank_known:
-                    meta.update(self._identity())
-                # Calls go in chunks of at most FLUSH_CHUNK_ROWS, so that the transient copies a
-                # flush makes stay small however long the queue is.
-                while True:
-                    k = min(pending, FLUSH_CHUNK_ROWS)
-                    pending -= k
-                    calls = [self.calls.popleft() for _ in range(k)]
-                    try:
-                        self._writer.write(batches, self._call_matrix(calls) if calls else None)
-                    except Exception:
-                        self.lost_calls += len(calls)
-                        raise
-                    batches = {}
-                    if pending <= 0:
-                        break
-                meta["self"] = {
-                    "dropped_calls": self.dropped_calls,
-                    "lost_calls": self.lost_calls,
-                    "forgotten_async": self.forgotten_async,
-                    "internal_errors": self.internal_errors,
-                    "write_errors": self.write_errors,
-                    # this flush included, up to its last write
-                    "flush_ns_total": self.flush_ns_total + (_now() - t0),
-                    "hook_ns_per_call": self.hook_ns_per_call,
-                }
-                if self.sampler is not None:
-                    meta["self"]["probes"] = self.sampler.stats()
-                self._writer.set_meta(meta)
+                fn()
             except Exception as e:  # noqa: BLE001 - never raise into training
-                self.write_errors += 1
-                if self.write_errors == 1:
-                    sys.stderr.write(f"wsprof: cannot write {self.path}: {e}\n")
-            self.flush_ns_total += _now() - t0
+                self.internal_error("on_flush", e)
+        batches: dict[str, list[tuple[Any, ...]]] = {}
+        for name in ("sites", "updates", "spans", "counters", "events"):
+            q: deque[tuple[Any, ...]] = getattr(self, name)
+            n = len(q)
+            batches[name] = [q.popleft() for _ in range(n)]
+        batches["call_updates"] = batches.pop("updates")
+        pending = len(self.calls)
+        try:
+            meta: dict[str, Any] = {}
+            if not self._rank_known:
+                meta.update(self._identity())
+            # Calls go in chunks of at most FLUSH_CHUNK_ROWS, so that the transient copies a
+            # flush makes stay small however long the queue is.
+            while True:
+                k = min(pending, FLUSH_CHUNK_ROWS)
+                pending -= k
+                calls = [self.calls.popleft() for _ in range(k)]
+                try:
+                    self._writer.write(batches, self._call_matrix(calls) if calls else None)
+                except Exception:
+                    self.lost_calls += len(calls)
+                    raise
+                batches = {}
+                if pending <= 0:
+                    break
+            meta["self"] = {
+                "dropped_calls": self.dropped_calls,
+                "lost_calls": self.lost_calls,
+                "forgotten_async": self.forgotten_async,
+                "internal_errors": self.internal_errors,
+                "write_errors": self.write_errors,
+                # this flush included, up to its last write
+                "flush_ns_total": self.flush_ns_total + (_now() - t0),
+                "hook_ns_per_call": self.hook_ns_per_call,
+            }
+            if self.sampler is not None:
+                meta["self"]["probes"] = self.sampler.stats()
+            self._writer.set_meta(meta)
+        except Exception as e:  # noqa: BLE001 - never raise into training
+            self.write_errors += 1
+            if self.write_errors == 1:
+                sys.stderr.write(f"wsprof: cannot write {self.path}: {e}\n")
+        self.flush_ns_total += _now() - t0
 
     def close(self) -> None:
         """Stop the writer thread, flush what is left and close the file. Idempotent."""

@@ -122,6 +122,9 @@ def read_trace(path: str) -> ProcessTrace:
     except sqlite3.Error as e:
         raise InputError(f"{path}: cannot open the trace ({e}); {_REREAD_HINT}") from e
     try:
+        # One read transaction: a trace still being written (and thinned) is read as one
+        # consistent snapshot, not strings from before a flush and calls from after it.
+        db.execute("BEGIN")
         return _read(db, path)
     except (sqlite3.Error, UnicodeDecodeError) as e:
         raise InputError(f"{path}: corrupt or truncated trace ({e}); {_REREAD_HINT}") from e

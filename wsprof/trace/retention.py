@@ -88,14 +88,25 @@ class Retention:
     counts: dict[int, int] = field(default_factory=dict)
     thinned: set[int] = field(default_factory=set)
     calls_removed: int = 0
+    #: per thinned step: calls seen when it was last thinned, and rows it kept then
+    thinned_at: dict[int, tuple[int, int]] = field(default_factory=dict)
 
-    def snapshot(self) -> tuple[dict[int, int], set[int], int]:
+    def snapshot(self) -> tuple[dict[int, int], set[int], int, dict[int, tuple[int, int]]]:
         """State to :meth:`restore` when the transaction that follows is rolled back."""
-        return dict(self.counts), set(self.thinned), self.calls_removed
+        return dict(self.counts), set(self.thinned), self.calls_removed, dict(self.thinned_at)
 
-    def restore(self, state: tuple[dict[int, int], set[int], int]) -> None:
+    def restore(self, state: tuple[dict[int, int], set[int], int,
+                                   dict[int, tuple[int, int]]]) -> None:
         """Undo :meth:`observe` and :meth:`thin` calls since :meth:`snapshot`."""
-        self.counts, self.thinned, self.calls_removed = dict(state[0]), set(state[1]), state[2]
+        self.counts, self.thinned = dict(state[0]), set(state[1])
+        self.calls_removed, self.thinned_at = state[2], dict(state[3])
+
+    def _present(self, s: int) -> int:
+        """Rows of step ``s`` in the trace now (all its calls until it is thinned)."""
+        if s not in self.thinned_at:
+            return self.counts[s]
+        seen, kept = self.thinned_at[s]
+        return kept + self.counts[s] - seen
 
     def observe(self, m: npt.NDArray[np.int64]) -> None:
         """Count the calls of a matrix just written, per step."""
@@ -106,12 +117,16 @@ class Retention:
 
     def due(self) -> list[int]:
         """Steps to thin now: not among the first ``keep_steps`` step numbers, with at least
-        ``keep_steps`` higher step numbers seen, and not thinned yet."""
+        ``keep_steps`` higher step numbers seen, and holding more than twice their sample
+        (not thinned yet, or grown again since: a step number that repeats, as when a loop
+        restarts its count each epoch)."""
         if self.keep_steps <= 0 or len(self.counts) <= 2 * self.keep_steps:
             return []
         order = sorted(self.counts)
         middle = order[self.keep_steps : len(order) - self.keep_steps]
-        return [s for s in middle if s not in self.thinned]
+        cap = max(self.calls_per_thinned_step, 1)
+        return [s for s in middle
+                if s not in self.thinned or self._present(s) > 2 * cap]
 
     def thin(self, db: sqlite3.Connection) -> dict[str, Any] | None:
         """Thin the due steps' calls in ``db`` (inside the caller's transaction).
@@ -123,8 +138,9 @@ class Retention:
         if not due:
             return None
         due_arr = np.array(due, dtype=np.int64)
-        every = {s: max(1, math.ceil(self.counts[s] / max(self.calls_per_thinned_step, 1)))
+        every = {s: max(1, math.ceil(self._present(s) / max(self.calls_per_thinned_step, 1)))
                  for s in due}
+        kept_rows = dict.fromkeys(due, 0)
         seen = dict.fromkeys(due, 0)  # calls of each due step met so far, in chunk order
         lo, hi = min(due), max(due)
         rows = db.execute(
@@ -143,6 +159,7 @@ class Retention:
                 rank = np.arange(len(pos)) + seen[s]
                 seen[s] += len(pos)
                 keep[pos[rank % every[s] == 0]] = True
+                kept_rows[s] += int((rank % every[s] == 0).sum())
             kept = m[keep]
             self.calls_removed += int(len(m) - len(kept))
             if len(kept):
@@ -154,6 +171,8 @@ class Retention:
             else:
                 db.execute("DELETE FROM call_chunks WHERE id=?", (cid,))
         self.thinned.update(due)
+        for s in due:
+            self.thinned_at[s] = (self.counts[s], kept_rows[s])
         return self.meta()
 
     def meta(self) -> dict[str, Any]:

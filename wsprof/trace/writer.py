@@ -20,6 +20,23 @@ from wsprof.trace.schema import DDL, INSERT
 __all__ = ["StringTable", "TraceWriter", "encode_calls", "pack_columns"]
 
 
+def _storable(value: str) -> str:
+    """``value`` as SQLite can store it: lone surrogates (from undecodable file names or a
+    user's string) escaped, since one unstorable string would fail every later write."""
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _storable_rows(rows: Iterable[tuple[Any, ...]]) -> Iterable[tuple[Any, ...]]:
+    """Rows with every text value storable (:func:`_storable`): span, counter and event names
+    come from users, and one bad row would fail the whole flush."""
+    for r in rows:
+        yield tuple(_storable(v) if isinstance(v, str) else v for v in r)
+
+
 class StringTable:
     """Interns strings to small ids for the ``strings`` table; None is -1.
 
@@ -43,7 +60,7 @@ class StringTable:
             i = self.ids.get(value)
             if i is None:
                 i = len(self.ids)
-                self._new.append((i, value))
+                self._new.append((i, _storable(value)))
                 self.ids[value] = i
             return i
 
@@ -150,7 +167,7 @@ class TraceWriter:
                     self._db.execute(INSERT["meta"], ("retention", json.dumps(thinned)))
             for table, rows in batches.items():
                 if table != "calls":
-                    self._db.executemany(INSERT[table], rows)
+                    self._db.executemany(INSERT[table], _storable_rows(rows))
         except BaseException:
             self.strings.put_back(new_strings)
             if snapshot is not None and self.retention is not None:
