@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-STEPS = "8"
+STEPS = "12"
 
 
 def wsprof(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
