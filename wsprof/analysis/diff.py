@@ -357,15 +357,14 @@ class _Seen:
 
 def _measure_run(path: str, step_range: StepRange | None, role: str) -> Side:
     from wsprof.analysis.run import analyze_run
-    from wsprof.trace.reader import find_traces, read_run_lenient, read_trace
+    from wsprof.trace.reader import (
+        find_traces,
+        read_run_lenient,
+        read_trace,
+        require_trace_file,
+    )
 
-    if os.path.isfile(path):
-        with open(path, "rb") as fh:
-            head = fh.read(16)
-        if head and head != b"SQLite format 3\x00":
-            raise InputError(
-                f"{path}: neither a wsprof trace nor a CSV series (first column 'step'); "
-                "give a run folder, a .wsprof trace or a .csv file")
+    require_trace_file(path)
     problems: list[str] = []
     seen: list[_Seen] = []
 

@@ -424,10 +424,9 @@ def analyze_path(path: str) -> Analysis:
     Raises:
         wsprof.errors.InputError: the path cannot be read as any of those.
     """
-    from wsprof.errors import InputError
-    from wsprof.importers.logs import Imported, is_sqlite, load_log
+    from wsprof.importers.logs import Imported, load_log
     from wsprof.importers.metrics_csv import load_csv
-    from wsprof.trace.reader import read_run_lenient
+    from wsprof.trace.reader import is_sqlite, read_run_lenient, require_trace_file
 
     imported: Imported | None = None
     if os.path.isfile(path) and path.lower().endswith((".csv", ".tsv")):
@@ -437,14 +436,7 @@ def analyze_path(path: str) -> Analysis:
     if imported is not None:
         analysis = analyze_series(imported.series, path)
         return replace(analysis, notes=imported.notes + analysis.notes)
-    if os.path.isfile(path):
-        with open(path, "rb") as fh:
-            head = fh.read(16)
-        if head and head != b"SQLite format 3\x00":
-            raise InputError(
-                f"{path}: neither a wsprof trace nor a CSV series (first column 'step'); "
-                "give a run folder, a .wsprof trace or a .csv file"
-            )
+    require_trace_file(path)
     # One trace at a time: each is analysed and its calls released before the next is read.
     problems: list[str] = []
     digests = _digest_all(_read_each(path, problems))

@@ -8,7 +8,7 @@ import time
 
 import click
 
-from wsprof.errors import EXIT_OK, InputError
+from wsprof.errors import EXIT_OK
 
 
 def default_diff_path(before: str, after: str) -> str:
@@ -22,17 +22,6 @@ def default_diff_path(before: str, after: str) -> str:
     return os.path.join(
         "reports",
         f"wsprof-diff-{socket.gethostname()}-{name(before)}-vs-{name(after)}-{stamp}.html")
-
-
-def _write_text(path: str, text: str) -> None:
-    try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as e:
-        raise InputError(
-            f"{path}: cannot write the diff ({e.strerror or e}); choose another path with -o"
-        ) from e
 
 
 @click.command()
@@ -73,8 +62,9 @@ def diff(before: str, after: str, before_steps: str | None, after_steps: str | N
 
         text = render_diff_text(result)
     if output:
-        _write_text(output, text)
-        click.echo(output)
+        from wsprof.report.files import write_text
+
+        click.echo(write_text(output, text, "the diff"))
     else:
         click.echo(text, nl=False)
     return EXIT_OK

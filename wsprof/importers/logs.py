@@ -457,15 +457,6 @@ def parse_log_lines(lines: Iterable[str], source: str) -> Imported:
     return Imported(tuple(series), (head, *notes), best.name)
 
 
-def is_sqlite(path: str) -> bool:
-    """Whether ``path`` starts like an SQLite file (a wsprof trace); False when unreadable."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(16) == b"SQLite format 3\x00"
-    except OSError:
-        return False
-
-
 def _read_lines(fh: IO[str]) -> Iterator[str]:
     """Lines of at most :data:`MAX_LINE_CHARS`; a longer line is skipped whole."""
     while True:

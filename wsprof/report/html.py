@@ -474,14 +474,14 @@ def render_html(analysis: Analysis) -> str:
     primary = analysis.primary
     per_step = counter_steps(analysis)
     named = [f.where for f in analysis.findings if f.where]
-    labels = {str(f.evidence.get("label")) for f in analysis.findings if f.evidence}
-    ranks = {f.evidence.get("rank") for f in analysis.findings if f.evidence}
-    text = " ".join(f"{f.title} {f.where or ''}" for f in analysis.findings)
+    # A finding names a process in its evidence: ``label``/``rank`` (outlier_rank) or
+    # ``process`` (gpu_idle_during_sync).
+    labels = {str(f.evidence.get(k)) for f in analysis.findings for k in ("label", "process")}
+    ranks = {f.evidence.get("rank") for f in analysis.findings}
 
     def drawn(i: int, p: ProcessAnalysis) -> bool:
         return (i < MAX_FIGURE_PROCESSES or p is primary or p.label in labels
-                or (p.rank is not None and p.rank in ranks)
-                or f"{p.label} " in text or f"{p.label}:" in text)
+                or (p.rank is not None and p.rank in ranks))
 
     procs = [process_view(p, per_step if p is primary else None, named,
                           only_named=p is not primary, draw=drawn(i, p))

@@ -68,6 +68,33 @@ _REREAD_HINT = "analyse the run folder (its other traces are still read) or re-r
 _NOT_A_TRACE_HINT = "give a run folder written by wsprof, a .wsprof trace or a .csv series"
 
 
+#: The first 16 bytes of every SQLite file.
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def is_sqlite(path: str) -> bool:
+    """Whether ``path`` is a file that starts like an SQLite file (a wsprof trace); False when
+    it is not a file or cannot be read."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def require_trace_file(path: str) -> None:
+    """Raise unless ``path`` is a folder, a missing path (answered later) or an empty or SQLite
+    file: the one-line answer to any other file given where traces are read.
+
+    Raises:
+        InputError: a non-empty file that is not SQLite.
+    """
+    if os.path.isfile(path) and os.path.getsize(path) > 0 and not is_sqlite(path):
+        raise InputError(
+            f"{path}: neither a wsprof trace nor a CSV series (first column 'step'); "
+            "give a run folder, a .wsprof trace or a .csv file")
+
+
 def _connect(path: str) -> sqlite3.Connection:
     try:
         with open(path, "rb") as fh:
@@ -81,7 +108,7 @@ def _connect(path: str) -> sqlite3.Connection:
             f"trace: {_NOT_A_TRACE_HINT}"
         )
     magic = header[:16]
-    if magic != b"SQLite format 3\x00":
+    if magic != SQLITE_MAGIC:
         raise InputError(f"{path}: not a wsprof trace (not an SQLite file); {_NOT_A_TRACE_HINT}")
     # An SQLite file is whole pages (page size: bytes 16-17 big-endian, 1 meaning 65536); a
     # partial last page is a cut that SQLite itself may not notice when that page is unused.

@@ -86,20 +86,18 @@ class Retention:
     calls_per_thinned_step: int = DEFAULT_THINNED_STEP_CALLS
     #: calls seen per step number (>= 0)
     counts: dict[int, int] = field(default_factory=dict)
-    thinned: set[int] = field(default_factory=set)
     calls_removed: int = 0
     #: per thinned step: calls seen when it was last thinned, and rows it kept then
     thinned_at: dict[int, tuple[int, int]] = field(default_factory=dict)
 
-    def snapshot(self) -> tuple[dict[int, int], set[int], int, dict[int, tuple[int, int]]]:
+    def snapshot(self) -> tuple[dict[int, int], int, dict[int, tuple[int, int]]]:
         """State to :meth:`restore` when the transaction that follows is rolled back."""
-        return dict(self.counts), set(self.thinned), self.calls_removed, dict(self.thinned_at)
+        return dict(self.counts), self.calls_removed, dict(self.thinned_at)
 
-    def restore(self, state: tuple[dict[int, int], set[int], int,
-                                   dict[int, tuple[int, int]]]) -> None:
+    def restore(self, state: tuple[dict[int, int], int, dict[int, tuple[int, int]]]) -> None:
         """Undo :meth:`observe` and :meth:`thin` calls since :meth:`snapshot`."""
-        self.counts, self.thinned = dict(state[0]), set(state[1])
-        self.calls_removed, self.thinned_at = state[2], dict(state[3])
+        self.counts, self.calls_removed, self.thinned_at = (
+            dict(state[0]), state[1], dict(state[2]))
 
     def _present(self, s: int) -> int:
         """Rows of step ``s`` in the trace now (all its calls until it is thinned)."""
@@ -126,7 +124,7 @@ class Retention:
         middle = order[self.keep_steps : len(order) - self.keep_steps]
         cap = max(self.calls_per_thinned_step, 1)
         return [s for s in middle
-                if s not in self.thinned or self._present(s) > 2 * cap]
+                if s not in self.thinned_at or self._present(s) > 2 * cap]
 
     def thin(self, db: sqlite3.Connection) -> dict[str, Any] | None:
         """Thin the due steps' calls in ``db`` (inside the caller's transaction).
@@ -170,7 +168,6 @@ class Retention:
                     "WHERE id=?", (len(kept), cols, blob, int(st.min()), int(st.max()), cid))
             else:
                 db.execute("DELETE FROM call_chunks WHERE id=?", (cid,))
-        self.thinned.update(due)
         for s in due:
             self.thinned_at[s] = (self.counts[s], kept_rows[s])
         return self.meta()
@@ -180,8 +177,8 @@ class Retention:
         return {
             "keep_steps": self.keep_steps,
             "calls_per_thinned_step": self.calls_per_thinned_step,
-            "thinned_steps": len(self.thinned),
-            "first_thinned_step": min(self.thinned) if self.thinned else None,
-            "last_thinned_step": max(self.thinned) if self.thinned else None,
+            "thinned_steps": len(self.thinned_at),
+            "first_thinned_step": min(self.thinned_at) if self.thinned_at else None,
+            "last_thinned_step": max(self.thinned_at) if self.thinned_at else None,
             "calls_removed": self.calls_removed,
         }
