@@ -38,6 +38,24 @@ def per_call_ns(n: int) -> float:
     return (time.perf_counter_ns() - t0) / n
 
 
+def per_functional_call_ns(n: int) -> float:
+    """A functional collective and its wait, as DTensor and FSDP2 issue them: the op through
+    ``torch.ops._c10d_functional`` (what wsprof's functional layer hooks) and ``wait_tensor``."""
+    t = torch.ones(16)
+    ops = torch.ops._c10d_functional
+    ar, wait = ops.all_reduce, ops.wait_tensor
+    name = dist.group.WORLD.group_name
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        wait(ar(t, "sum", name))
+    return (time.perf_counter_ns() - t0) / n
+
+
+#: What is timed: (label, function), each in every mode of every round.
+CALLS = (("dist.broadcast", per_call_ns),
+         ("functional all_reduce + wait_tensor", per_functional_call_ns))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=50_000)
@@ -48,32 +66,38 @@ def main() -> None:
     warnings.simplefilter("ignore")
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
     out = tempfile.mkdtemp(prefix="wsprof-bench-")
-    times: dict[str, list[float]] = {m: [] for m in MODES}
+    times: dict[tuple[str, str], list[float]] = {
+        (c, m): [] for c, _ in CALLS for m in MODES}
     flush_ns = 0
     recorded = 0
-    per_call_ns(5_000)
+    for _, fn in CALLS:
+        fn(5_000)
     for _ in range(args.rounds):
         for mode in MODES:
             if mode != "none":
                 wsprof.patch(out, layers=mode, flush_interval_s=args.flush_s)
-            times[mode].append(per_call_ns(args.calls))
+            for label, fn in CALLS:
+                times[(label, mode)].append(fn(args.calls))
             if mode != "none":
                 rec = wsprof._recorder
                 wsprof.unpatch()
                 flush_ns += rec.flush_ns_total
-                recorded += args.calls
-    med = {m: statistics.median(v) for m, v in times.items()}
+                recorded += args.calls * len(CALLS)
     print(f"torch {torch.__version__}, fake process group, {args.rounds} rounds x {args.calls} "
-          f"dist.broadcast calls per setting, writer thread flushing every {args.flush_s:g} s")
+          f"calls per setting, writer thread flushing every {args.flush_s:g} s")
     print("added = median over rounds of (setting - unpatched in the same round); IQR in brackets")
-    print(f"{'layers':<10}{'ns/call':>10}{'added ns':>10}{'IQR':>16}{'ratio':>8}")
-    for m in MODES:
-        diffs = sorted(h - b for h, b in zip(times[m], times["none"]))
-        added = statistics.median(diffs)
-        q = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else [added, added, added]
-        iqr = f"[{q[0]:.0f}, {q[2]:.0f}]"
-        ratio = statistics.median(h / b for h, b in zip(times[m], times["none"]))
-        print(f"{m:<10}{med[m]:>10.0f}{added:>10.0f}{iqr:>16}{ratio:>8.3f}")
+    for label, _ in CALLS:
+        print(f"\n{label}")
+        print(f"{'layers':<10}{'ns/call':>10}{'added ns':>10}{'IQR':>16}{'ratio':>8}")
+        base = times[(label, "none")]
+        for m in MODES:
+            diffs = sorted(h - b for h, b in zip(times[(label, m)], base))
+            added = statistics.median(diffs)
+            q = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else [added, added, added]
+            iqr = f"[{q[0]:.0f}, {q[2]:.0f}]"
+            ratio = statistics.median(h / b for h, b in zip(times[(label, m)], base))
+            med = statistics.median(times[(label, m)])
+            print(f"{m:<10}{med:>10.0f}{added:>10.0f}{iqr:>16}{ratio:>8.3f}")
     print(f"writer thread: {flush_ns / max(recorded, 1):.0f} ns of flush time per recorded call "
           "(off the calling thread; included above only where it held the GIL)")
 

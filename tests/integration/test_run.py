@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -102,8 +103,9 @@ def test_bad_preset_is_a_warning_not_an_error(tmp_path: Path) -> None:
 
 
 def test_works_from_a_wheel_install(tmp_path: Path) -> None:
-    """Build a wheel, install it (without dependencies) into a venv that sees this machine's
-    torch, and run a job through that install: the bootstrap ships inside the wheel."""
+    """Build a wheel, install it (without dependencies) into a venv that sees the test
+    interpreter's torch, and run a job through that install: the bootstrap ships inside the
+    wheel."""
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                     "-q", "-w", str(wheels), str(REPO)], check=True, capture_output=True,
@@ -112,6 +114,13 @@ def test_works_from_a_wheel_install(tmp_path: Path) -> None:
     env_dir = tmp_path / "venv"
     venv.create(env_dir, system_site_packages=True, with_pip=True)
     py = str(env_dir / "bin" / "python")
+    # torch and the other dependencies come from the interpreter running the tests (a venv on
+    # a fresh machine, where the base interpreter has none of them): its site-packages go on
+    # the new venv's path after the venv's own, so the wheel's wsprof is the one imported.
+    own = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    (Path(own) / "wsprof_test_deps.pth").write_text("\n".join(sorted(deps)) + "\n")
     subprocess.run([py, "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True,
                    capture_output=True, timeout=240)
     where = subprocess.run([py, "-c", "import wsprof; print(wsprof.__file__)"], check=True,

@@ -65,3 +65,30 @@ def test_build_covers_the_names_the_weight_sync_bug_hid_under() -> None:
     assert all(callable(getattr(dist, n, None)) for n in api)
     assert all(n in vars(dist.ProcessGroup) for n in backend)
     assert len(api) == len(table.api) and len(backend) == len(table.backend)
+
+
+def test_installed_torch_has_no_unclassified_dispatcher_collective() -> None:
+    """Every op of the c10d namespaces (``_c10d_functional``, ``c10d``, ...) is hooked or
+    excluded with a reason: a new functional collective in a future torch fails here."""
+    import torch
+
+    assert aliases.unclassified_ops(torch) == []
+
+
+def test_a_new_dispatcher_collective_is_reported() -> None:
+    import torch
+
+    lib = torch.library.Library("_c10d_functional", "FRAGMENT")
+    lib.define("wsprof_frobnicate(Tensor input, str group_name) -> Tensor")
+    try:
+        assert aliases.unclassified_ops(torch) == ["_c10d_functional::wsprof_frobnicate"]
+    finally:
+        lib._destroy()
+
+
+def test_backend_objects_and_cpp_helpers_are_in_the_table() -> None:
+    table = aliases.build(dist)
+    classes = {cls.__name__: dict(m) for cls, m in table.backend_classes}
+    assert classes["Backend"]["allreduce"] == "all_reduce"
+    assert classes["Backend"]["broadcast"] == "broadcast"
+    assert dict(table.helpers)["_broadcast_coalesced"] == "broadcast"

@@ -238,8 +238,8 @@ def _relaxed_seed() -> bytes:
 
 
 _TABLES = {
-    "meta": 2, "sites": 4, "strings": 2, "call_chunks": 6, "call_totals": 9, "call_updates": 4,
-    "spans": 6,
+    "meta": 2, "sites": 4, "strings": 2, "call_chunks": 6, "call_totals": 11, "call_updates": 4,
+    "spans": 6, "issued": 6,
     "counters": 3, "events": 3, "stacks": 2, "samples": 6,
 }
 RELAXED_SEED = _relaxed_seed()

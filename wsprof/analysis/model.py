@@ -5,6 +5,7 @@ Units are in field names (``_s`` seconds, ``_ns`` nanoseconds, ``_bytes`` bytes)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -425,6 +426,98 @@ class WrapperFact:
 
 
 @dataclass(frozen=True)
+class GroupCoverage:
+    """One process group of one process.
+
+    ``issued``: collectives c10d counted on the group over the audited steps (None: the
+    backend keeps no count); ``recorded``: collectives wsprof's hooks saw issued there;
+    ``first_step``/``last_step``: the steps the readings span (-1: before the first step);
+    ``short_steps``: steps where c10d issued more than wsprof recorded.
+    """
+
+    label: str
+    rank: int | None
+    group: str
+    backend: str | None
+    issued: int | None
+    recorded: int
+    first_step: int
+    last_step: int
+    short_steps: tuple[int, ...] = ()
+
+    @property
+    def missing(self) -> int | None:
+        """Collectives issued by code wsprof does not see; None when unknown."""
+        return None if self.issued is None else max(self.issued - self.recorded, 0)
+
+    @property
+    def statement(self) -> str:
+        """One line for the terminal, JSON and report."""
+        who = f"rank {self.rank}: " if self.rank is not None else f"{self.label}: "
+        steps = _steps_text(self.first_step, self.last_step)
+        if self.issued is None:
+            return (f"{who}coverage of group {self.group} unknown: its backend "
+                    f"({self.backend or 'unknown'}) keeps no count of issued collectives")
+        if self.missing:
+            where = (f"; short in steps {_list(self.short_steps)}"
+                     if self.short_steps and len(self.short_steps) < 12 else "")
+            return (f"{who}recorded {self.recorded} of {self.issued} collectives on group "
+                    f"{self.group}{steps} ({self.missing} issued by code wsprof does not "
+                    f"see{where})")
+        return f"{who}recorded all {self.issued} collectives on group {self.group}{steps}"
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """The audit of a run: every audited group, plus processes that could not be audited."""
+
+    groups: tuple[GroupCoverage, ...] = ()
+    #: Labels of processes whose trace has no audit (written by an older wsprof).
+    not_audited: tuple[str, ...] = ()
+
+    @property
+    def incomplete(self) -> tuple[GroupCoverage, ...]:
+        """Groups where collectives were issued that wsprof did not record, most first."""
+        short = [g for g in self.groups if g.missing]
+        return tuple(sorted(short, key=lambda g: -(g.missing or 0)))
+
+    @property
+    def unknown(self) -> tuple[GroupCoverage, ...]:
+        return tuple(g for g in self.groups if g.issued is None)
+
+    @property
+    def status(self) -> str:
+        """``incomplete`` | ``unknown`` | ``complete`` | ``not_audited``."""
+        if self.incomplete:
+            return "incomplete"
+        if self.unknown:
+            return "unknown"
+        if self.groups:
+            return "complete"
+        return "not_audited"
+
+    def lines(self, limit: int = 4) -> list[str]:
+        """What a renderer says first: shortfalls, then unknown groups (at most ``limit``);
+        nothing when every audited collective was recorded."""
+        out = [g.statement for g in (*self.incomplete, *self.unknown)]
+        if len(out) > limit:
+            out = [*out[:limit], f"... and {len(out) - limit} more groups"]
+        return out
+
+
+def _steps_text(a: int, b: int) -> str:
+    if a < 0 and b < 0:
+        return " before the first step"
+    a = max(a, 0)
+    return f" in step {a}" if a == b else f" in steps {a}-{b}"
+
+
+def _list(steps: Sequence[int]) -> str:
+    return ", ".join(str(s) for s in steps)
+
+
+
+@dataclass(frozen=True)
 class Analysis:
     """The whole result of ``wsprof analyze``: what every renderer reads.
 
@@ -444,6 +537,9 @@ class Analysis:
     #: Per-rank weight-sync and step times of every process with steps, in rank order (empty
     #: for a series file).
     ranks: tuple[RankSeries, ...] = ()
+    #: The coverage audit: c10d's issued collectives per group against what was recorded
+    #: (None for a series file).
+    coverage: Coverage | None = None
 
     @property
     def primary(self) -> ProcessAnalysis | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from wsprof.analysis.align import ClockInput, align, anchor_of
+from wsprof.analysis.coverage import audit_run
 from wsprof.analysis.findings import TIME_BUDGETS_S, Facts, run_rules
 from wsprof.analysis.growth import classify
 from wsprof.analysis.model import (
@@ -340,6 +341,8 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
         notes=tuple(notes),
         wrappers=tuple(wrappers),
         ranks=tuple(ranks),
+        coverage=audit_run([(pa.label, d.trace) for d, pa in zip(procs, analyses)
+                            if not d.sampler_only]),
     )
 
 

@@ -51,6 +51,94 @@ API_OPS: dict[str, str] = {
 #: The coalescing context manager: the block it opens is one logical call (op ``coalesced``).
 COALESCING = "_coalescing_manager"
 
+#: C++ helpers exposed in ``torch.distributed`` that issue collectives from C++ on the group
+#: passed first (DDP syncs module state and checks parameters through them): hooked as API
+#: names; the number of collectives each call issued is read from c10d's count.
+CPP_HELPERS: dict[str, str] = {
+    "_broadcast_coalesced": "broadcast",
+    "_verify_params_across_processes": "all_gather",
+}
+
+#: Backend methods that issue more collectives than one (gloo's ``monitored_barrier`` is a
+#: send/recv round): their hook reads c10d's count before and after.
+COUNTED = frozenset({"monitored_barrier"})
+
+#: Group lifecycle functions hooked only to read c10d's counts before a group goes away.
+LIFECYCLE = ("destroy_process_group",)
+
+#: Canonical "op" of the completion of a functional collective (``wait_tensor``).
+COMPLETION = "completion"
+
+#: Dispatcher ops (``torch.ops.<namespace>.<name>``) -> canonical op, hooked at their Python
+#: entry (:mod:`wsprof.capture.functional`). ``_c10d_functional`` is what functional
+#: collectives, DTensor, FSDP2 and compiled graphs call; ``_c10d_functional_autograd`` and
+#: ``_dtensor`` reach the backend from C++; ``c10d`` ops are what ``ProcessGroup`` methods run
+#: in C++ (seen there by the backend layer), hooked for Python callers of ``torch.ops.c10d``.
+FUNCTIONAL_OPS: dict[str, dict[str, str]] = {
+    "_c10d_functional": {
+        "all_gather_into_tensor": "all_gather_into_tensor",
+        "all_gather_into_tensor_coalesced": "all_gather_into_tensor",
+        "all_gather_into_tensor_out": "all_gather_into_tensor",
+        "all_reduce": "all_reduce",
+        "all_reduce_": "all_reduce",
+        "all_reduce_coalesced": "all_reduce",
+        "all_reduce_coalesced_": "all_reduce",
+        "all_to_all_single": "all_to_all_single",
+        "batch_p2p_ops": "batch_p2p",
+        "broadcast": "broadcast",
+        "broadcast_": "broadcast",
+        "irecv": "recv",
+        "isend": "send",
+        "reduce_scatter_tensor": "reduce_scatter_tensor",
+        "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor",
+        "reduce_scatter_tensor_out": "reduce_scatter_tensor",
+        "wait_tensor": COMPLETION,
+    },
+    "_c10d_functional_autograd": {
+        "all_gather_into_tensor": "all_gather_into_tensor",
+        "all_to_all_single": "all_to_all_single",
+        "reduce_scatter_tensor": "reduce_scatter_tensor",
+    },
+    "_dtensor": {
+        "shard_dim_alltoall": "all_to_all_single",
+    },
+    "c10d": {
+        "_allgather_base_": "all_gather_into_tensor",
+        "_reduce_scatter_base_": "reduce_scatter_tensor",
+        "allgather_": "all_gather",
+        "allgather_coalesced_": "all_gather",
+        "allgather_into_tensor_coalesced_": "all_gather_into_tensor",
+        "allreduce_": "all_reduce",
+        "allreduce_coalesced_": "all_reduce",
+        "alltoall_": "all_to_all",
+        "alltoall_base_": "all_to_all_single",
+        "barrier": "barrier",
+        "broadcast_": "broadcast",
+        "gather_": "gather",
+        "monitored_barrier_": "barrier",
+        "recv_": "recv",
+        "recv_any_source_": "recv",
+        "reduce_": "reduce",
+        "reduce_scatter_": "reduce_scatter",
+        "reduce_scatter_tensor_coalesced_": "reduce_scatter_tensor",
+        "scatter_": "scatter",
+        "send": "send",
+    },
+}
+
+#: Dispatcher ops of those namespaces that are not collectives, with the reason.
+FUNCTIONAL_EXCLUDED: dict[str, str] = {
+    "c10d::check_for_nan": "a local NaN check, no communication",
+    "_c10d_functional::_wrap_tensor_autograd": "wraps a result for autograd, no communication",
+    "_dtensor::mesh_get_process_group": "query",
+}
+
+#: Whole namespaces left unhooked, with the reason.
+FUNCTIONAL_EXCLUDED_NAMESPACES: dict[str, str] = {
+    "c10d_functional": "the legacy namespace: its Python implementations call the hooked "
+    "_c10d_functional ops, which record the call once",
+}
+
 #: ``ProcessGroup`` methods -> canonical op.
 BACKEND_OPS: dict[str, str] = {
     "broadcast": "broadcast",
@@ -122,6 +210,27 @@ API_EXCLUDED: dict[str, str] = {
     "supports_complex": "query",
 }
 
+#: ``torch.distributed.Backend`` (and C++ backend class) methods that are not collectives.
+BACKEND_CLASS_EXCLUDED: dict[str, str] = {
+    "_end_coalescing": "coalescing bracket (the ops inside it are hooked)",
+    "_start_coalescing": "coalescing bracket (the ops inside it are hooked)",
+    "_get_backend_name": "query",
+    "_get_sequence_number_for_group": "query (the coverage audit reads it)",
+    "_set_sequence_number_for_group": "configuration",
+    "_set_default_timeout": "configuration",
+    "_verify_work_timeout": "query",
+    "_add_ephemeral_timeout": "configuration",
+    "_is_initialized": "query",
+    "_shutdown": "lifecycle",
+    "_group_start": "p2p group bracket (the ops inside it are hooked)",
+    "_group_end": "p2p group bracket (the ops inside it are hooked)",
+    "_set_enable_nan_check": "configuration",
+    "_start_time_estimate": "estimation mode",
+    "_end_time_estimate": "estimation mode",
+    "allocate_tensor": "memory allocation, no communication",
+    "supports_tensor_alloc": "query",
+}
+
 #: Public ``ProcessGroup`` methods that are not collectives, with the reason.
 BACKEND_EXCLUDED: dict[str, str] = {
     "abort": "lifecycle",
@@ -144,14 +253,27 @@ BACKEND_EXCLUDED: dict[str, str] = {
 
 @dataclass(frozen=True)
 class AliasTable:
-    """The names hooked in the installed torch: (name, canonical op) pairs per layer."""
+    """The names hooked in the installed torch: (name, canonical op) pairs per layer, and the
+    backend classes (``Backend`` and the C++ backends) with the methods each defines."""
 
     api: tuple[tuple[str, str], ...]
     backend: tuple[tuple[str, str], ...]
+    helpers: tuple[tuple[str, str], ...] = ()
+    backend_classes: tuple[tuple[type, tuple[tuple[str, str], ...]], ...] = ()
+
+
+def backend_classes(dist: Any) -> list[type]:
+    """``torch.distributed.Backend`` and the backend classes of the installed torch derived
+    from it (``ProcessGroupGloo``, ``ProcessGroupNCCL``, ...), defined in C++."""
+    import torch._C._distributed_c10d as cc
+
+    return [obj for obj in vars(cc).values()
+            if isinstance(obj, type) and issubclass(obj, cc.Backend)]
 
 
 def build(dist: Any) -> AliasTable:
-    """Keep the names of :data:`API_OPS` and :data:`BACKEND_OPS` that the installed torch has.
+    """Keep the names of :data:`API_OPS`, :data:`BACKEND_OPS` and :data:`CPP_HELPERS` that the
+    installed torch has.
 
     Args:
         dist: the ``torch.distributed`` module.
@@ -159,7 +281,12 @@ def build(dist: Any) -> AliasTable:
     pg = dist.ProcessGroup
     api = tuple((n, op) for n, op in API_OPS.items() if callable(getattr(dist, n, None)))
     backend = tuple((n, op) for n, op in BACKEND_OPS.items() if n in pg.__dict__)
-    return AliasTable(api, backend)
+    helpers = tuple((n, op) for n, op in CPP_HELPERS.items() if callable(getattr(dist, n, None)))
+    classes = tuple(
+        (cls, tuple((n, op) for n, op in BACKEND_OPS.items() if n in cls.__dict__))
+        for cls in backend_classes(dist)
+    )
+    return AliasTable(api, backend, helpers, tuple((c, m) for c, m in classes if m))
 
 
 def unclassified(dist: Any) -> tuple[list[str], list[str]]:
@@ -185,11 +312,14 @@ def unclassified(dist: Any) -> tuple[list[str], list[str]]:
             obj = getattr(dist, name)
             if not inspect.isfunction(obj) and not callable(obj):
                 continue
-            if getattr(obj, "__module__", "") != "torch.distributed.distributed_c10d":
+            module = getattr(obj, "__module__", "")
+            if module != "torch.distributed.distributed_c10d" and not (
+                    module == "torch._C._distributed_c10d" and looks_collective(name)):
                 continue
             if inspect.isclass(obj):
                 continue
-        if name not in API_OPS and name not in API_EXCLUDED:
+        if name not in API_OPS and name not in API_EXCLUDED and name not in CPP_HELPERS and (
+                name not in LIFECYCLE):
             api.append(name)
     backend: list[str] = []
     for name, obj in vars(dist.ProcessGroup).items():
@@ -199,4 +329,44 @@ def unclassified(dist: Any) -> tuple[list[str], list[str]]:
             continue
         if name not in BACKEND_OPS and name not in BACKEND_EXCLUDED:
             backend.append(name)
-    return sorted(api), sorted(backend)
+    for cls in backend_classes(dist):
+        for name, obj in vars(cls).items():
+            if name.startswith("__") or not callable(obj) or isinstance(obj, type):
+                continue
+            if name.isupper() or name in BACKEND_OPS or name in BACKEND_EXCLUDED:
+                continue
+            if name in BACKEND_CLASS_EXCLUDED or not looks_like_op(name):
+                continue
+            backend.append(f"{cls.__name__}.{name}")
+    return sorted(api), sorted(set(backend))
+
+
+#: Words in a backend class method's name that make it a possible collective.
+_OP_WORDS = ("all", "reduce", "broadcast", "scatter", "gather", "send", "recv", "barrier",
+             "coalesced", "alltoall")
+
+
+def looks_like_op(name: str) -> bool:
+    """A backend class method whose name suggests communication (``allreduce``, ``send``)."""
+    return any(w in name.lower() for w in _OP_WORDS)
+
+
+def unclassified_ops(torch: Any) -> list[str]:
+    """Dispatcher ops (``ns::name``) in a c10d namespace of the installed torch that are
+    neither in :data:`FUNCTIONAL_OPS` nor in :data:`FUNCTIONAL_EXCLUDED`: a collective op a
+    future torch adds fails a test until it is classified.
+
+    The namespaces are every one whose name contains ``c10d`` plus ``_dtensor``.
+    """
+    out = []
+    for full in torch._C._dispatch_get_all_op_names():
+        ns, _, rest = full.partition("::")
+        if "c10d" not in ns and ns != "_dtensor":
+            continue
+        name = rest.split(".")[0]
+        if name in FUNCTIONAL_OPS.get(ns, {}) or f"{ns}::{name}" in FUNCTIONAL_EXCLUDED:
+            continue
+        if ns in FUNCTIONAL_EXCLUDED_NAMESPACES:
+            continue
+        out.append(f"{ns}::{name}")
+    return sorted(set(out))

@@ -33,6 +33,7 @@ from types import CodeType, TracebackType
 from typing import Any
 
 from wsprof.capture import aliases
+from wsprof.capture.audit import seq_of
 from wsprof.capture.markers import STATE
 from wsprof.capture.recorder import Recorder
 from wsprof.capture.sites import SiteTable
@@ -81,6 +82,15 @@ class _Installed:
         self.device: Any = None  # DeviceTimer when CUDA device time is on
         self.rewraps: set[tuple[str, str, int]] = set()  # re-wraps already recorded
         self.group_classes: set[type] = set()  # ProcessGroup classes seen
+        self.parameter_type: Any = None
+        self.group_name_ids: dict[str, int] = {}  # group name -> string id (functional ops)
+        #: c10d's per-group list of ops deferred inside a ``_coalescing_manager`` block: an
+        #: API call made while it is non-empty issued nothing (the block's backend call
+        #: will); None with ``layers='api'``, where that backend call is not seen.
+        self.coalescing: dict[Any, Any] | None = None
+        #: torch.compile's table of collectives it rewrites into functional ops, and the hooks
+        #: added to it (:func:`_compiler_remaps`)
+        self.remaps: tuple[dict[Any, Any], list[Any]] | None = None
 
 
 _STATE = _Installed()
@@ -104,14 +114,23 @@ def _payload_slow(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> tuple
     for a in cands:
         if isinstance(a, tensor_type):
             dt = _STATE.dtype_ids.get(a.dtype)
-            return int(a.nbytes), _intern_dtype(a.dtype) if dt is None else dt
+            return _nbytes(a), _intern_dtype(a.dtype) if dt is None else dt
         if isinstance(a, (list, tuple)) and a:
             first = a[0]
             if isinstance(first, tensor_type):
                 dt = _STATE.dtype_ids.get(first.dtype)
-                nbytes = sum(int(t.nbytes) for t in a if isinstance(t, tensor_type))
+                sizes = [_nbytes(t) for t in a if isinstance(t, tensor_type)]
+                nbytes = -1 if -1 in sizes else sum(sizes)
                 return nbytes, _intern_dtype(first.dtype) if dt is None else dt
     return -1, -1
+
+
+def _nbytes(t: Any) -> int:
+    """Payload bytes of a tensor; -1 when it has no plain storage size (sparse, nested)."""
+    try:
+        return int(t.nbytes)
+    except Exception:  # noqa: BLE001 - unknown bytes is a value, not an error
+        return -1
 
 
 def _group_id(pg: Any) -> int:
@@ -123,8 +142,8 @@ def _group_id(pg: Any) -> int:
         return int(e[1])
     try:
         name: str | None = str(pg.group_name)
-    except Exception:  # noqa: BLE001 - some groups have no name
-        name = None
+    except Exception:  # noqa: BLE001 - a backend object, or a group without a name
+        name = _owner_group_name(pg)
     rec = _STATE.recorder
     i = rec.strings.intern(name) if rec is not None else -1
     if rec is not None:
@@ -134,6 +153,24 @@ def _group_id(pg: Any) -> int:
     with contextlib.suppress(TypeError):  # no weak references: looked up every time
         _STATE.group_ids[id(pg)] = (weakref.ref(pg), i)
     return i
+
+
+def _owner_group_name(backend: Any) -> str | None:
+    """The name of the process group a backend object (``pg._get_backend(device)``) belongs
+    to, found among the live groups; None if none owns it. Looked up once per object."""
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    torch = sys.modules.get("torch")
+    if c10d is None or torch is None:
+        return None
+    try:
+        for pg in list(c10d._world.pg_map):
+            for dev in ("cpu", "cuda"):
+                with contextlib.suppress(Exception):
+                    if pg._get_backend(torch.device(dev)) is backend:
+                        return str(pg.group_name)
+    except Exception:  # noqa: BLE001 - no world
+        return None
+    return None
 
 
 def _audit_group_class(rec: Recorder, cls: type) -> None:
@@ -276,6 +313,7 @@ def _api_wrapper(orig: Callable[..., Any], op: str, api: str, layer: str = "api"
     phases = markers.phases
     device = inst.device
     pack_row = _pack_row
+    coalescing = inst.coalescing
     last_site: tuple[Any, int, int] = (None, -1, -1)
 
     @functools.wraps(orig)
@@ -300,11 +338,16 @@ def _api_wrapper(orig: Callable[..., Any], op: str, api: str, layer: str = "api"
             _device_end(device, ev, t0)
         # The fast recording path: plain-tensor first argument, known caller site and group.
         try:
+            if coalescing and c[1] == 0:
+                return ret  # deferred into a coalescing block: its backend call is recorded
             if len(calls) < max_pending:
                 ident = _get_ident()
                 a: Any = args[0] if args else None
                 if type(a) is tensor_type:
-                    nbytes = a.nbytes
+                    try:
+                        nbytes = a.nbytes
+                    except Exception:  # noqa: BLE001 - sparse: unknown bytes, still a call
+                        nbytes = -1
                     dt = dtype_ids.get(a.dtype)
                     if dt is None:
                         dt = _intern_dtype(a.dtype)
@@ -356,9 +399,39 @@ def extra_hook(orig: Callable[..., Any], op: str, api: str) -> Any:
     return _api_wrapper(orig, op, api, "extra")
 
 
-def _backend_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
-    """The backend-layer hook for a ``ProcessGroup`` method: adds its time to the open API
-    call, or records a row of its own (layer 'backend') when no API call is open."""
+#: Hook code objects renamed after the method they replace (:func:`_named_like`).
+_RENAMED_CODES: set[CodeType] = set()
+
+
+def _named_like(fn: Any, method: str) -> Any:
+    """Give a class-level hook's code the name of the method it replaces.
+
+    pybind11's trampolines (the C++ side of a Python subclass of ``ProcessGroup``, ``Backend``
+    or ``Work``) look the method up on the instance's type and treat any Python function
+    found there as an override, which a hook on the base class would be: the hook calls the
+    pybind method, the trampoline calls the hook again, and a ``RuntimeError`` becomes a
+    ``RecursionError``. pybind11 recognises a base call from within an override by the calling
+    frame's code name (the method's name, with ``self`` as its first argument) and then runs
+    the C++ base method, which is exactly what runs without wsprof.
+    """
+    code = fn.__code__.replace(co_name=method)
+    _RENAMED_CODES.add(code)
+    fn.__code__ = code
+    return fn
+
+
+def _backend_wrapper(orig: Callable[..., Any], op: str, api: str,
+                     method: str | None = None, counted: bool = False) -> Any:
+    """The backend-layer hook for a ``ProcessGroup`` (or ``Backend``) method: adds its time to
+    the open API call, or records a row of its own (layer 'backend') when no API call is open.
+
+    Args:
+        orig: the method as looked up on the class.
+        op: canonical op; api: the name recorded (``ProcessGroup.allreduce``).
+        method: the attribute name it replaces (see :func:`_named_like`).
+        counted: the method issues a number of collectives known only to c10d
+            (``monitored_barrier``): read the group's count before and after.
+    """
     inst = _STATE
     tls = _TLS
     rec = inst.recorder
@@ -377,6 +450,7 @@ def _backend_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
             # backend-layer call of its own.
             c = [0, 1, True, self]
             tls.call = c
+            s0 = seq_of(self) if counted else -1
             t0 = _now()
             try:
                 ret = orig(self, *args, **kwargs)
@@ -389,21 +463,78 @@ def _backend_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
             t1 = _now()
             tls.call = None
             c[_BACKEND_NS] = t1 - t0
+            if s0 >= 0:
+                c[_N_BACKEND] = max(seq_of(self) - s0, 1)
             _record_slow(rec, hook, t0, t1, c, args, kwargs, ret, None, 2)
             return ret
         if c[2]:
             return orig(self, *args, **kwargs)
         c[2] = True
         c[3] = self
+        s0 = seq_of(self) if counted else -1
         t0 = _now()
         try:
             return orig(self, *args, **kwargs)
         finally:
             c[0] += _now() - t0
-            c[1] += 1
+            c[1] += max(seq_of(self) - s0, 1) if s0 >= 0 else 1
             c[2] = False
 
-    return wsprof_backend_hook
+    return _named_like(wsprof_backend_hook, method) if method else wsprof_backend_hook
+
+
+def _helper_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
+    """The hook for a C++ helper that issues collectives from C++ on the group it is passed
+    first (``dist._broadcast_coalesced``): one API-layer row whose ``n_backend`` is the number
+    of collectives c10d counted during the call, all of its time backend time."""
+    inst = _STATE
+    tls = _TLS
+    rec = inst.recorder
+    if rec is None:
+        raise RuntimeError("wsprof hooks are created by install()")
+    hook = rec.hook_id(op, api, "api")
+
+    @functools.wraps(orig)
+    def wsprof_helper_hook(*args: Any, **kwargs: Any) -> Any:
+        if tls.call is not None or not inst.active:
+            return orig(*args, **kwargs)
+        pg = args[0] if args else kwargs.get("process_group")
+        c: list[Any] = [0, 0, True, pg]
+        tls.call = c
+        s0 = seq_of(pg)
+        t0 = _now()
+        error: BaseException | None = None
+        ret: Any = None
+        try:
+            ret = orig(*args, **kwargs)
+        except BaseException as e:
+            error = e
+            raise
+        finally:
+            t1 = _now()
+            tls.call = None
+            c[_BACKEND_NS] = t1 - t0
+            c[_N_BACKEND] = max(seq_of(pg) - s0, 0) if s0 >= 0 else 1
+            _record_slow(rec, hook, t0, t1, c, args[1:], kwargs, ret, error, 2)
+        return ret
+
+    return wsprof_helper_hook
+
+
+def _lifecycle_wrapper(orig: Callable[..., Any]) -> Any:
+    """``destroy_process_group``: read c10d's counts of the groups before they go away."""
+    inst = _STATE
+
+    @functools.wraps(orig)
+    def wsprof_lifecycle_hook(*args: Any, **kwargs: Any) -> Any:
+        if inst.active and inst.recorder is not None:
+            from wsprof.capture import audit
+
+            inst.recorder.remember_identity()  # rank and world size, while the group is up
+            audit.read(inst.recorder, "destroy")
+        return orig(*args, **kwargs)
+
+    return wsprof_lifecycle_hook
 
 
 def _wait_wrapper(orig: Callable[..., Any]) -> Any:
@@ -435,7 +566,7 @@ def _wait_wrapper(orig: Callable[..., Any]) -> Any:
             c[0] += _now() - t0
             c[2] = False
 
-    return wsprof_wait_hook
+    return _named_like(wsprof_wait_hook, "wait")
 
 
 def _is_completed_wrapper(orig: Callable[..., Any]) -> Any:
@@ -453,7 +584,7 @@ def _is_completed_wrapper(orig: Callable[..., Any]) -> Any:
                     inst.recorder.internal_error("is_completed", e)
         return ret
 
-    return wsprof_is_completed_hook
+    return _named_like(wsprof_is_completed_hook, "is_completed")
 
 
 _STDLIB = sysconfig.get_paths()["stdlib"]
@@ -543,6 +674,8 @@ _HOOK_CODES = frozenset(
         _inner_code(_wait_wrapper, "wsprof_wait_hook"),
         _inner_code(_is_completed_wrapper, "wsprof_is_completed_hook"),
         _inner_code(_coalescing_wrapper, "wsprof_coalescing_hook"),
+        _inner_code(_helper_wrapper, "wsprof_helper_hook"),
+        _inner_code(_lifecycle_wrapper, "wsprof_lifecycle_hook"),
     }
 )
 
@@ -590,7 +723,8 @@ def is_hook(obj: Any) -> bool:
     Decided by code object, not by an attribute: ``functools.wraps`` copies attributes onto a
     framework's wrapper of our hook, and that wrapper must not pass for ours.
     """
-    return getattr(obj, "__code__", None) in _HOOK_CODES
+    code = getattr(obj, "__code__", None)
+    return code in _HOOK_CODES or code in _RENAMED_CODES
 
 
 #: Which layers :func:`install` hooks: ``both`` (names, ProcessGroup methods and Work), or
@@ -698,7 +832,13 @@ def install(recorder: Recorder, layers: str = "both", device_time: bool = False)
     import torch.distributed.distributed_c10d as c10d
 
     _STATE.tensor_type = torch.Tensor
+    _STATE.parameter_type = torch.nn.Parameter
+    _STATE.group_name_ids = {}
     _STATE.work_type = getattr(dist, "Work", None)
+    try:
+        _STATE.coalescing = c10d._world.pg_coalesce_state if layers == "both" else None
+    except AttributeError:  # a torch without coalescing state
+        _STATE.coalescing = None
     _STATE.dtype_ids = {}
     _STATE.group_ids = {}
     _STATE.phase_ids = {}
@@ -744,13 +884,40 @@ def install(recorder: Recorder, layers: str = "both", device_time: bool = False)
                     hook = hooks_by_id[id(current)] = _coalescing_wrapper(
                         current, "distributed_c10d." + aliases.COALESCING)
                 patches.append((module, aliases.COALESCING, current, hook))
+            for name, op in table.helpers:
+                current = module.__dict__.get(name)
+                if current is None or is_hook(current):
+                    continue
+                hook = hooks_by_id.get(id(current))
+                if hook is None:
+                    hook = hooks_by_id[id(current)] = _helper_wrapper(current, op, "dist." + name)
+                patches.append((module, name, current, hook))
+            for name in aliases.LIFECYCLE:
+                current = module.__dict__.get(name)
+                if current is None or is_hook(current):
+                    continue
+                hook = hooks_by_id.get(id(current))
+                if hook is None:
+                    hook = hooks_by_id[id(current)] = _lifecycle_wrapper(current)
+                patches.append((module, name, current, hook))
+        try:
+            from wsprof.capture import functional
+
+            patches.extend(functional.patches(torch))
+        except Exception as e:  # noqa: BLE001 - the other layers still record
+            recorder.internal_error("functional", e)
     if layers == "both":
         pg_cls = dist.ProcessGroup
         for name, op in table.backend:
             descriptor = pg_cls.__dict__[name]
             bound_get = getattr(pg_cls, name)
-            patches.append((pg_cls, name, descriptor,
-                            _backend_wrapper(bound_get, op, "ProcessGroup." + name)))
+            patches.append((pg_cls, name, descriptor, _backend_wrapper(
+                bound_get, op, "ProcessGroup." + name, name, name in aliases.COUNTED)))
+        for cls, methods in table.backend_classes:
+            for name, op in methods:
+                patches.append((cls, name, cls.__dict__[name], _backend_wrapper(
+                    getattr(cls, name), op, f"{cls.__name__}.{name}", name,
+                    name in aliases.COUNTED)))
         work_cls = _STATE.work_type
         if work_cls is not None:
             for name, factory in (("wait", _wait_wrapper),
@@ -764,13 +931,47 @@ def install(recorder: Recorder, layers: str = "both", device_time: bool = False)
         recorder.hook_ns_per_call = _calibrate(recorder, layers)
     except Exception as e:  # noqa: BLE001 - an estimate only
         recorder.internal_error("calibrate", e)
+    from wsprof.capture import audit
+
+    audit.read(recorder, "patch")  # the baseline: what each existing group issued before patch()
     for owner, name, _orig, hook in patches:
         setattr(owner, name, hook)
     _STATE.patches = patches
+    _compiler_remaps(patches)
     _STATE.active = True
     recorder.on_flush.append(_reaudit)
-    recorder.event("patched", json.dumps({"layers": layers, "api_names": len(table.api),
-                                          "backend_methods": len(table.backend)}))
+    recorder.event("patched", json.dumps({
+        "layers": layers, "api_names": len(table.api), "backend_methods": len(table.backend),
+        "backend_class_methods": sum(len(m) for _, m in table.backend_classes),
+        "functional_ops": sum(1 for p in patches if p[1] == "_op"),
+    }))
+
+
+def _compiler_remaps(patches: list[tuple[Any, str, Any, Any]]) -> None:
+    """Let ``torch.compile`` trace a hooked name as the collective it replaces.
+
+    Dynamo rewrites ``dist.all_reduce`` and the other names in
+    ``_functional_collectives.traceable_collective_remaps`` into functional collectives in the
+    graph (recorded at run time by :mod:`wsprof.capture.functional`); a hook it does not find
+    there is inlined instead, breaks the graph and runs the collective eagerly. Each hook gets
+    the entry of its original, removed again by :func:`uninstall`.
+    """
+    try:
+        import torch.distributed._functional_collectives as funcol
+
+        remaps = funcol.traceable_collective_remaps
+    except Exception:  # noqa: BLE001 - a torch without the table: nothing to do
+        return
+    added = []
+    for _owner, _name, orig, hook in patches:
+        try:
+            target = remaps.get(orig)
+        except TypeError:  # unhashable
+            continue
+        if target is not None and hook not in remaps:
+            remaps[hook] = target
+            added.append(hook)
+    _STATE.remaps = (remaps, added)
 
 
 def _reaudit() -> None:
@@ -820,6 +1021,11 @@ def uninstall() -> None:
                            if f is not _reaudit and getattr(f, "__self__", None) is not device]
         if _STATE.device is not None:
             _STATE.device.resolve()
+    if _STATE.remaps is not None:
+        remaps, added = _STATE.remaps
+        for hook in added:
+            remaps.pop(hook, None)
+        _STATE.remaps = None
     _STATE.patches = []
     _STATE.recorder = None
     _STATE.sites = None

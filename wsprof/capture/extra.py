@@ -8,8 +8,13 @@ or nccl4py calls straight into NCCL) or through ``ray.util.collective``; a patch
     "module:qualname=op"     # op given: mymod:push_weights=broadcast
 
 A target whose module is already imported is hooked at once; otherwise a ``sys.meta_path``
-finder hooks it right after the module is first imported. Nothing here ever imports a target
-module (importing vLLM to patch it would be a heavy side effect). Every hook is
+finder hooks it right after the module is first imported. A module that is in ``sys.modules``
+but still initialising (``wsprof.patch()`` ran inside its import: ``ray.util.collective``
+imports torch half-way through its own import, and the ``wsprof run`` bootstrap patches at the
+end of torch's) is hooked the moment its import completes, when importlib clears its
+``__spec__._initializing``; its names are not all defined yet, so hooking it earlier would
+report them missing. Nothing here ever imports a target module (importing vLLM to patch it
+would be a heavy side effect). Every hook is
 :func:`wsprof.capture.collectives.extra_hook`, so calls are recorded with layer ``'extra'``.
 
 A target that cannot be hooked (malformed string, missing attribute, not a function) is an
@@ -19,6 +24,8 @@ A target that cannot be hooked (malformed string, missing attribute, not a funct
 
 from __future__ import annotations
 
+import contextlib
+import importlib.machinery
 import os
 import sys
 import threading
@@ -194,6 +201,8 @@ class _State:
         self.finder: PostImportFinder | None = None
         #: module name -> targets waiting for that module's first import
         self.pending: dict[str, list[Target]] = {}
+        #: module name -> spec of a module still initialising, watched for the end of its import
+        self.watched: dict[str, importlib.machinery.ModuleSpec] = {}
         self.hooked: list[str] = []
         self.seen: set[str] = set()
         #: (owner, attribute name, original value in owner.__dict__ or _ABSENT, value we set)
@@ -206,8 +215,9 @@ _STATE = _State()
 def install(targets: Iterable[str], recorder: Recorder | None = None) -> list[str]:
     """Hook every target now (module imported) or right after its module is imported.
 
-    Installing a target twice is the same as once; never raises for a bad target (it becomes an
-    ``extra_missing`` event) and never imports a target's module.
+    A target of a module still initialising (this runs inside its import) is hooked when that
+    import completes. Installing a target twice is the same as once; never raises for a bad
+    target (it becomes an ``extra_missing`` event) and never imports a target's module.
 
     Args:
         targets: ``module:qualname`` or ``module:qualname=op`` strings.
@@ -232,9 +242,10 @@ def install(targets: Iterable[str], recorder: Recorder | None = None) -> list[st
             except TargetError as e:
                 _event("extra_missing", str(e))
                 continue
-            if target.module in sys.modules:
-                _hook(target, sys.modules[target.module])
-            else:
+            module = sys.modules.get(target.module)
+            if module is not None and not (_initialising(module) and _watch(module)):
+                _hook(target, module)
+            else:  # not imported yet (the finder sees its import) or still initialising
                 _STATE.pending.setdefault(target.module, []).append(target)
         if _STATE.pending and _STATE.finder is None:
             _STATE.finder = PostImportFinder(lambda name: name in _STATE.pending,
@@ -254,6 +265,8 @@ def uninstall() -> None:
         if finder is not None:
             while finder in sys.meta_path:
                 sys.meta_path.remove(finder)
+        for spec in _STATE.watched.values():
+            _unwatch(spec)
         for owner, name, orig, ours in reversed(_STATE.patches):
             current = owner.__dict__.get(name, _ABSENT)
             if current is not ours:
@@ -264,6 +277,7 @@ def uninstall() -> None:
                 setattr(owner, name, orig)
         _STATE.finder = None
         _STATE.pending = {}
+        _STATE.watched = {}
         _STATE.hooked = []
         _STATE.seen = set()
         _STATE.patches = []
@@ -384,3 +398,85 @@ def _module_loaded(name: str, module: types.ModuleType) -> None:
                     rec.internal_error("extra", e)
 
 
+def _initialising(module: types.ModuleType) -> bool:
+    """Whether ``module``'s import is still running (importlib sets ``__spec__._initializing``
+    around the module's code; a module executed by hand never has it set)."""
+    spec = getattr(module, "__spec__", None)
+    return getattr(spec, "_initializing", False) is True
+
+
+class _ImportEndWatch:
+    """Mixed into the class of a spec being watched: importlib's ``spec._initializing = False``
+    (in ``_load_unlocked``, once the module's code has run or failed) hooks what waited."""
+
+    #: The spec's own class, put back once the import has ended.
+    _wsprof_base: type[importlib.machinery.ModuleSpec]
+
+    @property
+    def _initializing(self) -> bool:
+        return bool(self.__dict__.get("_initializing", False))
+
+    @_initializing.setter
+    def _initializing(self, value: bool) -> None:
+        self.__dict__["_initializing"] = value
+        if not value:
+            _import_ended(self)  # type: ignore[arg-type]
+
+
+#: spec class -> its watched subclass
+_WATCH_CLASSES: dict[type, type] = {}
+
+
+def _watch(module: types.ModuleType) -> bool:
+    """Hook the pending targets of ``module`` (still initialising) when its import ends.
+
+    Returns:
+        False where its spec cannot be watched (then it is hooked now, names missing or not).
+    """
+    spec = module.__spec__
+    if spec is None or not isinstance(spec, importlib.machinery.ModuleSpec):
+        return False
+    if _STATE.watched.get(spec.name) is spec:
+        return True
+    base = type(spec)
+    if isinstance(spec, _ImportEndWatch):
+        base = spec._wsprof_base  # left watched by an earlier install: take it over
+    cls = _WATCH_CLASSES.get(base)
+    try:
+        if cls is None:
+            cls = type(f"_Watched{base.__name__}", (_ImportEndWatch, base),
+                       {"_wsprof_base": base, "__slots__": ()})
+            _WATCH_CLASSES[base] = cls
+        spec.__class__ = cls
+    except TypeError:  # a spec class with an incompatible layout
+        return False
+    _STATE.watched[spec.name] = spec
+    return True
+
+
+def _unwatch(spec: importlib.machinery.ModuleSpec) -> None:
+    """Give a watched spec its own class back (its ``_initializing`` value is kept)."""
+    if isinstance(spec, _ImportEndWatch):
+        base: type = spec._wsprof_base
+        with contextlib.suppress(TypeError):  # cannot happen: the base had this layout
+            spec.__class__ = base
+
+
+def _import_ended(spec: importlib.machinery.ModuleSpec) -> None:
+    """The import of a watched module ended: hook what waited for it, if it succeeded.
+
+    A failed import removed the module from ``sys.modules``: its targets stay pending, and the
+    finder hooks them if the module is imported again. Never raises into importlib.
+    """
+    try:
+        with _STATE.lock:
+            _unwatch(spec)
+            if _STATE.watched.get(spec.name) is spec:
+                del _STATE.watched[spec.name]
+            module = sys.modules.get(spec.name)
+            if isinstance(module, types.ModuleType):
+                _module_loaded(spec.name, module)
+    except Exception as e:  # noqa: BLE001 - never raise into the importing code
+        rec = _STATE.recorder
+        if rec is not None:
+            rec.internal_error("extra", e)

@@ -81,6 +81,10 @@ def step(number: int | None = None) -> int:
     """
     t = _now()
     rec = _recorder()
+    if rec is not None:
+        from wsprof.capture import audit
+
+        audit.read(rec, "step")  # c10d's counts at the end of the step that ends now
     if rec is not None and STATE.step_start_ns is not None:
         rec.spans.append(
             ("step", str(STATE.step), STATE.step_start_ns, t, STATE.step, threading.get_ident())
@@ -97,6 +101,10 @@ def step(number: int | None = None) -> int:
 def close_step() -> None:
     """End the open step span (at unpatch or exit) without starting another."""
     rec = _recorder()
+    if rec is not None:
+        from wsprof.capture import audit
+
+        audit.read(rec, "close")
     if rec is not None and STATE.step_start_ns is not None:
         t = _now()
         rec.spans.append(

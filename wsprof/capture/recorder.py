@@ -133,6 +133,8 @@ class Recorder:
         self.counters: deque[tuple[Any, ...]] = deque()
         self.events: deque[tuple[Any, ...]] = deque()
         self.sites: deque[tuple[Any, ...]] = deque()
+        #: c10d's issued-collective readings (:mod:`wsprof.capture.audit`)
+        self.issued: deque[tuple[Any, ...]] = deque()
         self.dropped_calls = 0
         #: call rows taken from the queue whose write failed (disk full, read-only folder)
         self.lost_calls = 0
@@ -144,6 +146,7 @@ class Recorder:
         self.write_errors = 0
         self.flush_ns_total = 0
         self._rank_known = False
+        self._remembered: dict[str, Any] = {}  # identity taken while the group was up
         self.lock = threading.Lock()  # held by flush; the calibration holds it too
         self._flushing_here = threading.local()
         self._stop = threading.Event()
@@ -205,21 +208,26 @@ class Recorder:
             self.flush()
             wait_s = min(0.05, self.flush_interval_s) if busy else self.flush_interval_s
 
+    def remember_identity(self) -> None:
+        """Take rank, world size and backend now (before the group is destroyed); the next
+        flush writes them, and the exit line uses them."""
+        self._identity()
+
     def _identity(self) -> dict[str, Any]:
         dist = sys.modules.get("torch.distributed")
         if dist is None:
-            return _identity_from_env()
+            return self._remembered or _identity_from_env()
         try:
             if not dist.is_initialized():
-                return _identity_from_env()
-            self._rank_known = True
-            return {
+                return self._remembered or _identity_from_env()
+            self._remembered = {
                 "rank": dist.get_rank(),
                 "world_size": dist.get_world_size(),
                 "backend": str(dist.get_backend()),
             }
+            return dict(self._remembered)
         except Exception:  # noqa: BLE001 - identity is best effort
-            return {}
+            return dict(self._remembered)
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Write everything queued so far. Never raises: failures are counted and recorded.
@@ -251,13 +259,16 @@ class Recorder:
 
     def _flush_locked(self) -> None:
         t0 = _now()
+        from wsprof.capture import audit
+
+        audit.read(self)  # c10d's issued counts: what a killed process still has on disk
         for fn in list(self.on_flush):
             try:
                 fn()
             except Exception as e:  # noqa: BLE001 - never raise into training
                 self.internal_error("on_flush", e)
         batches: dict[str, list[tuple[Any, ...]]] = {}
-        for name in ("sites", "updates", "spans", "counters", "events"):
+        for name in ("sites", "updates", "spans", "counters", "events", "issued"):
             q: deque[tuple[Any, ...]] = getattr(self, name)
             n = len(q)
             batches[name] = [q.popleft() for _ in range(n)]
@@ -267,6 +278,7 @@ class Recorder:
             meta: dict[str, Any] = {}
             if not self._rank_known:
                 meta.update(self._identity())
+                self._rank_known = "backend" in meta  # from the live group: final
             # Calls go in chunks of at most FLUSH_CHUNK_ROWS, so that the transient copies a
             # flush makes stay small however long the queue is.
             while True:

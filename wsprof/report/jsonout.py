@@ -7,7 +7,7 @@ import json
 import math
 from typing import Any
 
-from wsprof.analysis.model import Analysis, GrowthVerdict, RankSeries
+from wsprof.analysis.model import Analysis, Coverage, GrowthVerdict, RankSeries
 
 
 def json_safe(v: Any) -> Any:
@@ -56,7 +56,11 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
     steps: label, rank, host, pid, step_source, clock, wrapper, steps, weight_sync_s, step_s,
     between_layers_s, start_s and sync_start_s on the run clock, median_weight_sync_s,
     median_step_s, sync_lag_s, and the verdicts ``sync`` and ``between`` {shape, accumulating,
-    confidence, slope_per_step} or null). Non-finite numbers become null."""
+    confidence, slope_per_step} or null), ``coverage`` (the audit of c10d's issued collectives
+    against what was recorded: status complete | incomplete | unknown | not_audited, lines
+    (what to say first), groups [{label, rank, group, backend, issued, recorded, missing,
+    first_step, last_step, short_steps}], not_audited; null for a series file). Non-finite
+    numbers become null."""
     series = []
     for r in analysis.series:
         v = r.verdict
@@ -153,9 +157,22 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             "phase_source": None if pa is None else pa.phase_source,
             "frame_shift": shift,
             "ranks": [_rank(r) for r in analysis.ranks],
+            "coverage": _coverage(analysis.coverage),
         }
     )
     return doc
+
+
+def _coverage(c: Coverage | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {
+        "status": c.status,
+        "lines": c.lines(),
+        "groups": [{**dataclasses.asdict(g), "missing": g.missing, "short_steps":
+                    list(g.short_steps)} for g in c.groups],
+        "not_audited": list(c.not_audited),
+    }
 
 
 def render_json(analysis: Analysis) -> str:

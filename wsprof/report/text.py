@@ -140,6 +140,12 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10
     lines: list[str] = []
     crit = [f for f in analysis.findings if f.severity != "info"]
     lines.append(f"wsprof: {analysis.source}")
+    cov = analysis.coverage
+    if cov is not None and cov.status in ("incomplete", "unknown"):
+        # Said before the verdict: a verdict on part of the collectives must not read whole.
+        lines.append(f"COVERAGE: {cov.status}")
+        for line in cov.lines():
+            lines += _wrap(line, WIDTH, initial_indent="  ", subsequent_indent="    ")
     verdict = (
         f"VERDICT: {len(crit)} problem(s) found" if crit else "VERDICT: no accumulating problem"
     )

@@ -19,10 +19,12 @@ import numpy.typing as npt
 #: Bumped whenever a table or column changes meaning; the reader refuses other versions.
 #: Version 2: calls stored as compressed column chunks with interned strings, plus
 #: ``call_updates`` (async completion and device time). Version 3: ``call_totals`` (exact
-#: per-step sums) and chunk step ranges, for retention.
-SCHEMA_VERSION = 3
-#: Versions the reader accepts (a version-2 trace simply has no ``call_totals``).
-READABLE_SCHEMA_VERSIONS = (2, 3)
+#: per-step sums) and chunk step ranges, for retention. Version 4: ``call_totals`` per process
+#: group with issued collectives, and ``issued`` (c10d's own counts, for the coverage audit).
+SCHEMA_VERSION = 4
+#: Versions the reader accepts (a version-2 trace simply has no ``call_totals``; a version-3
+#: trace has no coverage audit).
+READABLE_SCHEMA_VERSIONS = (2, 3, 4)
 
 #: File name suffix of a trace.
 TRACE_SUFFIX = ".wsprof"
@@ -32,11 +34,14 @@ CALL_COLUMNS = (
     "t_start_ns",  # int, monotonic ns when the outermost hooked name was entered
     "t_end_ns",  # int, monotonic ns when it returned (or raised)
     "backend_ns",  # int, ns spent inside ProcessGroup methods and Work.wait during the call
-    "n_backend",  # int, number of backend-layer calls made during the call
+    "n_backend",  # int, collectives the call issued: backend-layer calls made during it, or
+    # c10d's own count where wsprof measures it (C++ helpers, monitored_barrier); 1 for a
+    # functional collective
     "thread",  # int, threading.get_ident()
     "op",  # str, canonical op (broadcast, all_gather, ...)
     "api",  # str, the name actually called (dist.broadcast, ProcessGroup._allgather_base, ...)
-    "layer",  # str, 'api' | 'backend' (a backend call with no open API call) | 'extra'
+    "layer",  # str, 'api' | 'backend' (a backend call with no open API call) | 'extra' |
+    # 'functional' (a ``torch.ops._c10d_functional`` op: DTensor, FSDP2, compiled graphs)
     "bytes",  # int, payload bytes of the first tensor argument (or tensor list); -1 unknown
     "dtype",  # str | None
     "grp",  # str | None, process-group name
@@ -211,6 +216,41 @@ class CallTotals:
         return int(self.step.shape[0])
 
 
+@dataclass(frozen=True)
+class IssuedReading:
+    """c10d's own count of the collectives issued on one process group, read once.
+
+    ``seq`` is ``ProcessGroup._get_sequence_number_for_group()``: the backend's counter of
+    collectives issued on the group (gloo: every collective and point-to-point op; NCCL:
+    collectives only), counting those issued from C++ and through backend objects too;
+    -1 when the backend keeps no count. ``step`` is the step current when it was read: the
+    last reading of a step is taken at its end (``wsprof.step()``), so per-step differences
+    are what each step issued.
+    """
+
+    t_ns: int
+    step: int
+    group: str
+    backend: str | None
+    seq: int
+    #: when it was read: ``patch`` (the baseline), ``step``, ``flush``, ``destroy``, ``close``
+    at: str = "flush"
+
+
+@dataclass(frozen=True)
+class RecordedIssued:
+    """Collectives wsprof's hooks saw issued, per (step, process group, op, layer): the sum of
+    the calls' ``n_backend``. ``group`` is None for calls whose group is unknown."""
+
+    step: int
+    group: str | None
+    op: str
+    layer: str
+    issued: int
+    #: calls (rows) behind ``issued``
+    calls: int = 0
+
+
 @dataclass
 class ProcessTrace:
     """Everything one process recorded."""
@@ -225,6 +265,10 @@ class ProcessTrace:
     samples: list[SampleWindow] = field(default_factory=list)
     #: Exact per-step call sums (schema 3); None for a version-2 trace.
     totals: CallTotals | None = None
+    #: c10d's per-group issued counts (schema 4); None for a trace written before the audit.
+    issued: list[IssuedReading] | None = None
+    #: What the hooks saw issued, per step and group (schema 4); None before the audit.
+    recorded_issued: list[RecordedIssued] | None = None
 
     @property
     def thinned(self) -> bool:

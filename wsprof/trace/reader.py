@@ -26,7 +26,9 @@ from wsprof.trace.model import (
     CallTable,
     CallTotals,
     Event,
+    IssuedReading,
     ProcessTrace,
+    RecordedIssued,
     SampleWindow,
     Site,
     Span,
@@ -318,7 +320,36 @@ def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
         )
     ]
     totals = _read_totals(db) if "call_totals" in tables else None
-    return ProcessTrace(path, meta, calls, sites, spans, counters, events, samples, totals)
+    issued, recorded = _read_audit(db, tables)
+    return ProcessTrace(path, meta, calls, sites, spans, counters, events, samples, totals,
+                        issued, recorded)
+
+
+def _read_audit(db: sqlite3.Connection, tables: set[str]) -> tuple[
+        list[IssuedReading] | None, list[RecordedIssued] | None]:
+    """The coverage audit's two sides: c10d's readings and what the hooks saw issued per
+    (step, group, op, layer); (None, None) for a trace written before the audit (schema < 4)."""
+    if "issued" not in tables or "call_totals" not in tables:
+        return None, None
+    columns = {r[1] for r in db.execute("PRAGMA table_info(call_totals)")}
+    if not {"grp", "n_backend"} <= columns:
+        return None, None
+    readings = [
+        IssuedReading(int(t), int(step), str(g), None if b is None else str(b), int(seq),
+                      str(at))
+        for t, step, g, b, seq, at in db.execute(
+            "SELECT t_ns, step, grp, backend, seq, at FROM issued ORDER BY t_ns")
+    ]
+    strings = dict(db.execute("SELECT id, value FROM strings").fetchall())
+    recorded = [
+        RecordedIssued(int(step), None if g is None or g < 0 else str(strings.get(g, g)),
+                       str(strings.get(op, op)), str(strings.get(layer, layer)), int(n or 0),
+                       int(k or 0))
+        for step, g, op, layer, n, k in db.execute(
+            "SELECT step, grp, op, layer, sum(n_backend), sum(n) FROM call_totals "
+            "GROUP BY step, grp, op, layer ORDER BY step")
+    ]
+    return readings, recorded
 
 
 def _read_totals(db: sqlite3.Connection) -> CallTotals:

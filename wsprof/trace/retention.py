@@ -30,13 +30,16 @@ DEFAULT_KEEP_STEPS = 20
 DEFAULT_THINNED_STEP_CALLS = 2_000
 
 _C = {name: i for i, name in enumerate(CALL_COLUMNS)}
-_KEY = [_C["step"], _C["op"], _C["api"], _C["layer"]]
+_KEY = [_C["step"], _C["op"], _C["api"], _C["layer"], _C["grp"]]
 
 
 def totals_rows(m: npt.NDArray[np.int64]) -> list[tuple[int, ...]]:
-    """Rows of ``call_totals`` for a call matrix: per (step, op, api, layer) id, the number of
-    calls, summed duration (ns), summed time between layers (ns), summed payload bytes (known
-    sizes only) and the longest call (ns).
+    """Rows of ``call_totals`` for a call matrix: per (step, op, api, layer, group) id, the
+    number of calls, summed duration (ns), summed time between layers (ns), summed payload
+    bytes (known sizes only), the longest call (ns), and the collectives they issued (summed
+    ``n_backend``, what the coverage audit compares with c10d's count). Row order is the
+    table's column order: step, op, api, layer, n, duration, between, bytes, longest, group,
+    issued.
 
     Args:
         m: shape ``(n, 16)`` in :data:`CALL_COLUMNS` order, strings as ids.
@@ -60,15 +63,16 @@ def totals_rows(m: npt.NDArray[np.int64]) -> list[tuple[int, ...]]:
     dur = m[:, _C["t_end_ns"]] - m[:, _C["t_start_ns"]]
     between = np.where(m[:, _C["n_backend"]] > 0, np.maximum(dur - m[:, _C["backend_ns"]], 0), 0)
     nbytes = np.maximum(m[:, _C["bytes"]], 0)
+    issued = np.maximum(m[:, _C["n_backend"]], 0)
     k = len(keys)
     n = np.bincount(inv, minlength=k)
     sums = [np.bincount(inv, weights=w.astype(np.float64), minlength=k)
-            for w in (dur, between, nbytes)]
+            for w in (dur, between, nbytes, issued)]
     longest = np.zeros(k, dtype=np.int64)
     np.maximum.at(longest, inv, dur)
     return [
-        (*(int(x) for x in keys[i]), int(n[i]), int(sums[0][i]), int(sums[1][i]),
-         int(sums[2][i]), int(longest[i]))
+        (*(int(x) for x in keys[i][:4]), int(n[i]), int(sums[0][i]), int(sums[1][i]),
+         int(sums[2][i]), int(longest[i]), int(keys[i][4]), int(sums[3][i]))
         for i in range(k)
     ]
 

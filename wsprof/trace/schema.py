@@ -7,7 +7,9 @@ Calls, the one high-volume table, are stored as chunks: each ``call_chunks`` row
 a chunk costs well under 1 µs per call and a few bytes compressed. ``step_min``/``step_max``
 of a chunk let retention find a step's chunks; ``call_totals`` holds exact per-step sums of every
 call (string columns as ids), kept when retention thins a step's detail
-(:mod:`wsprof.trace.retention`).
+(:mod:`wsprof.trace.retention`), per process group with the collectives the calls issued
+(``n_backend``); ``issued`` holds c10d's own per-group count of issued collectives
+(:mod:`wsprof.capture.audit`), the ground truth of the coverage audit.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ CREATE TABLE IF NOT EXISTS call_chunks (
 CREATE INDEX IF NOT EXISTS call_chunks_steps ON call_chunks (step_max, step_min);
 CREATE TABLE IF NOT EXISTS call_totals (
     step INTEGER, op INTEGER, api INTEGER, layer INTEGER, n INTEGER, duration_ns INTEGER,
-    between_layers_ns INTEGER, bytes INTEGER, max_duration_ns INTEGER);
+    between_layers_ns INTEGER, bytes INTEGER, max_duration_ns INTEGER, grp INTEGER,
+    n_backend INTEGER);
+CREATE TABLE IF NOT EXISTS issued (
+    t_ns INTEGER, step INTEGER, grp TEXT, backend TEXT, seq INTEGER, at TEXT);
 CREATE TABLE IF NOT EXISTS call_updates (
     t_start_ns INTEGER, thread INTEGER, t_done_ns INTEGER, device_ns INTEGER);
 CREATE TABLE IF NOT EXISTS spans (
@@ -38,7 +43,8 @@ INSERT = {
     "strings": "INSERT INTO strings VALUES (?,?)",
     "call_chunks": "INSERT INTO call_chunks (n_rows, columns, data, step_min, step_max) "
                    "VALUES (?,?,?,?,?)",
-    "call_totals": "INSERT INTO call_totals VALUES (?,?,?,?,?,?,?,?,?)",
+    "call_totals": "INSERT INTO call_totals VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+    "issued": "INSERT INTO issued VALUES (?,?,?,?,?,?)",
     "meta": "INSERT OR REPLACE INTO meta VALUES (?,?)",
     "call_updates": "INSERT INTO call_updates VALUES (?,?,?,?)",
     "spans": "INSERT INTO spans VALUES (?,?,?,?,?,?)",

@@ -1,0 +1,113 @@
+"""The coverage audit: what c10d issued on each process group against what wsprof recorded.
+
+c10d counts every collective its backend issues on a group (read by
+:mod:`wsprof.capture.audit`), including those issued from C++ or through backend objects that
+no Python hook sees. Per group and step, the difference between consecutive readings is what
+the step issued; the hooks' side is the sum of the recorded calls' ``n_backend`` (collectives
+each call issued). A shortfall is said first by every renderer: a run that saw 9 of 21
+collectives must never look complete. Where the backend keeps no count, coverage is unknown,
+never complete. Pure functions of the trace's records.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+
+from wsprof.analysis.model import Coverage, GroupCoverage
+from wsprof.trace.model import IssuedReading, ProcessTrace, RecordedIssued
+
+#: Ops NCCL does not count in its group sequence number (``seqCollective_`` counts
+#: collectives; point-to-point ops have their own counter).
+_P2P_OPS = frozenset({"send", "recv", "batch_p2p"})
+
+
+def audit_process(trace: ProcessTrace, label: str) -> list[GroupCoverage] | None:
+    """The audit of one process's trace; None when the trace has no audit.
+
+    Per group: the baseline is the reading taken at ``patch()`` (0 for a group created
+    later: its count starts at 0); what step ``s`` issued is the last reading of ``s`` minus
+    the last reading before it. Calls whose group is unknown count for the group when the
+    process has one; calls in steps after the last reading are left out (nothing to compare).
+    """
+    if trace.issued is None or trace.recorded_issued is None:
+        return None
+    layers = _layers(trace)
+    by_group: dict[str, list[IssuedReading]] = defaultdict(list)
+    for r in trace.issued:
+        by_group[r.group].append(r)
+    out = []
+    only = next(iter(by_group)) if len(by_group) == 1 else None
+    for group, readings in by_group.items():
+        out.append(_audit_group(group, readings, trace.recorded_issued, only, layers, label,
+                                trace.rank))
+    return out
+
+
+def _layers(trace: ProcessTrace) -> str:
+    """The ``layers`` the process was patched with (from its ``patched`` event)."""
+    for e in trace.events:
+        if e.kind == "patched":
+            try:
+                return str(json.loads(e.detail).get("layers", "both"))
+            except (ValueError, AttributeError):
+                return "both"
+    return "both"
+
+
+def _audit_group(group: str, readings: list[IssuedReading], recorded: Sequence[RecordedIssued],
+                 only: str | None, layers: str, label: str, rank: int | None) -> GroupCoverage:
+    backend = next((r.backend for r in readings if r.backend), None)
+    steps = [r.step for r in readings]
+    first, last = min(steps), max(steps)
+    if any(r.seq < 0 for r in readings):
+        return GroupCoverage(label, rank, group, backend, None, 0, first, last)
+    baseline = next((r.seq for r in readings if r.at == "patch"), 0)
+    cum: dict[int, int] = {}
+    for r in readings:
+        cum[r.step] = max(cum.get(r.step, 0), r.seq)
+    issued_by_step: dict[int, int] = {}
+    prev = baseline
+    for s in sorted(cum):
+        issued_by_step[s] = max(cum[s] - prev, 0)
+        prev = max(prev, cum[s])
+    read_steps = sorted(issued_by_step)
+    nccl = (backend or "").lower() == "nccl"
+    rec_by_step: dict[int, int] = defaultdict(int)
+    for c in recorded:
+        if c.group != group and not (c.group is None and (only == group or layers == "api")):
+            continue
+        if nccl and c.op in _P2P_OPS:
+            continue
+        # With layers='api' no backend call is seen: each recorded call counts once.
+        n = c.calls if layers == "api" and c.layer == "api" else c.issued
+        rec_by_step[_bucket(c.step, read_steps)] += n
+    bucketed = {s: rec_by_step.get(s, 0) for s in issued_by_step}
+    short = tuple(s for s in sorted(issued_by_step)
+                  if issued_by_step[s] > bucketed[s] and s >= 0)
+    return GroupCoverage(label, rank, group, backend, sum(issued_by_step.values()),
+                         sum(bucketed.values()), first, last, short)
+
+
+def _bucket(step: int, read_steps: list[int]) -> int:
+    """The audited step a call's step belongs to: itself when read, else the next read step
+    (a step without a reading is counted with the next one read); past the last, itself
+    (a step that is not compared). ``read_steps`` is sorted."""
+    i = bisect.bisect_left(read_steps, step)
+    return read_steps[i] if i < len(read_steps) else step
+
+
+def audit_run(traces: Sequence[tuple[str, ProcessTrace]]) -> Coverage:
+    """The audit of every process of a run: ``(label, trace)`` pairs."""
+    groups: list[GroupCoverage] = []
+    not_audited: list[str] = []
+    for label, t in traces:
+        res = audit_process(t, label)
+        if res is None:
+            if len(t.calls) or t.totals is not None:
+                not_audited.append(label)
+            continue
+        groups.extend(res)
+    return Coverage(tuple(groups), tuple(not_audited))

@@ -1,0 +1,225 @@
+"""Hooks at the dispatcher's Python door: ``torch.ops._c10d_functional`` and friends.
+
+Functional collectives (``torch.distributed._functional_collectives``), DTensor
+redistribution (``full_tensor()``, ``redistribute``), FSDP2's full-weight and state-dict
+gathers and ``torch.compile``d graphs all issue collectives as dispatcher ops
+(``torch.ops._c10d_functional.all_gather_into_tensor`` ...) that reach the C++
+``ProcessGroup`` without touching any ``torch.distributed`` name or ``ProcessGroup`` method.
+Every Python caller of such an op goes through ``OpOverloadPacket.__call__`` or
+``OpOverload.__call__``, which call the object's ``_op`` attribute; wrapping ``_op`` of each
+packet and overload catches eager funcol, DTensor and FSDP2 calls and the ops a compiled graph
+(aot_eager, inductor's Python wrapper) runs, in one layer, at one Python call per op.
+
+A functional collective returns at once; its completion is the ``wait_tensor`` of its output
+(``AsyncCollectiveTensor.wait()``, first use of the result, or the graph's own wait), joined to
+the call as an async completion. Ops called on fake or functional tensors (tracing, the
+compiler's shape propagation) issue nothing and are not recorded.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from wsprof.capture import aliases
+from wsprof.capture import collectives as col
+from wsprof.capture.markers import STATE as MARKERS
+
+#: ``OpOverload`` objects (and packets) whose ``_op`` is hooked: (owner, "_op", orig, hook).
+Patch = tuple[Any, str, Any, Any]
+
+
+class _Pending:
+    """Outputs of functional collectives awaiting ``wait_tensor``: ``id(tensor)`` ->
+    (weak reference, t_start_ns, thread) of the call that made it, bounded like async work
+    handles (:data:`~wsprof.capture.collectives.MAX_PENDING_ASYNC`). Keyed by id, not by the
+    tensor: a tensor's ``==`` is elementwise."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, tuple[Any, int, int]] = {}
+        self.order: deque[int] = deque()
+
+    def add(self, t: Any, t0: int, ident: int) -> None:
+        try:
+            self.by_id[id(t)] = (weakref.ref(t), t0, ident)
+        except TypeError:
+            return
+        self.order.append(id(t))
+        while len(self.order) > col.MAX_PENDING_ASYNC:
+            old = self.order.popleft()
+            if self.by_id.pop(old, None) is not None and col._STATE.recorder is not None:
+                col._STATE.recorder.forgotten_async += 1
+
+
+_PENDING = _Pending()
+
+
+def _register_outputs(ret: Any, t0: int, ident: int) -> int:
+    """Remember the output tensor(s) of a functional collective (or the async work handle of a
+    ``c10d`` op's ``(tensors, work)`` result); 1 when something awaits completion, else 0."""
+    tensor = col._STATE.tensor_type
+    if isinstance(ret, tensor):
+        _PENDING.add(ret, t0, ident)
+        return 1
+    if isinstance(ret, list) and ret and isinstance(ret[0], tensor):
+        for t in ret:
+            _PENDING.add(t, t0, ident)
+        return 1
+    if isinstance(ret, tuple) and ret:
+        return col._async_flag(ret[-1], t0, ident)
+    return 0
+
+
+def _payload(a: Any) -> tuple[int, int]:
+    """Bytes and dtype id of a tensor or tensor list; (-1, -1) when unknown (sparse, nested)."""
+    inst = col._STATE
+    try:
+        if isinstance(a, list):
+            if not a:
+                return -1, -1
+            nbytes = sum(int(t.nbytes) for t in a)
+            first = a[0]
+        else:
+            nbytes, first = int(a.nbytes), a
+        dt = inst.dtype_ids.get(first.dtype)
+        return nbytes, col._intern_dtype(first.dtype) if dt is None else dt
+    except Exception:  # noqa: BLE001 - unknown bytes is a value, not an error
+        return -1, -1
+
+
+def op_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
+    """The hook that replaces an op's ``_op``: times the issue, records one row (layer
+    ``functional``), remembers the output for its ``wait_tensor``.
+
+    Only calls on real tensors are recorded: the first argument (or the first tensor of a
+    list argument) must be exactly ``torch.Tensor`` or ``torch.nn.Parameter``; a fake or
+    functional tensor means a compiler is tracing, and nothing is issued.
+
+    Raises:
+        RuntimeError: called before :func:`~wsprof.capture.collectives.install`.
+    """
+    inst = col._STATE
+    tls = col._TLS
+    rec = inst.recorder
+    sites = inst.sites
+    if rec is None or sites is None:
+        raise RuntimeError("wsprof hooks are created by install()")
+    hook = rec.hook_id(op, api, "functional")
+    calls = rec.calls
+    plain = (inst.tensor_type, inst.parameter_type)
+    markers = MARKERS
+    group_ids: dict[str, int] = inst.group_name_ids
+    now = col._now
+    getframe = col._getframe
+
+    @functools.wraps(orig)
+    def wsprof_op_hook(*args: Any, **kwargs: Any) -> Any:
+        if tls.call is not None or not inst.active or not args:
+            return orig(*args, **kwargs)
+        a = args[0]
+        first = a[0] if type(a) is list and a else a
+        if type(first) not in plain:
+            return orig(*args, **kwargs)
+        c: list[Any] = [0, 1, True, None]
+        tls.call = c
+        t0 = now()
+        try:
+            ret = orig(*args, **kwargs)
+        except BaseException as e:
+            t1 = now()
+            tls.call = None
+            c[0] = t1 - t0
+            col._record_slow(rec, hook, t0, t1, c, args, kwargs, None, e, 2)
+            raise
+        t1 = now()
+        tls.call = None
+        try:
+            if len(calls) < rec.max_pending:
+                ident = col._get_ident()
+                nbytes, dt = _payload(a)
+                g = args[-1] if type(args[-1]) is str else kwargs.get("group_name")
+                if g is None:
+                    grp = -1
+                else:
+                    grp = group_ids.get(g, -2)
+                    if grp == -2:
+                        grp = group_ids[g] = rec.strings.intern(str(g))
+                site = sites.site_of(getframe(1))
+                calls.append(col._pack_row(
+                    t0, t1, t1 - t0, 1, ident, hook, nbytes, dt, grp,
+                    _register_outputs(ret, t0, ident), site, markers.step,
+                    col._phase_id(ident) if markers.phases else -1, -1))
+            else:
+                rec.dropped_calls += 1
+        except Exception as e:  # noqa: BLE001 - never raise into training
+            rec.internal_error("record", e)
+        return ret
+
+    return wsprof_op_hook
+
+
+def wait_wrapper(orig: Callable[..., Any]) -> Any:
+    """The hook on ``wait_tensor``'s ``_op``: the completion of the call that made its input."""
+    inst = col._STATE
+    pending = _PENDING.by_id
+    now = col._now
+
+    @functools.wraps(orig)
+    def wsprof_wait_tensor_hook(*args: Any, **kwargs: Any) -> Any:
+        ret = orig(*args, **kwargs)
+        if pending and args and inst.active:
+            try:
+                e = pending.pop(id(args[0]), None)
+                rec = inst.recorder
+                if e is not None and e[0]() is args[0] and rec is not None:
+                    rec.updates.append((e[1], e[2], now(), -1))
+            except Exception as err:  # noqa: BLE001 - never raise into training
+                if inst.recorder is not None:
+                    inst.recorder.internal_error("wait_tensor", err)
+        return ret
+
+    return wsprof_wait_tensor_hook
+
+
+HOOK_CODES = frozenset({
+    col._inner_code(op_wrapper, "wsprof_op_hook"),
+    col._inner_code(wait_wrapper, "wsprof_wait_tensor_hook"),
+})
+
+
+def _ops_of(torch: Any, namespace: str) -> list[str]:
+    """Names of the ops registered in ``namespace`` (``ns::name``, without overloads)."""
+    names = set()
+    for full in torch._C._dispatch_get_all_op_names():
+        ns, _, rest = full.partition("::")
+        if ns == namespace:
+            names.add(rest.split(".")[0])
+    return sorted(names)
+
+
+def patches(torch: Any) -> list[Patch]:
+    """``(owner, '_op', original, hook)`` for every hooked op of
+    :data:`~wsprof.capture.aliases.FUNCTIONAL_OPS`: each packet and each of its overloads."""
+    _PENDING.by_id.clear()
+    _PENDING.order.clear()
+    out: list[Patch] = []
+    for namespace, table in aliases.FUNCTIONAL_OPS.items():
+        present = set(_ops_of(torch, namespace))
+        ns = getattr(torch.ops, namespace)
+        for name, op in table.items():
+            if name not in present:
+                continue
+            packet = getattr(ns, name)
+            api = f"{namespace}.{name}"
+            owners = [packet] + [getattr(packet, o) for o in packet.overloads()]
+            for owner in owners:
+                orig = owner.__dict__.get("_op")
+                if orig is None or getattr(orig, "__code__", None) in HOOK_CODES:
+                    continue
+                hook = wait_wrapper(orig) if op == aliases.COMPLETION else op_wrapper(
+                    orig, op, api)
+                out.append((owner, "_op", orig, hook))
+    return out
