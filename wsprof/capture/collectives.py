@@ -88,9 +88,6 @@ class _Installed:
         #: API call made while it is non-empty issued nothing (the block's backend call
         #: will); None with ``layers='api'``, where that backend call is not seen.
         self.coalescing: dict[Any, Any] | None = None
-        #: torch.compile's table of collectives it rewrites into functional ops, and the hooks
-        #: added to it (:func:`_compiler_remaps`)
-        self.remaps: tuple[dict[Any, Any], list[Any]] | None = None
 
 
 _STATE = _Installed()
@@ -956,13 +953,13 @@ def _compiler_remaps(patches: list[tuple[Any, str, Any, Any]]) -> None:
     there is inlined instead, breaks the graph and runs the collective eagerly. Each hook gets
     the entry of its original, removed again by :func:`uninstall`.
     """
-    try:
-        import torch.distributed._functional_collectives as funcol
-
-        remaps = funcol.traceable_collective_remaps
-    except Exception:  # noqa: BLE001 - a torch without the table: nothing to do
+    # Never imported here: importing it registers Python autograd kernels that make every
+    # later functional collective slower. Imported after patch(), it takes our hooks as its
+    # "legacy" names itself (see uninstall).
+    funcol = sys.modules.get("torch.distributed._functional_collectives")
+    remaps = getattr(funcol, "traceable_collective_remaps", None)
+    if not isinstance(remaps, dict):
         return
-    added = []
     for _owner, _name, orig, hook in patches:
         try:
             target = remaps.get(orig)
@@ -970,8 +967,21 @@ def _compiler_remaps(patches: list[tuple[Any, str, Any, Any]]) -> None:
             continue
         if target is not None and hook not in remaps:
             remaps[hook] = target
-            added.append(hook)
-    _STATE.remaps = (remaps, added)
+
+
+def _restore_remaps() -> None:
+    """Take our hooks out of torch.compile's remap table; where the table was built after
+    ``patch()`` (holding a hook as the name it rewrites), map the original instead."""
+    funcol = sys.modules.get("torch.distributed._functional_collectives")
+    remaps = getattr(funcol, "traceable_collective_remaps", None)
+    if isinstance(remaps, dict):
+        for _owner, _name, orig, hook in _STATE.patches:
+            try:
+                target = remaps.pop(hook, None)
+                if target is not None and orig not in remaps:
+                    remaps[orig] = target
+            except TypeError:  # unhashable
+                continue
 
 
 def _reaudit() -> None:
@@ -1021,11 +1031,7 @@ def uninstall() -> None:
                            if f is not _reaudit and getattr(f, "__self__", None) is not device]
         if _STATE.device is not None:
             _STATE.device.resolve()
-    if _STATE.remaps is not None:
-        remaps, added = _STATE.remaps
-        for hook in added:
-            remaps.pop(hook, None)
-        _STATE.remaps = None
+    _restore_remaps()
     _STATE.patches = []
     _STATE.recorder = None
     _STATE.sites = None

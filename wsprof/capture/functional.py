@@ -19,8 +19,6 @@ compiler's shape propagation) issue nothing and are not recorded.
 from __future__ import annotations
 
 import functools
-import weakref
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -34,23 +32,21 @@ Patch = tuple[Any, str, Any, Any]
 
 class _Pending:
     """Outputs of functional collectives awaiting ``wait_tensor``: ``id(tensor)`` ->
-    (weak reference, t_start_ns, thread) of the call that made it, bounded like async work
-    handles (:data:`~wsprof.capture.collectives.MAX_PENDING_ASYNC`). Keyed by id, not by the
-    tensor: a tensor's ``==`` is elementwise."""
+    (t_start_ns, thread) of the call that made it, oldest first, bounded like async work
+    handles (:data:`~wsprof.capture.collectives.MAX_PENDING_ASYNC`; the oldest is forgotten
+    and counted). Keyed by id, not by the tensor (a tensor's ``==`` is elementwise) and
+    without a weak reference (it cost more than the rest of the hook): an id reused by a
+    later output is overwritten by that output's own entry, and only outputs are waited."""
 
     def __init__(self) -> None:
-        self.by_id: dict[int, tuple[Any, int, int]] = {}
-        self.order: deque[int] = deque()
+        self.by_id: dict[int, tuple[int, int]] = {}
 
     def add(self, t: Any, t0: int, ident: int) -> None:
-        try:
-            self.by_id[id(t)] = (weakref.ref(t), t0, ident)
-        except TypeError:
-            return
-        self.order.append(id(t))
-        while len(self.order) > col.MAX_PENDING_ASYNC:
-            old = self.order.popleft()
-            if self.by_id.pop(old, None) is not None and col._STATE.recorder is not None:
+        by_id = self.by_id
+        by_id[id(t)] = (t0, ident)
+        if len(by_id) > col.MAX_PENDING_ASYNC:
+            del by_id[next(iter(by_id))]
+            if col._STATE.recorder is not None:
                 col._STATE.recorder.forgotten_async += 1
 
 
@@ -114,6 +110,13 @@ def op_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
     group_ids: dict[str, int] = inst.group_name_ids
     now = col._now
     getframe = col._getframe
+    get_ident = col._get_ident
+    tensor_type = inst.tensor_type
+    dtype_ids = inst.dtype_ids
+    fast_sites = sites.fast
+    site_of = sites.site_of
+    pending = _PENDING.by_id
+    max_async = col.MAX_PENDING_ASYNC
 
     @functools.wraps(orig)
     def wsprof_op_hook(*args: Any, **kwargs: Any) -> Any:
@@ -138,8 +141,17 @@ def op_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
         tls.call = None
         try:
             if len(calls) < rec.max_pending:
-                ident = col._get_ident()
-                nbytes, dt = _payload(a)
+                ident = get_ident()
+                if type(a) is tensor_type:
+                    try:
+                        nbytes = a.nbytes
+                    except Exception:  # noqa: BLE001 - sparse: unknown bytes, still a call
+                        nbytes = -1
+                    dt = dtype_ids.get(a.dtype)
+                    if dt is None:
+                        dt = col._intern_dtype(a.dtype)
+                else:
+                    nbytes, dt = _payload(a)
                 g = args[-1] if type(args[-1]) is str else kwargs.get("group_name")
                 if g is None:
                     grp = -1
@@ -147,10 +159,24 @@ def op_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
                     grp = group_ids.get(g, -2)
                     if grp == -2:
                         grp = group_ids[g] = rec.strings.intern(str(g))
-                site = sites.site_of(getframe(1))
+                # The caller is OpOverload(Packet).__call__ (torch): start above it, and look
+                # the site up by that frame when it is the user's (one dict lookup).
+                try:
+                    f = getframe(2)
+                except ValueError:  # called from the bottom of the stack
+                    f = getframe(1)
+                site = fast_sites.get((f.f_code, f.f_lasti))
+                if site is None:
+                    site = site_of(f)
+                if type(ret) is tensor_type:
+                    pending[id(ret)] = (t0, ident)
+                    if len(pending) > max_async:
+                        _PENDING.add(ret, t0, ident)  # trims the oldest, counted
+                    asy = 1
+                else:
+                    asy = _register_outputs(ret, t0, ident)
                 calls.append(col._pack_row(
-                    t0, t1, t1 - t0, 1, ident, hook, nbytes, dt, grp,
-                    _register_outputs(ret, t0, ident), site, markers.step,
+                    t0, t1, t1 - t0, 1, ident, hook, nbytes, dt, grp, asy, site, markers.step,
                     col._phase_id(ident) if markers.phases else -1, -1))
             else:
                 rec.dropped_calls += 1
@@ -174,8 +200,8 @@ def wait_wrapper(orig: Callable[..., Any]) -> Any:
             try:
                 e = pending.pop(id(args[0]), None)
                 rec = inst.recorder
-                if e is not None and e[0]() is args[0] and rec is not None:
-                    rec.updates.append((e[1], e[2], now(), -1))
+                if e is not None and rec is not None:
+                    rec.updates.append((e[0], e[1], now(), -1))
             except Exception as err:  # noqa: BLE001 - never raise into training
                 if inst.recorder is not None:
                     inst.recorder.internal_error("wait_tensor", err)
@@ -204,7 +230,6 @@ def patches(torch: Any) -> list[Patch]:
     """``(owner, '_op', original, hook)`` for every hooked op of
     :data:`~wsprof.capture.aliases.FUNCTIONAL_OPS`: each packet and each of its overloads."""
     _PENDING.by_id.clear()
-    _PENDING.order.clear()
     out: list[Patch] = []
     for namespace, table in aliases.FUNCTIONAL_OPS.items():
         present = set(_ops_of(torch, namespace))
