@@ -228,8 +228,10 @@ def _at_exit() -> None:
 
 def _say_where(rec: Any) -> None:
     """One line on stderr at exit saying where the trace is: from rank 0 (or a process whose
-    rank is unknown) only, so a 1,000-rank job prints one line; ``WSPROF_QUIET=1`` silences it."""
-    if os.environ.get("WSPROF_QUIET") == "1":
+    rank is unknown) only, so a 1,000-rank job prints one line; ``WSPROF_QUIET=1`` silences it,
+    and so does ``wsprof run`` (``WSPROF_RUN=1``), which names the run folder once itself. The
+    rank is the one the process group had (remembered when it is destroyed before exit)."""
+    if os.environ.get("WSPROF_QUIET") == "1" or os.environ.get("WSPROF_RUN") == "1":
         return
     try:
         rank = rec._identity().get("rank") if hasattr(rec, "_identity") else None

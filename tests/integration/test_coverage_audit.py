@@ -11,6 +11,7 @@ from pathlib import Path
 from helpers import TARGETS, run_ranks
 
 from wsprof.analysis.run import analyze_path
+from wsprof.report.html import render_html
 from wsprof.report.jsonout import to_dict
 from wsprof.report.text import render_text
 from wsprof.trace.reader import read_trace
@@ -45,6 +46,18 @@ def test_ddp_gradient_allreduce_from_cpp_is_counted_as_not_seen(tmp_path: Path) 
     doc = to_dict(analysis)
     assert doc["coverage"]["status"] == "incomplete"
     assert {g["missing"] for g in doc["coverage"]["groups"]} == {g0.missing}
+    html = render_html(analysis)
+    box = html.index('id="coverage"')
+    assert box < html.index('class="counts"'), "coverage comes before the findings"
+    assert g0.statement in html[box:]
+    exported = tmp_path / "trace.json"
+    proc = subprocess.run([sys.executable, "-m", "wsprof", "export", str(tmp_path), "--format",
+                           "perfetto", "-o", str(exported)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "wsprof: coverage incomplete: rank 0: recorded" in proc.stderr
+    other = json.loads(exported.read_text())["otherData"]
+    assert other["coverage"]["status"] == "incomplete"
 
 
 def test_every_collective_seen_is_complete_and_not_said(tmp_path: Path) -> None:

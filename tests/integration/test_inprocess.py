@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from helpers import free_port
+from helpers import TARGETS, free_port, run_ranks
 
 import wsprof
 from wsprof.trace.reader import read_trace
@@ -187,3 +187,11 @@ def test_wrappers_in_installed_packages_are_named() -> None:
         exec(compile(src, where, "exec"), ns)
         fact = foreign_wrapper(ns["probe"], torch_file)
         assert fact is not None and fact["file"] == where, where
+
+
+def test_exit_line_from_rank_0_only_after_the_group_is_gone(tmp_path: Path) -> None:
+    outs = run_ranks(TARGETS / "exit_line.py", 3, str(tmp_path))
+    assert [o.count("wsprof: trace ") for o in outs] == [1, 0, 0], outs
+    quiet = run_ranks(TARGETS / "exit_line.py", 3, str(tmp_path / "run"),
+                      env={"WSPROF_RUN": "1"})
+    assert not any("wsprof: trace " in o for o in quiet), "wsprof run names the folder itself"

@@ -48,7 +48,12 @@ def export(path: str, fmt: str, output: str) -> int:
         tmp = output + ".part"
         with open(tmp, "w", encoding="utf-8") as fh:
             if fmt == "perfetto":
-                n = ex.write_perfetto(traces, fh)
+                from wsprof.analysis.coverage import audit_run
+
+                coverage = audit_run([(t.label, t) for t in traces])
+                for line in coverage.lines():
+                    click.echo(f"wsprof: coverage {coverage.status}: {line}", err=True)
+                n = ex.write_perfetto(traces, fh, coverage)
                 what = f"{n:,} trace events (open in https://ui.perfetto.dev)"
             else:
                 doc = ex.speedscope(traces, name=os.path.basename(os.path.abspath(path)))

@@ -26,7 +26,7 @@ from typing import IO, Any
 import numpy as np
 
 from wsprof.analysis.align import ClockInput, RunClock, align, anchor_of
-from wsprof.analysis.model import Analysis
+from wsprof.analysis.model import Analysis, Coverage
 from wsprof.analysis.process import first_record_ns
 from wsprof.analysis.samples import split_frame
 from wsprof.trace.model import ProcessTrace
@@ -95,10 +95,17 @@ def perfetto_events(traces: Sequence[ProcessTrace]) -> Iterator[dict[str, Any]]:
                        "args": {"value": v}}
 
 
-def write_perfetto(traces: Sequence[ProcessTrace], out: IO[str]) -> int:
+def write_perfetto(traces: Sequence[ProcessTrace], out: IO[str],
+                   coverage: Coverage | None = None) -> int:
     """Write ``{"traceEvents": [...], "displayTimeUnit": "ms"}`` to ``out``, one event at a
-    time. Returns the number of events written."""
-    out.write('{"displayTimeUnit": "ms", "otherData": {"exporter": "wsprof"}, "traceEvents": [\n')
+    time; ``otherData.coverage`` holds the coverage audit's status and what it says (a trace
+    that holds part of the collectives must not look whole). Returns the number of events
+    written."""
+    other: dict[str, Any] = {"exporter": "wsprof"}
+    if coverage is not None:
+        other["coverage"] = {"status": coverage.status, "lines": coverage.lines()}
+    out.write('{"displayTimeUnit": "ms", "otherData": ' + json.dumps(other)
+              + ', "traceEvents": [\n')
     n = 0
     for ev in perfetto_events(traces):
         out.write((",\n" if n else "") + json.dumps(ev, allow_nan=False))
