@@ -22,7 +22,7 @@ import warnings
 
 import torch
 import torch.distributed as dist
-import torch.distributed._functional_collectives  # noqa: F401 - as DTensor/FSDP2 have it
+import torch.distributed._functional_collectives
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import wsprof
