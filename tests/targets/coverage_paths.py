@@ -211,6 +211,12 @@ def funcol_step(_: Any, i: int, out: Sink) -> None:
     out(funcol.reduce_scatter_tensor(t, "sum", 0, g) * 1)
     out(funcol.all_to_all_single(t, None, None, g).wait())
     out(*(x + 0 for x in funcol.all_reduce_coalesced([t, t * 2], "sum", g)))
+    # The functional point-to-point op (its tensors are not the first argument).
+    peer = 1 - dist.get_rank()
+    recv = torch.zeros(4)
+    outs = torch.ops._c10d_functional.batch_p2p_ops(
+        ["isend", "irecv"], [peer, peer], [0, 0], [t[:4].clone(), recv], g.group_name)
+    out(*(funcol.wait_tensor(o) for o in outs))
 
 
 # --- torch.compile -------------------------------------------------------------------------

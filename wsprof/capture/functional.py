@@ -69,6 +69,15 @@ def _register_outputs(ret: Any, t0: int, ident: int) -> int:
     return 0
 
 
+def _tensor_arg(args: tuple[Any, ...]) -> Any:
+    """The first argument that is a tensor or a non-empty list of tensors; None if none."""
+    tensor = col._STATE.tensor_type
+    for a in args:
+        if isinstance(a, tensor) or (isinstance(a, list) and a and isinstance(a[0], tensor)):
+            return a
+    return None
+
+
 def _payload(a: Any) -> tuple[int, int]:
     """Bytes and dtype id of a tensor or tensor list; (-1, -1) when unknown (sparse, nested)."""
     inst = col._STATE
@@ -117,6 +126,8 @@ def op_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
     site_of = sites.site_of
     pending = _PENDING.by_id
     max_async = col.MAX_PENDING_ASYNC
+    #: batch_p2p_ops issues one point-to-point op per entry of its first argument
+    p2p = op == "batch_p2p"
 
     @functools.wraps(orig)
     def wsprof_op_hook(*args: Any, **kwargs: Any) -> Any:
@@ -125,7 +136,10 @@ def op_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
         a = args[0]
         first = a[0] if type(a) is list and a else a
         if type(first) not in plain:
-            return orig(*args, **kwargs)
+            a = _tensor_arg(args)  # not first (batch_p2p_ops), or a fake/functional tensor
+            first = a[0] if type(a) is list and a else a
+            if type(first) not in plain:
+                return orig(*args, **kwargs)
         c: list[Any] = [0, 1, True, None]
         tls.call = c
         t0 = now()
@@ -176,7 +190,7 @@ def op_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
                 else:
                     asy = _register_outputs(ret, t0, ident)
                 calls.append(col._pack_row(
-                    t0, t1, t1 - t0, 1, ident, hook, nbytes, dt, grp, asy, site, markers.step,
+                    t0, t1, t1 - t0, len(args[0]) if p2p else 1, ident, hook, nbytes, dt, grp, asy, site, markers.step,
                     col._phase_id(ident) if markers.phases else -1, -1))
             else:
                 rec.dropped_calls += 1
