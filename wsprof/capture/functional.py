@@ -190,8 +190,8 @@ def op_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
                 else:
                     asy = _register_outputs(ret, t0, ident)
                 calls.append(col._pack_row(
-                    t0, t1, t1 - t0, len(args[0]) if p2p else 1, ident, hook, nbytes, dt, grp, asy, site, markers.step,
-                    col._phase_id(ident) if markers.phases else -1, -1))
+                    t0, t1, t1 - t0, len(args[0]) if p2p else 1, ident, hook, nbytes, dt, grp,
+                    asy, site, markers.step, col._phase_id(ident) if markers.phases else -1, -1))
             else:
                 rec.dropped_calls += 1
         except Exception as e:  # noqa: BLE001 - never raise into training
