@@ -881,21 +881,17 @@ def install(recorder: Recorder, layers: str = "both", device_time: bool = False)
                     hook = hooks_by_id[id(current)] = _coalescing_wrapper(
                         current, "distributed_c10d." + aliases.COALESCING)
                 patches.append((module, aliases.COALESCING, current, hook))
-            for name, op in table.helpers:
+            extra_names: list[tuple[str, Callable[[Callable[..., Any]], Any]]] = [
+                (n, functools.partial(_helper_wrapper, op=op, api="dist." + n))
+                for n, op in table.helpers]
+            extra_names += [(n, _lifecycle_wrapper) for n in aliases.LIFECYCLE]
+            for name, factory in extra_names:
                 current = module.__dict__.get(name)
                 if current is None or is_hook(current):
                     continue
                 hook = hooks_by_id.get(id(current))
                 if hook is None:
-                    hook = hooks_by_id[id(current)] = _helper_wrapper(current, op, "dist." + name)
-                patches.append((module, name, current, hook))
-            for name in aliases.LIFECYCLE:
-                current = module.__dict__.get(name)
-                if current is None or is_hook(current):
-                    continue
-                hook = hooks_by_id.get(id(current))
-                if hook is None:
-                    hook = hooks_by_id[id(current)] = _lifecycle_wrapper(current)
+                    hook = hooks_by_id[id(current)] = factory(current)
                 patches.append((module, name, current, hook))
         try:
             from wsprof.capture import functional
