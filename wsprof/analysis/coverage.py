@@ -27,10 +27,14 @@ _P2P_OPS = frozenset({"send", "recv", "batch_p2p"})
 def audit_process(trace: ProcessTrace, label: str) -> list[GroupCoverage] | None:
     """The audit of one process's trace; None when the trace has no audit.
 
-    Per group: the baseline is the reading taken at ``patch()`` (0 for a group created
-    later: its count starts at 0); what step ``s`` issued is the last reading of ``s`` minus
-    the last reading before it. Calls whose group is unknown count for the group when the
-    process has one; calls in steps after the last reading are left out (nothing to compare).
+    Per group, readings are taken in time order: each adds what the group issued since the
+    previous one, to the step it was read in. The first previous value is the reading at
+    ``patch()`` (0 for a group created later: its count starts at 0); after a ``destroy``
+    reading, or when the count goes down, a group of the same name is a new lifetime counted
+    from 0 (c10d reuses names). Calls whose group is unknown count for the group when the
+    process has one; calls in steps after the last reading are left out (nothing to
+    compare). With ``layers='api'`` no call knows its group: the process's groups are
+    audited together, each recorded call counting once.
     """
     if trace.issued is None or trace.recorded_issued is None:
         return None
@@ -38,12 +42,15 @@ def audit_process(trace: ProcessTrace, label: str) -> list[GroupCoverage] | None
     by_group: dict[str, list[IssuedReading]] = defaultdict(list)
     for r in trace.issued:
         by_group[r.group].append(r)
-    out = []
+    if not by_group:
+        return []
+    if layers == "api":
+        return [_audit(sorted(by_group), trace.issued, trace.recorded_issued, True, label,
+                       trace.rank)]
     only = next(iter(by_group)) if len(by_group) == 1 else None
-    for group, readings in by_group.items():
-        out.append(_audit_group(group, readings, trace.recorded_issued, only, layers, label,
-                                trace.rank))
-    return out
+    return [_audit([group], readings, [c for c in trace.recorded_issued if c.group == group or (
+                       c.group is None and only == group)], False, label, trace.rank)
+            for group, readings in by_group.items()]
 
 
 def _layers(trace: ProcessTrace) -> str:
@@ -57,37 +64,52 @@ def _layers(trace: ProcessTrace) -> str:
     return "both"
 
 
-def _audit_group(group: str, readings: list[IssuedReading], recorded: Sequence[RecordedIssued],
-                 only: str | None, layers: str, label: str, rank: int | None) -> GroupCoverage:
+def _issued_by_step(readings: Sequence[IssuedReading]) -> dict[int, int] | None:
+    """What each step issued, summed over the groups of ``readings``; None when a group's
+    backend keeps no count."""
+    out: dict[int, int] = defaultdict(int)
+    last: dict[str, int] = {}
+    ended: set[str] = set()
+    for r in sorted(readings, key=lambda r: r.t_ns):
+        if r.seq < 0:
+            return None
+        if r.group not in last:
+            prev = r.seq if r.at == "patch" else 0
+        elif r.group in ended or r.seq < last[r.group]:
+            prev = 0  # a new group under a destroyed one's name: its count started at 0
+        else:
+            prev = last[r.group]
+        if r.at == "destroy":
+            ended.add(r.group)
+        elif r.group in ended:
+            ended.discard(r.group)
+        out[r.step] += r.seq - prev
+        last[r.group] = r.seq
+    return dict(out)
+
+
+def _audit(groups: list[str], readings: Sequence[IssuedReading],
+           recorded: Sequence[RecordedIssued], api_only: bool, label: str,
+           rank: int | None) -> GroupCoverage:
     backend = next((r.backend for r in readings if r.backend), None)
     steps = [r.step for r in readings]
     first, last = min(steps), max(steps)
-    if any(r.seq < 0 for r in readings):
-        return GroupCoverage(label, rank, group, backend, None, 0, first, last)
-    baseline = next((r.seq for r in readings if r.at == "patch"), 0)
-    cum: dict[int, int] = {}
-    for r in readings:
-        cum[r.step] = max(cum.get(r.step, 0), r.seq)
-    issued_by_step: dict[int, int] = {}
-    prev = baseline
-    for s in sorted(cum):
-        issued_by_step[s] = max(cum[s] - prev, 0)
-        prev = max(prev, cum[s])
+    name = ", ".join(groups)
+    issued_by_step = _issued_by_step(readings)
+    if issued_by_step is None:
+        return GroupCoverage(label, rank, name, backend, None, 0, first, last)
     read_steps = sorted(issued_by_step)
     nccl = (backend or "").lower() == "nccl"
     rec_by_step: dict[int, int] = defaultdict(int)
     for c in recorded:
-        if c.group != group and not (c.group is None and (only == group or layers == "api")):
-            continue
         if nccl and c.op in _P2P_OPS:
             continue
         # With layers='api' no backend call is seen: each recorded call counts once.
-        n = c.calls if layers == "api" and c.layer == "api" else c.issued
+        n = c.calls if api_only and c.layer == "api" else c.issued
         rec_by_step[_bucket(c.step, read_steps)] += n
     bucketed = {s: rec_by_step.get(s, 0) for s in issued_by_step}
-    short = tuple(s for s in sorted(issued_by_step)
-                  if issued_by_step[s] > bucketed[s] and s >= 0)
-    return GroupCoverage(label, rank, group, backend, sum(issued_by_step.values()),
+    short = tuple(s for s in read_steps if issued_by_step[s] > bucketed[s] and s >= 0)
+    return GroupCoverage(label, rank, name, backend, sum(issued_by_step.values()),
                          sum(bucketed.values()), first, last, short)
 
 

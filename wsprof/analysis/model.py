@@ -454,17 +454,17 @@ class GroupCoverage:
     def statement(self) -> str:
         """One line for the terminal, JSON and report."""
         who = f"rank {self.rank}: " if self.rank is not None else f"{self.label}: "
+        group = f"group{'s' if ', ' in self.group else ''} {self.group}"
         steps = _steps_text(self.first_step, self.last_step)
         if self.issued is None:
-            return (f"{who}coverage of group {self.group} unknown: its backend "
+            return (f"{who}coverage of {group} unknown: its backend "
                     f"({self.backend or 'unknown'}) keeps no count of issued collectives")
         if self.missing:
             where = (f"; short in steps {_list(self.short_steps)}"
                      if self.short_steps and len(self.short_steps) < 12 else "")
-            return (f"{who}recorded {self.recorded} of {self.issued} collectives on group "
-                    f"{self.group}{steps} ({self.missing} issued by code wsprof does not "
-                    f"see{where})")
-        return f"{who}recorded all {self.issued} collectives on group {self.group}{steps}"
+            return (f"{who}recorded {self.recorded} of {self.issued} collectives on {group}"
+                    f"{steps} ({self.missing} issued by code wsprof does not see{where})")
+        return f"{who}recorded all {self.issued} collectives on {group}{steps}"
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ backend itself counts every collective it issues on a group:
 ``ProcessGroup._get_sequence_number_for_group()`` (gloo: every collective and point-to-point
 op; NCCL: collectives only). Reading it is one call per group, whatever the size of the
 allocator or the run, so it is read at patch time (the baseline), at every step boundary, at
-each flush, before ``destroy_process_group`` and at close. Analysis compares the per-step
+each flush, before ``destroy_process_group`` (a ``destroy`` reading marks the end of a
+group's lifetime) and at close. Analysis compares the per-step
 differences with what the hooks recorded (:mod:`wsprof.analysis.coverage`).
 """
 
@@ -68,5 +69,20 @@ def read(rec: Recorder | None, at: str = "flush") -> None:
             except Exception:  # noqa: BLE001
                 backend = None
             rec.issued.append((_now(), STATE.step, name, backend, seq, at))
+    except Exception as e:  # noqa: BLE001 - never raise into training
+        rec.internal_error("audit", e)
+
+
+def mark_destroyed(rec: Recorder | None, group: Any = None) -> None:
+    """Before ``destroy_process_group(group)``: a ``destroy`` reading of that group (every
+    group when None), so that a group later created under the same name (c10d reuses names
+    and starts the count at 0) is audited as a new lifetime. Never raises."""
+    if rec is None:
+        return
+    try:
+        groups = _groups() if group is None else [group]
+        for pg in groups:
+            rec.issued.append((_now(), STATE.step, str(pg.group_name), None, seq_of(pg),
+                               "destroy"))
     except Exception as e:  # noqa: BLE001 - never raise into training
         rec.internal_error("audit", e)

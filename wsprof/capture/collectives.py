@@ -455,6 +455,7 @@ def _backend_wrapper(orig: Callable[..., Any], op: str, api: str,
                 t1 = _now()
                 tls.call = None
                 c[_BACKEND_NS] = t1 - t0
+                c[_N_BACKEND] = 0  # raised: counted as issuing nothing (the audit's side)
                 _record_slow(rec, hook, t0, t1, c, args, kwargs, None, e, 2)
                 raise
             t1 = _now()
@@ -528,7 +529,9 @@ def _lifecycle_wrapper(orig: Callable[..., Any]) -> Any:
             from wsprof.capture import audit
 
             inst.recorder.remember_identity()  # rank and world size, while the group is up
-            audit.read(inst.recorder, "destroy")
+            group = args[0] if args else kwargs.get("group")
+            audit.read(inst.recorder, "flush")
+            audit.mark_destroyed(inst.recorder, group)
         return orig(*args, **kwargs)
 
     return wsprof_lifecycle_hook

@@ -148,7 +148,7 @@ def op_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
         except BaseException as e:
             t1 = now()
             tls.call = None
-            c[0] = t1 - t0
+            c[0], c[1] = t1 - t0, 0  # raised: counted as issuing nothing (the audit's side)
             col._record_slow(rec, hook, t0, t1, c, args, kwargs, None, e, 2)
             raise
         t1 = now()
@@ -166,7 +166,9 @@ def op_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
                         dt = col._intern_dtype(a.dtype)
                 else:
                     nbytes, dt = _payload(a)
-                g = args[-1] if type(args[-1]) is str else kwargs.get("group_name")
+                g = kwargs.get("group_name") if kwargs else None
+                if g is None and type(args[-1]) is str:
+                    g = args[-1]
                 if g is None:
                     grp = -1
                 else:
