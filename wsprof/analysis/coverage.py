@@ -104,13 +104,14 @@ def _audit(groups: list[str], readings: Sequence[IssuedReading],
     for c in recorded:
         if nccl and c.op in _P2P_OPS:
             continue
-        # With layers='api' no backend call is seen: each recorded call counts once.
-        n = c.calls if api_only and c.layer == "api" else c.issued
+        # With layers='api' no backend call is seen: each recorded call counts once, unless
+        # its hook read c10d's count (the C++ helpers).
+        n = c.calls if api_only and c.layer == "api" and not c.issued else c.issued
         rec_by_step[_bucket(c.step, read_steps)] += n
     bucketed = {s: rec_by_step.get(s, 0) for s in issued_by_step}
     short = tuple(s for s in read_steps if issued_by_step[s] > bucketed[s] and s >= 0)
     return GroupCoverage(label, rank, name, backend, sum(issued_by_step.values()),
-                         sum(bucketed.values()), first, last, short)
+                         sum(bucketed.values()), first, last, short, exact=not api_only)
 
 
 def _bucket(step: int, read_steps: list[int]) -> int:

@@ -444,11 +444,21 @@ class GroupCoverage:
     first_step: int
     last_step: int
     short_steps: tuple[int, ...] = ()
+    #: False when ``recorded`` counts calls, not the collectives they issued
+    #: (``layers='api'``): a difference then proves nothing either way.
+    exact: bool = True
 
     @property
     def missing(self) -> int | None:
         """Collectives issued by code wsprof does not see; None when unknown."""
-        return None if self.issued is None else max(self.issued - self.recorded, 0)
+        if self.issued is None or (not self.exact and self.issued != self.recorded):
+            return None
+        return max(self.issued - self.recorded, 0)
+
+    @property
+    def known(self) -> bool:
+        """Whether the audit can say complete or incomplete for this group."""
+        return self.missing is not None
 
     @property
     def statement(self) -> str:
@@ -459,6 +469,10 @@ class GroupCoverage:
         if self.issued is None:
             return (f"{who}coverage of {group} unknown: its backend "
                     f"({self.backend or 'unknown'}) keeps no count of issued collectives")
+        if not self.known:
+            return (f"{who}coverage of {group} unknown: c10d counted {self.issued} collectives"
+                    f"{steps}, wsprof {self.recorded} calls; with layers='api' the collectives "
+                    "each call issued are not counted (patch with layers='both')")
         if self.missing:
             where = (f"; short in steps {_list(self.short_steps)}"
                      if self.short_steps and len(self.short_steps) < 12 else "")
@@ -483,7 +497,7 @@ class Coverage:
 
     @property
     def unknown(self) -> tuple[GroupCoverage, ...]:
-        return tuple(g for g in self.groups if g.issued is None)
+        return tuple(g for g in self.groups if not g.known)
 
     @property
     def status(self) -> str:
@@ -500,6 +514,8 @@ class Coverage:
         """What a renderer says first: shortfalls, then unknown groups (at most ``limit``);
         nothing when every audited collective was recorded."""
         out = [g.statement for g in (*self.incomplete, *self.unknown)]
+        out += [f"{label}: coverage not audited (trace written by a wsprof without the audit)"
+                for label in self.not_audited]
         if len(out) > limit:
             out = [*out[:limit], f"... and {len(out) - limit} more groups"]
         return out

@@ -40,6 +40,15 @@ def _groups() -> list[Any]:
         return []
 
 
+def group_name(pg: Any) -> str:
+    """The group's name (``pg.group_name``); a Python ``ProcessGroup`` without one is named
+    by its class, so that it is audited (as unknown), not skipped."""
+    try:
+        return str(pg.group_name)
+    except Exception:  # noqa: BLE001
+        return f"<{type(pg).__name__}>"
+
+
 def seq_of(pg: Any) -> int:
     """c10d's issued-collective count of ``pg``; -1 when its backend keeps none."""
     try:
@@ -60,10 +69,7 @@ def read(rec: Recorder | None, at: str = "flush") -> None:
     try:
         for pg in _groups():
             seq = seq_of(pg)
-            try:
-                name = str(pg.group_name)
-            except Exception:  # noqa: BLE001 - a group without a name cannot be matched
-                continue
+            name = group_name(pg)
             try:
                 backend: str | None = str(pg._get_backend_name())
             except Exception:  # noqa: BLE001
@@ -82,7 +88,7 @@ def mark_destroyed(rec: Recorder | None, group: Any = None) -> None:
     try:
         groups = _groups() if group is None else [group]
         for pg in groups:
-            rec.issued.append((_now(), STATE.step, str(pg.group_name), None, seq_of(pg),
+            rec.issued.append((_now(), STATE.step, group_name(pg), None, seq_of(pg),
                                "destroy"))
     except Exception as e:  # noqa: BLE001 - never raise into training
         rec.internal_error("audit", e)

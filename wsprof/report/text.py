@@ -141,7 +141,7 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10
     crit = [f for f in analysis.findings if f.severity != "info"]
     lines.append(f"wsprof: {analysis.source}")
     cov = analysis.coverage
-    if cov is not None and cov.status in ("incomplete", "unknown"):
+    if cov is not None and cov.lines():
         # Said before the verdict: a verdict on part of the collectives must not read whole.
         lines.append(f"COVERAGE: {cov.status}")
         for line in cov.lines():

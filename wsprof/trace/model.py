@@ -239,8 +239,8 @@ class IssuedReading:
 
 @dataclass(frozen=True)
 class RecordedIssued:
-    """Collectives wsprof's hooks saw issued, per (step, process group, op, layer): the sum of
-    the calls' ``n_backend``. ``group`` is None for calls whose group is unknown."""
+    """Collectives wsprof's hooks saw issued, per (step, process group, op, name, layer): the
+    sum of the calls' ``n_backend``. ``group`` is None for calls whose group is unknown."""
 
     step: int
     group: str | None
@@ -249,6 +249,8 @@ class RecordedIssued:
     issued: int
     #: calls (rows) behind ``issued``
     calls: int = 0
+    #: the name called
+    api: str = ""
 
 
 @dataclass

@@ -344,10 +344,10 @@ def _read_audit(db: sqlite3.Connection, tables: set[str]) -> tuple[
     recorded = [
         RecordedIssued(int(step), None if g is None or g < 0 else str(strings.get(g, g)),
                        str(strings.get(op, op)), str(strings.get(layer, layer)), int(n or 0),
-                       int(k or 0))
-        for step, g, op, layer, n, k in db.execute(
-            "SELECT step, grp, op, layer, sum(n_backend), sum(n) FROM call_totals "
-            "GROUP BY step, grp, op, layer ORDER BY step")
+                       int(k or 0), str(strings.get(api, api)))
+        for step, g, op, api, layer, n, k in db.execute(
+            "SELECT step, grp, op, api, layer, sum(n_backend), sum(n) FROM call_totals "
+            "GROUP BY step, grp, op, api, layer ORDER BY step")
     ]
     return readings, recorded
 
