@@ -37,6 +37,10 @@ def _storable_rows(rows: Iterable[tuple[Any, ...]]) -> Iterable[tuple[Any, ...]]
         yield tuple(_storable(v) if isinstance(v, str) else v for v in r)
 
 
+#: Tables whose rows capture fills with integers only (async completions, one per call).
+_INT_TABLES = frozenset({"call_updates"})
+
+
 class StringTable:
     """Interns strings to small ids for the ``strings`` table; None is -1.
 
@@ -166,7 +170,9 @@ class TraceWriter:
                 if thinned is not None:
                     self._db.execute(INSERT["meta"], ("retention", json.dumps(thinned)))
             for table, rows in batches.items():
-                if table != "calls":
+                if table in _INT_TABLES:  # hooks' integers only: nothing to escape
+                    self._db.executemany(INSERT[table], rows)
+                elif table != "calls":
                     self._db.executemany(INSERT[table], _storable_rows(rows))
         except BaseException:
             self.strings.put_back(new_strings)
