@@ -92,6 +92,8 @@ for _ in range(3):
     dist.all_reduce(t, group=sub)
     sub._get_backend(torch.device("cpu")).allreduce([t]).wait()
     dist.broadcast(t, 0)
+    # gloo issues one collective per rank for a reduce_scatter: counted from c10d's count
+    dist.reduce_scatter(torch.empty(4), [torch.ones(4) for _ in range(world)], group=sub)
 dist.destroy_process_group()
 wsprof.unpatch()
 """
@@ -103,7 +105,8 @@ wsprof.unpatch()
     by = {(g.rank, g.group): g for g in cov.groups}
     assert len(by) == 4, cov.groups  # default group and subgroup on each rank
     issued = sorted(g.issued for g in cov.groups if g.rank == 0)
-    assert issued == [3, 6], issued  # 3 broadcasts; 3 all_reduce + 3 backend-object calls
+    # 3 broadcasts; 3 all_reduce + 3 backend-object calls + 3 reduce_scatter of 2 each
+    assert issued == [3, 12], issued
 
 
 def test_older_trace_without_audit_is_not_called_complete(tmp_path: Path) -> None:

@@ -59,9 +59,11 @@ CPP_HELPERS: dict[str, str] = {
     "_verify_params_across_processes": "all_gather",
 }
 
-#: Backend methods that issue more collectives than one (gloo's ``monitored_barrier`` is a
-#: send/recv round): their hook reads c10d's count before and after.
-COUNTED = frozenset({"monitored_barrier"})
+#: Backend methods that can issue more collectives than one (gloo's ``monitored_barrier`` is a
+#: send/recv round; its ``reduce_scatter`` and coalesced reduce-scatter issue one collective
+#: per rank or tensor, seen running torch's own ``test_c10d_gloo.py``): their hook reads
+#: c10d's count before and after. The per-parameter hot paths are not among them.
+COUNTED = frozenset({"monitored_barrier", "reduce_scatter", "reduce_scatter_tensor_coalesced"})
 
 #: Group lifecycle functions hooked only to read c10d's counts before a group goes away.
 LIFECYCLE = ("destroy_process_group",)
