@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from wsprof.demo.run import free_port
 
@@ -88,3 +89,16 @@ def run_ranks(script: Path, world: int, *args: str, timeout: float = 120,
     bad = [(i, p.returncode, outputs[i]) for i, p in enumerate(procs) if p.returncode != 0]
     assert not bad, f"rank {bad[0][0]} exited {bad[0][1]}:\n{bad[0][2][-3000:]}"
     return outputs
+
+
+def job_coverage(tmp_path: Path, code: str, world: int = 1) -> Any:
+    """Run ``code`` (a job script taking ``RANK WORLD PORT OUT``) as ``world`` real processes
+    and return the coverage audit of its run folder (:class:`wsprof.analysis.model.Coverage`)."""
+    from wsprof.analysis.run import analyze_path
+
+    script = tmp_path / "job.py"
+    script.write_text(code)
+    run_ranks(script, world, str(tmp_path / "run"))
+    cov = analyze_path(str(tmp_path / "run")).coverage
+    assert cov is not None
+    return cov

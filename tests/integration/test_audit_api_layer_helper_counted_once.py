@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import REPO, run_ranks
-
-from wsprof.analysis.run import analyze_path
+from helpers import REPO, job_coverage
 
 CODE = f"""
 import os, sys
@@ -30,9 +28,5 @@ dist.destroy_process_group()
 
 
 def test_helper_rows_count_what_they_issued_with_api_layer(tmp_path: Path) -> None:
-    script = tmp_path / "job.py"
-    script.write_text(CODE)
-    run_ranks(script, 1, str(tmp_path / "run"))
-    cov = analyze_path(str(tmp_path / "run")).coverage
-    assert cov is not None
+    cov = job_coverage(tmp_path, CODE)
     assert cov.status == "complete", cov.lines()

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import REPO, run_ranks
-
-from wsprof.analysis.run import analyze_path
+from helpers import REPO, job_coverage
 
 CODE = f"""
 import os, sys
@@ -33,9 +31,5 @@ dist.destroy_process_group()
 
 
 def test_failed_functional_op_does_not_hide_an_unseen_collective(tmp_path: Path) -> None:
-    script = tmp_path / "job.py"
-    script.write_text(CODE)
-    run_ranks(script, 1, str(tmp_path / "run"))
-    cov = analyze_path(str(tmp_path / "run")).coverage
-    assert cov is not None
+    cov = job_coverage(tmp_path, CODE)
     assert cov.status == "incomplete", [(g.issued, g.recorded) for g in cov.groups]

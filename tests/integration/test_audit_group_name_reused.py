@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import REPO, run_ranks
-
-from wsprof.analysis.run import analyze_path
+from helpers import REPO, job_coverage
 
 CODE = f"""
 import os, sys
@@ -40,9 +38,5 @@ wsprof.unpatch()
 
 
 def test_recreated_group_is_not_hidden_by_the_old_count(tmp_path: Path) -> None:
-    script = tmp_path / "job.py"
-    script.write_text(CODE)
-    run_ranks(script, 1, str(tmp_path / "run"))
-    cov = analyze_path(str(tmp_path / "run")).coverage
-    assert cov is not None
+    cov = job_coverage(tmp_path, CODE)
     assert cov.status == "incomplete", [(g.group, g.issued, g.recorded) for g in cov.groups]
