@@ -78,23 +78,6 @@ def _tensor_arg(args: tuple[Any, ...]) -> Any:
     return None
 
 
-def _payload(a: Any) -> tuple[int, int]:
-    """Bytes and dtype id of a tensor or tensor list; (-1, -1) when unknown (sparse, nested)."""
-    inst = col._STATE
-    try:
-        if isinstance(a, list):
-            if not a:
-                return -1, -1
-            nbytes = sum(int(t.nbytes) for t in a)
-            first = a[0]
-        else:
-            nbytes, first = int(a.nbytes), a
-        dt = inst.dtype_ids.get(first.dtype)
-        return nbytes, col._intern_dtype(first.dtype) if dt is None else dt
-    except Exception:  # noqa: BLE001 - unknown bytes is a value, not an error
-        return -1, -1
-
-
 def op_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
     """The hook that replaces an op's ``_op``: times the issue, records one row (layer
     ``functional``), remembers the output for its ``wait_tensor``.
@@ -165,7 +148,7 @@ def op_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
                     if dt is None:
                         dt = col._intern_dtype(a.dtype)
                 else:
-                    nbytes, dt = _payload(a)
+                    nbytes, dt = col._payload_slow((a,), None)  # a list, or sparse
                 g = kwargs.get("group_name") if kwargs else None
                 if g is None and type(args[-1]) is str:
                     g = args[-1]
