@@ -29,6 +29,18 @@ classifier's thresholds:
   them carry a ``config`` column that changes at the step.
 * **Sawtooth:** period 4-20 points at a random phase, rise within a period log-uniform between
   ``max(20%, 3 sigma)`` and 200%, flat peaks.
+* **Flat with one excursion** (``flat_spike``; a checkpoint save, an eval step): flat, and one
+  point (the last one a third of the time, else any after the first) 1.5-5x the level (at least
+  8 sigma, so it is an excursion, not noise); at least 6 points. Not accumulating; flat, or a
+  step change when it is the last point.
+* **Linear growth with dips** (``linear_dips``, like the demo under CPU load: 0.83, 1.55, 2.13,
+  2.66, 3.68, 3.08, 4.48, 3.63 s): a straight rise as for ``linear`` (at least +100%), with 1-2
+  points after the first third 10-25% below the line; at least 6 points. Accumulating.
+* **Early config switch** (``config_switch``): a step change with a ``config`` column that
+  switches after the first 1-3 points (the 2,655 s -> 270 s report): a ``step_change`` only.
+* **Logging strides.** A quarter of all series (of every kind) are logged every 2-10 steps from a
+  step 0-1000, and a tenth of the rest at irregular intervals (1-3 steps): the verdict must not
+  depend on it, so the labels do not change.
 
 A shape counts as right when it is in the acceptable set of its kind: superlinear and
 exponential are interchangeable; a straight line and a curve are interchangeable when the
@@ -67,8 +79,8 @@ NOISE_BANDS = ((0.01, 0.05), (0.05, 0.10), (0.10, 0.25))
 LENGTH_BANDS = ((3, 4), (5, 10), (11, 50), (51, 200))
 #: Every shape the classifier names, plus plateaus (a ramp that stops; expected as
 #: warmup_then_flat, not accumulating).
-KINDS = (*SHAPES, "plateau")
-GROWING = frozenset({"linear", "superlinear", "exponential"})
+KINDS = (*SHAPES, "plateau", "flat_spike", "linear_dips", "config_switch")
+GROWING = frozenset({"linear", "superlinear", "exponential", "linear_dips"})
 #: Growth floor: the rise must be at least this many noise sigmas ...
 GROWTH_MIN_SIGMAS = 3.0
 #: ... and at least this fraction of the level.
@@ -92,6 +104,7 @@ class Case:
     kind: str
     values: tuple[float, ...]
     config: tuple[str, ...] | None
+    steps: tuple[int, ...] | None
     noise: float
     accumulating: bool
     acceptable: frozenset[str]
@@ -192,6 +205,45 @@ def _gen_plateau(rng: np.random.Generator, n: int, sigma: float) -> np.ndarray:
     return 1 + g * np.minimum(1.0, np.arange(n) / m)
 
 
+def _gen_spike(rng: np.random.Generator, n: int, sigma: float) -> tuple[np.ndarray, frozenset[str]]:
+    f = np.ones(n)
+    at = n - 1 if rng.random() < 1 / 3 else int(rng.integers(1, n))
+    f[at] = max(rng.uniform(1.5, 5.0), 1 + 8 * sigma)
+    return f, frozenset({"flat", "step_change"} if at == n - 1 else {"flat"})
+
+
+def _gen_linear_dips(rng: np.random.Generator, n: int, sigma: float) -> np.ndarray:
+    g = _log_uniform(rng, max(1.0, GROWTH_MIN_SIGMAS * sigma), GROWTH_MAX)
+    f = 1 + g * np.arange(n) / (n - 1)
+    k = int(rng.integers(1, 3))
+    at = rng.choice(np.arange(max(1, n // 3), n), size=min(k, n - max(1, n // 3)), replace=False)
+    f[at] *= 1 - rng.uniform(0.10, 0.25, size=at.size)
+    return f
+
+
+def _gen_config_switch(
+    rng: np.random.Generator, n: int
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    cp = int(rng.integers(1, 4))
+    ratio = _log_uniform(rng, 1.5, 10.0)
+    ratio = ratio if rng.random() < 0.5 else 1 / ratio
+    config = tuple("batch=64" if i < cp else "batch=256" for i in range(n))
+    return np.where(np.arange(n) < cp, 1.0, ratio), config
+
+
+def _gen_steps(rng: np.random.Generator, n: int) -> tuple[int, ...] | None:
+    """Step numbers as logged: every 2-10 steps from step 0-1000 (a quarter of the series),
+    irregular 1-3 step intervals (a tenth of the rest), else None (consecutive from 0)."""
+    r = rng.random()
+    if r < 0.25:
+        start, stride = int(rng.integers(0, 1001)), int(rng.integers(2, 11))
+        return tuple(start + stride * i for i in range(n))
+    if r < 0.25 + 0.075:
+        start = int(rng.integers(0, 1001))
+        return tuple(int(v) for v in start + np.cumsum(rng.integers(1, 4, size=n)))
+    return None
+
+
 def make_case(rng: np.random.Generator) -> Case:
     """Draw one labelled series (see the module docstring for the distributions)."""
     kind = KINDS[int(rng.integers(len(KINDS)))]
@@ -201,9 +253,15 @@ def make_case(rng: np.random.Generator) -> Case:
     lo_n, hi_n = bands[int(rng.integers(len(bands)))]
     if kind == "sawtooth":
         lo_n = max(lo_n, 3 * SAW_MIN_PERIOD)  # at least three periods
+    if kind in ("flat_spike", "linear_dips"):
+        lo_n, hi_n = max(lo_n, 6), max(hi_n, 6)
+    if kind == "config_switch":
+        lo_n, hi_n = max(lo_n, 5), max(hi_n, 5)  # at least 2 points after the switch
     n = int(rng.integers(lo_n, hi_n + 1))
     config = None
-    if kind in GROWING:
+    if kind == "linear_dips":
+        f, ok = _gen_linear_dips(rng, n, sigma), frozenset({"linear", "superlinear", "exponential"})
+    elif kind in GROWING:
         f, ok = _gen_growing(kind, rng, n, sigma)
     elif kind == "warmup_then_flat":
         f, ok = _gen_warmup(rng, n, sigma)
@@ -213,11 +271,16 @@ def make_case(rng: np.random.Generator) -> Case:
         f, ok = _gen_sawtooth(rng, n, sigma), frozenset({"sawtooth"})
     elif kind == "plateau":
         f, ok = _gen_plateau(rng, n, sigma), frozenset({"warmup_then_flat", "step_change"})
+    elif kind == "flat_spike":
+        f, ok = _gen_spike(rng, n, sigma)
+    elif kind == "config_switch":
+        (f, config), ok = _gen_config_switch(rng, n), frozenset({"step_change"})
     else:
         f, ok = np.ones(n), frozenset({"flat"})
     level = _log_uniform(rng, 0.5, 5000.0)
     y = level * f * (1 + sigma * rng.standard_normal(n))
-    return Case(kind, tuple(float(v) for v in y), config, sigma, kind in GROWING, ok)
+    steps = _gen_steps(rng, n)
+    return Case(kind, tuple(float(v) for v in y), config, steps, sigma, kind in GROWING, ok)
 
 
 def make_corpus(n: int = N_SERIES, seed: int = SEED) -> list[Case]:
@@ -285,6 +348,7 @@ def evaluate(
             _length_band(case.n),
             f"{_noise_band(case.noise)}, {_length_band(case.n)}",
             f"kind {case.kind}",
+            "logged with strides" if case.steps is not None else "consecutive steps",
         ]
         if case.noise <= 0.10 and case.n >= 5:
             keys.append("BAR noise<=10%, n>=5")
@@ -294,7 +358,7 @@ def evaluate(
 
 
 def _run(case: Case) -> tuple[bool, str]:
-    v = classify(case.values, config=case.config)
+    v = classify(case.values, steps=case.steps, config=case.config)
     return v.accumulating, v.shape
 
 
@@ -322,6 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         + [f"len {lo}-{hi}" for lo, hi in LENGTH_BANDS]
         + [f"{_noise_band(s)}, len {lo}-{hi}" for _, s in NOISE_BANDS for lo, hi in LENGTH_BANDS]
         + [f"kind {k}" for k in KINDS]
+        + ["consecutive steps", "logged with strides"]
     )
     for key in order:
         if key in rows:
@@ -341,7 +406,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             vals = ", ".join(f"{v:.4g}" for v in case.values[:40])
             print(
                 f"MISS kind={case.kind} n={case.n} noise={case.noise:.3f} said={said}/{shape} "
-                f"ok={sorted(case.acceptable)} cfg={case.config is not None}\n  [{vals}]"
+                f"ok={sorted(case.acceptable)} cfg={case.config is not None} "
+                f"steps={None if case.steps is None else case.steps[:3]}\n  [{vals}]"
             )
     return 0 if ok else 1
 

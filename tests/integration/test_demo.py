@@ -61,7 +61,7 @@ def test_probe_fault_is_an_accumulating_weight_sync_slowdown(
     assert "between_layers" in kinds, "the probe wrapper between API and backend is named"
     bl = [f for f in doc["findings"] if f["kind"] == "between_layers"][0]  # type: ignore
     assert "with_memory_probe" in bl["where"] and "framework.py" in bl["where"]
-    assert doc["step_source"] == ("markers" if markers == "--markers" else "bursts")
+    assert doc["step_source"] == ("markers" if markers == "--markers" else "rhythm")
 
 
 @pytest.mark.parametrize("markers", ["--markers", "--no-markers"])

@@ -20,6 +20,7 @@ from wsprof.analysis.diff import (
 from wsprof.cli import main
 from wsprof.errors import InputError
 from wsprof.report.diff_html import render_diff_html
+from wsprof.report.diff_json import diff_to_dict
 from wsprof.report.diff_text import render_diff_text
 from wsprof.trace.retention import Retention
 from wsprof.trace.writer import TraceWriter
@@ -225,7 +226,8 @@ def test_bursts_and_sampled_frames(tmp_path: Path) -> None:
     write_run(tmp_path / "a" / "h.wsprof", range(6), 1.0, 30.0, markers=False, samples=[
         ([main_frame, "push_a (sync.py:12)"], 10), ([main_frame, "gather_b (meta.py:24)"], 90)])
     r = diff_paths(str(tmp_path / "b"), str(tmp_path / "a"))
-    assert r.before.step_source == "bursts" and len(r.before.steps) == 6
+    # Found from the job itself (sync bursts, or the rhythm of its calls).
+    assert r.before.step_source in ("bursts", "rhythm") and len(r.before.steps) == 6
     frames = {i.name: i.share for i in r.of_kind("frame")}
     assert set(frames) == {"push_a (sync.py)", "gather_b (meta.py)"}
     share = frames["gather_b (meta.py)"]
@@ -269,6 +271,100 @@ def test_series_files(tmp_path: Path) -> None:
     assert _names(r.moved_to) == [("series", "rollout_time_s")]
     uw = _item(r, "series", "update_weights_time_s").s_per_step
     assert uw is not None and (uw.before, uw.after) == (363, 100)
+
+
+def write_unstepped(path: Path, n_bcast: int, n_gather: int, call_ms: float,
+                    wall_ms: float) -> Path:
+    """One trace of a job whose steps cannot be found: its calls (``n_bcast`` broadcasts from
+    site A, ``n_gather`` all_gathers from site B, ``call_ms`` each, in a shuffled order) are
+    evenly spread over ``wall_ms`` with no idle gap and no rhythm; a process counter is read
+    at the start and at the end (as the recorder does)."""
+    import random
+
+    ops = ["broadcast"] * n_bcast + ["all_gather"] * n_gather
+    random.Random(0).shuffle(ops)
+    w = TraceWriter(str(path))
+    w.set_meta({"pid": 100, "rank": 0, "world_size": 2})
+    t0 = t = 10 * MS
+    dur = int(call_ms * MS)
+    gap = int(wall_ms * MS / len(ops)) - dur
+    calls = []
+    for op in ops:
+        calls.append(_call(t, dur, op, 0 if op == "broadcast" else 1, -1))
+        t += dur + gap
+    w.write({"sites": [SITE_A, SITE_B], "calls": calls,
+             "counters": [(t0, "proc.rss_bytes", 1e9), (t - gap, "proc.rss_bytes", 1e9)]})
+    w.close()
+    return path
+
+
+def test_a_side_without_steps_is_compared_as_rates(tmp_path: Path) -> None:
+    """The same job before (10 marked steps of 550 ms) and after (no steps found): compared
+    per second of wall time on both sides, about the same; not the whole unstepped run as one
+    step against one step of the other (which read "x10")."""
+    write_run(tmp_path / "b" / "h.wsprof", range(10), 2.0, 2.0)
+    wall_ms = 10 * (ROLLOUT_MS + (N_BCAST + N_GATHER) * 2.0)
+    write_unstepped(tmp_path / "a" / "h.wsprof", 10 * N_BCAST, 10 * N_GATHER, 2.0, wall_ms)
+    r = diff_paths(str(tmp_path / "b"), str(tmp_path / "a"))
+    assert r.after.steps == () and len(r.before.steps) == 10
+    assert r.basis == "second"
+    bcast = _item(r, "op", "broadcast")
+    assert bcast.s_per_step is not None and bcast.calls_per_step is not None
+    rate_s = N_BCAST * 0.002 / (wall_ms / 10 / 1e3)  # broadcast s per s of wall time
+    assert bcast.s_per_step.before == pytest.approx(rate_s, rel=0.01)
+    assert bcast.s_per_step.after == pytest.approx(rate_s, rel=0.01)
+    assert bcast.calls_per_step.after == pytest.approx(bcast.calls_per_step.before, rel=0.01)
+    assert bcast.median_us is not None and bcast.median_us.after == pytest.approx(2000)
+    assert r.step_s.before is None and r.step_s.after is None  # not comparable
+    assert not r.faster and not r.slower
+    assert r.verdict[0].startswith("about the same per second of wall time")
+    assert any("whole-run rates" in n for n in r.notes)
+    text = render_diff_text(r)
+    assert " x" not in text and "per second of wall time" in text
+    assert "x10" not in " ".join(r.verdict)
+    doc = diff_to_dict(r)
+    assert doc["basis"] == "second" and doc["per_step"]["step_s"]["before"] is None
+    assert doc["after"]["wall_s"] == pytest.approx(wall_ms / 1e3, rel=0.01)
+    assert "per second of wall time" in render_diff_html(r)
+
+
+def test_both_sides_with_steps_stay_per_step(fixed: tuple[Path, Path]) -> None:
+    r = diff_paths(str(fixed[0]), str(fixed[1]))
+    assert r.basis == "step" and diff_to_dict(r)["basis"] == "step"
+
+
+def test_one_figure_for_the_time_in_sync(tmp_path: Path) -> None:
+    """Weight sync 100 ms per step before; after, 60 ms in three steps and 300 ms in two: its
+    median fell (-40%) and its time per step rose (+56%). One figure, the time per step (total
+    over the steps / steps, like every item), in every output; no phase item repeats it."""
+    write_run(tmp_path / "b" / "h.wsprof", range(5), 4.0, 4.0)
+    write_run(tmp_path / "a" / "h.wsprof", range(5), lambda s: 2.4 if s < 3 else 12.0,
+              lambda s: 2.4 if s < 3 else 12.0)
+    r = diff_paths(str(tmp_path / "b"), str(tmp_path / "a"))
+    assert r.weight_sync_s.before == pytest.approx(0.100, abs=1e-3)
+    assert r.weight_sync_s.after == pytest.approx((3 * 0.060 + 2 * 0.300) / 5, abs=1e-3)
+    assert r.weight_sync_s.rel_change == pytest.approx(0.56, abs=0.01)
+    assert not any("weight_sync" in i.name for i in r.items)
+    lines = render_diff_text(r).splitlines()
+    sync = [line for line in lines if "weight sync" in line or "weight_sync" in line]
+    assert [line.split()[:2] for line in sync if not line.startswith("VERDICT")] == [
+        ["weight", "sync"]]
+    assert all("-40%" not in line for line in sync)
+    assert "+56%" in sync[-1]
+    doc = diff_to_dict(r)
+    assert doc["per_step"]["weight_sync_s"]["rel_change"] == pytest.approx(0.56, abs=0.01)
+    assert not any("weight_sync" in i["name"] for i in doc["items"])
+    html = render_diff_html(r)
+    assert "weight_sync" not in html and html.count("weight sync (per step)") == 1
+
+
+def test_series_sync_column_is_the_one_figure(tmp_path: Path) -> None:
+    b, a = tmp_path / "b.csv", tmp_path / "a.csv"
+    b.write_text("step,weight_sync_s,rollout_time_s\n0,10,68\n1,11,67\n2,12,68\n")
+    a.write_text("step,weight_sync_s,rollout_time_s\n0,5,68\n1,5,67\n2,6,68\n")
+    r = diff_paths(str(b), str(a))
+    assert (r.weight_sync_s.before, r.weight_sync_s.after) == (11, 5)
+    assert _names(r.items) == [("series", "rollout_time_s")]
 
 
 # --------------------------------------------------------------------------- renderers, CLI

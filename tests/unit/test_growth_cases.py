@@ -38,7 +38,7 @@ def _expected_cases() -> list[object]:
 def test_shared_case(file: str, column: str, want: dict[str, Any]) -> None:
     series = {s.name: s for s in load_series_csv(str(CASES / file))}
     s = series[column]
-    v = classify(s.values, config=s.config)
+    v = classify(s.values, steps=s.steps, config=s.config)
     assert v.accumulating is want["accumulating"], (file, column, v.shape, v.evidence)
     assert v.shape in want["shape"], (file, column, v.shape, v.evidence)
     _check_invariants(v, len(s.values))
@@ -293,3 +293,86 @@ def test_concave_growth_never_projects_below_where_it_is() -> None:
         v = classify(list(y))
         if v.accumulating and v.projection is not None:
             assert v.projection.value >= v.fitted[-1] - 1e-9
+
+
+# --- issue 15: rising curves, step numbers, excursions, config switches ----------------------
+
+#: Weight sync per step of the demo under CPU load, s (called warmup_then_flat before).
+DEMO_UNDER_LOAD = (0.83, 1.55, 2.13, 2.66, 3.68, 3.08, 4.48, 3.63)
+
+
+def test_demo_under_load_is_accumulating() -> None:
+    v = classify(DEMO_UNDER_LOAD)
+    assert v.accumulating and v.shape in GROWING_SHAPES, v.evidence
+
+
+def test_rising_between_layers_is_accumulating() -> None:
+    v = classify([0.45, 0.58, 1.01, 1.01, 1.13, 1.41, 1.52, 1.80, 1.77, 2.05])
+    assert v.accumulating and v.shape in GROWING_SHAPES, v.evidence
+
+
+def test_slope_uses_logged_step_numbers() -> None:
+    v = classify([4.0, 7.0, 10.0], steps=[2, 5, 8])
+    assert v.slope_per_step == pytest.approx(1.0)
+    assert v.projection is not None and v.projection.step > 8
+
+
+def test_projection_and_budget_after_the_last_logged_step() -> None:
+    v = classify([10.0, 11.0, 12.0, 13.0, 14.0, 15.0], steps=range(865, 871), budget=30.0)
+    assert v.accumulating
+    assert v.projection is not None and v.projection.step == 870 + 6
+    assert v.projection.value == pytest.approx(21.0)
+    assert v.budget_step in (885, 886)  # 10 + (step - 865) >= 30 (float rounding at 885)
+
+
+def test_steps_must_match_and_increase() -> None:
+    with pytest.raises(ValueError, match="steps has 2 entries"):
+        classify([1.0, 2.0, 3.0], steps=[1, 2])
+    with pytest.raises(ValueError, match="strictly increasing"):
+        classify([1.0, 2.0, 3.0], steps=[1, 1, 2])
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("at_end", [True, False])
+def test_one_slow_step_is_named_not_growth(seed: int, at_end: bool) -> None:
+    f = np.full(10, 55.0)
+    j = 9 if at_end else 6
+    f[j] = 130.0  # a checkpoint save
+    v = classify(_noisy(f, 0.02, seed), steps=range(71, 81))
+    assert not v.accumulating, v.evidence
+    if v.outlier_steps:
+        assert v.outlier_steps == (71 + j,)
+
+
+def test_end_spike_that_made_growth_is_named() -> None:
+    # called superlinear before (step time flat at ~55 s, the last step 20% slower)
+    v = classify([54.4, 56.1, 54.8, 54.6, 54.9, 58.1, 58.6, 70.4], steps=range(10, 18))
+    assert not v.accumulating
+    assert v.outlier_steps == (17,)
+    assert v.evidence["n_outliers"] == 1.0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_leak_with_a_slow_step_is_still_found(seed: int) -> None:
+    f = 100 * (1 + 0.1 * np.arange(20))
+    f[-1] *= 1.5
+    v = classify(_noisy(f, 0.03, seed))
+    assert v.accumulating and not v.outlier_steps
+
+
+@pytest.mark.parametrize(
+    ("values", "config"),
+    [
+        ([2655.0, 2700.0, 270.0, 275.0, 268.0, 272.0, 269.0], ["a"] * 2 + ["b"] * 5),
+        ([2655.0, 270.0, 275.0, 268.0, 272.0, 269.0], ["a"] + ["b"] * 5),
+        ([2655.0, 270.0, 275.0, 268.0], ["a"] + ["b"] * 3),
+    ],
+)
+def test_early_config_switch_is_a_step_change(values: list[float], config: list[str]) -> None:
+    steps = list(range(1, len(values) + 1))
+    v = classify(values, steps=steps, config=config)
+    assert not v.accumulating
+    assert v.shape == "step_change"
+    switch = config.index("b")
+    assert v.change_point == switch  # a position; its step:
+    assert v.evidence["change_point_step"] == steps[switch]

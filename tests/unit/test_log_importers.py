@@ -279,7 +279,8 @@ def test_table_row(row: str, pairs: dict[str, float] | None) -> None:
     [("weight_sync_s", "s"), ("timing_s/old_log_prob", "s"), ("timing/broadcast", "s"),
      ("timeperf/eval", "s"), ("perf/log_probs_time", "s"), ("perf/log_probs_tflops", ""),
      ("perf/max_memory_allocated_gb", "GB"), ("timing_s/generation_timing/topk_ratio", ""),
-     ("actor/loss", "")],
+     ("actor/loss", ""), ("perf/time_per_step", "s"), ("global_seqlen/balanced_min", ""),
+     ("timing_per_token_ms/gen", "ms")],
 )
 def test_metric_unit(key: str, unit: str) -> None:
     assert metric_unit(key) == unit
@@ -307,6 +308,33 @@ def test_analyze_reports_growing_sync_and_not_flat(tmp_path: Path, fmt: str,
     flat = _write(tmp_path, "flat.log", LOGS[fmt](FLAT))
     assert main(["analyze", flat, "--format", "json"]) == 0
     assert _sync_findings(capsys.readouterr().out) == []
+
+
+def test_counters_and_quality_metrics_of_a_healthy_log_get_no_advice(tmp_path: Path) -> None:
+    """verl's step counter (+1 per step), epoch, a rising advantage maximum and per-token time,
+    a falling loss: shown in the series, never a memory_growth or slowdown finding."""
+    lines = [
+        f"(TaskRunner pid=1) step:{i} - training/global_step:{i} - training/epoch:{i // 4} - "
+        f"critic/advantages/max:{2.2 + 0.05 * i:.3f} - actor/pg_loss:{1.0 / i:.4f} - "
+        f"timing_per_token_ms/values:{0.07 + 0.0004 * i:.5f} - "
+        f"rollout/too_good_sample_ratio:{0.01 * i * i:.3f} - timing_s/step:{55 + i % 2}.1"
+        for i in range(71, 81)
+    ]
+    a = analyze_path(_write(tmp_path, "healthy.log", "\n".join(lines) + "\n"))
+    assert a.findings == (), [f.title for f in a.findings]
+    kinds = {r.series.name: r.series.kind for r in a.series}
+    assert kinds["training/global_step"] == "monotonic_counter"
+    assert kinds["critic/advantages/max"] == "quality"
+    assert kinds["timing_per_token_ms/values"] == "rate" and kinds["step_s"] == "duration"
+    assert any(n.startswith("not judged for accumulation") for n in a.notes)
+
+
+def test_memory_metric_of_a_log_still_grows(tmp_path: Path) -> None:
+    lines = [f"step:{i} - perf/max_memory_reserved_gb:{20 + 1.0 * i + 0.01 * (i % 3)} - "
+             f"training/global_step:{i}" for i in range(1, 9)]
+    a = analyze_path(_write(tmp_path, "leak.log", "\n".join(lines) + "\n"))
+    assert [f.where for f in a.findings if f.kind == "memory_growth"] == [
+        "perf/max_memory_reserved_gb"]
 
 
 def test_real_command_line_on_a_log(tmp_path: Path) -> None:
@@ -412,6 +440,14 @@ def test_wandb_panel_export_csv(tmp_path: Path) -> None:
     (sync,) = imp.series
     assert sync.name == "weight_sync_s" and sync.steps == (1, 2, 3, 4) and sync.values == GROWING
     assert any("several columns" in n for n in imp.notes)
+
+
+def test_verl_wandb_export_steps_by_training_global_step(tmp_path: Path) -> None:
+    path = _write(tmp_path, "verl.csv", ("_step,training/global_step,timing_s/update_weights\n"
+                                         "0,1,5\n1,2,6\n2,3,7\n"))
+    s = _by_name(load_csv(path).series)
+    assert s["weight_sync_s"].steps == (1, 2, 3)
+    assert "training/global_step" not in s  # the step column, not a metric
 
 
 def test_global_step_csv_keeps_other_columns(tmp_path: Path) -> None:

@@ -87,6 +87,93 @@ def test_collectives_are_weight_sync_only_under_no_other_phase() -> None:
     assert classify_stack(["main (job.py:9)", "work (job.py:12)"], GENERIC) == OTHER
 
 
+# The leaking rank of issue 15: rank 0 pushes 16 parameters through the user's wrapper, whose
+# registry scan (its own Python time) grows every step; most samples are in the wrapper, only
+# some inside the broadcast.
+LOGGER = "_exception_logger.<locals>.wrapper (torch/distributed/c10d_logger.py:83)"
+WRAPPER = [
+    "<module> (job.py:118)", "main (job.py:108)", "push_weights (job.py:62)",
+    "sync_param (job.py:54)",
+]
+IN_BROADCAST = [*WRAPPER[:3], "sync_param (job.py:56)", LOGGER, f"broadcast ({C10D}:3145)"]
+COMPUTE = ["<module> (job.py:118)", "main (job.py:107)", "compute (job.py:47)"]
+
+
+def test_wrapper_of_a_collective_is_a_sync_entry_point() -> None:
+    windows = [sample(0, WRAPPER, 70), sample(0, IN_BROADCAST, 5), sample(0, COMPUTE, 25)]
+    # Before: only the samples inside the broadcast were weight sync (5%, not 75%).
+    [before] = phase_shares_by_window(windows, GENERIC)
+    assert before.weight_sync_share == pytest.approx(0.05)
+    patterns = patterns_for(None, None, windows)
+    assert patterns.entry_points == ("sync_param (job.py)",)
+    [row] = phase_shares_by_window(windows, patterns)
+    assert row.weight_sync_share == pytest.approx(0.75)
+    assert classify_stack(COMPUTE, patterns) == OTHER
+    # The wrapper's callees count too (its scan in a helper), its callers do not.
+    assert classify_stack([*WRAPPER, "_lookup (job.py:20)"], patterns) == WEIGHT_SYNC
+    assert classify_stack(WRAPPER[:3], patterns) == OTHER
+    # Through analysis: the window summaries of a process use the inferred entry points.
+    [summary] = window_summaries(windows, patterns)
+    assert summary.weight_sync_share == pytest.approx(0.75)
+
+
+def test_collective_names_come_from_the_alias_table() -> None:
+    from wsprof.analysis.phases import C10D_SYNC_FUNCTIONS, is_collective_frame
+    from wsprof.capture.aliases import API_OPS
+
+    for name in ("broadcast", "all_gather_into_tensor", "_all_gather_base", "send_object_list",
+                 "batch_isend_irecv", "isend", "irecv", "_coalescing_manager"):
+        assert name in C10D_SYNC_FUNCTIONS
+        assert is_collective_frame(f"{name} ({C10D}:100)")
+    assert {n for n, op in API_OPS.items() if op == "broadcast"} <= set(C10D_SYNC_FUNCTIONS)
+    for name in ("all_reduce", "reduce_scatter_tensor", "barrier", "monitored_barrier",
+                 "gather", "all_to_all_single"):
+        assert not is_collective_frame(f"{name} ({C10D}:100)")
+    assert is_collective_frame("ProcessGroupNCCL.allgather (pg.py:3)")
+    assert is_collective_frame("broadcast (torch/distributed/_functional_collectives.py:9)")
+    assert not is_collective_frame("broadcast (job.py:9)")  # the user's own function
+    # Barriers are waiting, not weight sync: a function calling one is no entry point.
+    barrier = ["<module> (j.py:1)", "main (j.py:2)", "wait_all (j.py:3)",
+               f"barrier ({C10D}:4000)"]
+    assert patterns_for(None, None, one(barrier)).entry_points == ()
+
+
+def test_loops_and_rollout_callers_are_not_entry_points() -> None:
+    bcast = f"broadcast ({C10D}:3145)"
+    # A loop that calls the collective itself and a sync function: the sync function only.
+    windows = [sample(0, ["<module> (j.py:1)", "main (j.py:5)", bcast], 10),
+               sample(0, ["<module> (j.py:1)", "main (j.py:6)", "push (j.py:9)", bcast], 10),
+               sample(0, ["<module> (j.py:1)", "main (j.py:7)"], 80)]
+    patterns = patterns_for(None, None, windows)
+    assert patterns.entry_points == ("push (j.py)",)
+    assert classify_stack(["<module> (j.py:1)", "main (j.py:7)"], patterns) == OTHER
+    # A script calling the collective at top level: no entry point at all.
+    assert patterns_for(None, None, one(["<module> (j.py:1)", bcast])).entry_points == ()
+    # A function that also drives training (backward under it) is not a sync entry point.
+    step = ["<module> (j.py:1)", "main (j.py:2)", "train_step (j.py:30)"]
+    windows = [sample(0, [*step, bcast], 5),
+               sample(0, [*step, "backward (torch/_tensor.py:620)"], 50),
+               sample(0, step, 45)]
+    patterns = patterns_for(None, None, windows)
+    assert patterns.entry_points == ()
+    assert classify_stack(step, patterns) == OTHER
+    # Collectives under a rollout frame are the engine's tensor parallelism: rollout, and
+    # their caller inside the engine is no entry point.
+    gen = ["<module> (j.py:1)", "LLM.generate (vllm/entrypoints/llm.py:380)",
+           "GroupCoordinator.all_gather (vllm/distributed/parallel_state.py:400)"]
+    windows = [sample(0, [*gen, f"all_gather_into_tensor ({C10D}:3800)"], 10),
+               sample(0, gen, 90)]
+    patterns = patterns_for(None, None, windows)
+    assert patterns.entry_points == ()
+    [row] = phase_shares_by_window(windows, patterns)
+    assert row.rollout_share == 1.0
+    # A framework's sync entry point inside its rollout function stays weight sync (the
+    # innermost frame decides); a user pattern beats the inferred entry points.
+    user = patterns_for(None, {"refresh": r"push"}, [sample(0, IN_BROADCAST, 1)])
+    assert classify_stack(["<module> (j.py:1)", "main (j.py:6)", "push (j.py:9)"], user) == (
+        "refresh")
+
+
 def test_idle_leaf_is_idle_whatever_the_stack() -> None:
     slime = build_patterns("slime")
     sync = "UpdateWeightFromDistributed.update_weights (update_weight_from_distributed.py:140)"

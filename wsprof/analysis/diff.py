@@ -34,7 +34,7 @@ import math
 import os
 import statistics
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -74,6 +74,11 @@ THINNED_SITE = "(not kept in detail)"
 SERIES_STEP = "step_s"
 SERIES_WEIGHT_SYNC = "weight_sync_s"
 SERIES_ROLLOUT_SHARE = "rollout_share"
+#: The phase whose time is the weight-sync figure (never listed as a phase item as well).
+WEIGHT_SYNC_PHASE = "weight_sync"
+#: Comparison bases: per step (both sides have steps) or per second of wall time.
+BASIS_STEP = "step"
+BASIS_SECOND = "second"
 #: Series units that are times, in seconds per unit (a series in one of them is a time per
 #: step).
 SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
@@ -167,6 +172,8 @@ class SideSummary:
         n_calls: collective calls in those steps (exact where retention thinned the detail).
         n_samples: active py-spy samples of the process in those steps' time.
         notes: what the reader should know about this side.
+        wall_s: wall time covered, s: the selected steps (first start to last end), else the
+            whole trace; None for a series file or when nothing is timed.
     """
 
     role: str
@@ -179,6 +186,7 @@ class SideSummary:
     n_calls: int
     n_samples: int
     notes: tuple[str, ...] = ()
+    wall_s: float | None = None
 
     def describe(self) -> str:
         """One line: ``rank 0 of RUN, steps 0-4 (5 from markers), 120 calls``."""
@@ -188,7 +196,8 @@ class SideSummary:
                     else f"steps {self.steps[0]}-{self.steps[-1]}")
             where = f"{span} ({len(self.steps)} from {self.step_source})"
         else:
-            where = "no steps (the whole trace counts as one step)"
+            where = "no steps (the whole trace"
+            where += f", {fmt_duration(self.wall_s)} of wall time)" if self.wall_s else ")"
         if self.step_range is not None:
             where += f" of --{self.role}-steps {format_step_range(self.step_range)}"
         parts = [who, where]
@@ -206,10 +215,13 @@ class DiffResult:
     Attributes:
         before: the before side.
         after: the after side.
-        step_s: median step time, s.
-        weight_sync_s: median weight-sync time per step, s.
+        step_s: median step time, s (None on both sides with the ``second`` basis).
+        weight_sync_s: weight-sync time per step (its total over the steps / steps), s; with
+            the ``second`` basis, per second of wall time (s/s). The one weight-sync figure:
+            no item repeats it.
         rollout_share: median rollout share of a step, 0..1.
-        collective_s: time in collective calls per step, s (mean over the steps).
+        collective_s: time in collective calls per step, s (mean over the steps; with the
+            ``second`` basis per second of wall time).
         items: every item of both sides, largest absolute change of time per step first, then
             frames by the change of their share, then other series by relative change.
         faster: items whose time per step (frames: share) fell by a counted change, most first.
@@ -218,6 +230,10 @@ class DiffResult:
             got smaller or another of its items got faster: where the overhead went.
         verdict: the verdict as lines, the headline first.
         notes: what limits the comparison (different processes, few steps, ...).
+        basis: ``step`` when both sides have steps (or are series files): every ``s_per_step``
+            and ``calls_per_step`` is per step; ``second`` when a run side has none: both
+            sides as whole-run rates, per second of the wall time each covers (time per
+            second, calls per second; latency per call stays per call).
     """
 
     before: SideSummary
@@ -232,6 +248,17 @@ class DiffResult:
     moved_to: tuple[ItemDiff, ...]
     verdict: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    basis: str = BASIS_STEP
+
+    @property
+    def per(self) -> str:
+        """What times and counts are per: ``step`` or ``s`` (second of wall time)."""
+        return "step" if self.basis == BASIS_STEP else "s"
+
+    @property
+    def per_words(self) -> str:
+        """``per step`` or ``per second of wall time``."""
+        return "per step" if self.basis == BASIS_STEP else "per second of wall time"
 
     def of_kind(self, kind: str) -> tuple[ItemDiff, ...]:
         """The items of one kind, in the order of :attr:`items`."""
@@ -261,11 +288,15 @@ class Side:
     Attributes:
         summary: what the side covers.
         step_s: median step time, s (None without steps).
-        weight_sync_s: median weight-sync time per step, s (None where unknown).
+        weight_sync_s: weight-sync time per step, s: its total over the steps / steps (None
+            where unknown).
         rollout_share: median rollout share, 0..1 (None where unknown).
         collective_s: time in collective calls per step, s (None without calls).
         items: ``(kind, name)`` -> its measure.
         kinds: the kinds this side measured (an item of such a kind missing here had none).
+        units: the steps that per-step numbers are divided by (1 for a side without steps:
+            its per-step numbers are whole-run totals until :func:`diff_sides` makes them
+            rates).
     """
 
     summary: SideSummary
@@ -275,6 +306,7 @@ class Side:
     collective_s: float | None
     items: dict[tuple[str, str], Measure] = field(default_factory=dict)
     kinds: frozenset[str] = frozenset()
+    units: int = 1
 
 
 def parse_step_range(text: str, option: str = "--steps") -> StepRange:
@@ -457,19 +489,22 @@ def _thinned_weights(calls: CallTable, totals: CallTotals, steps: npt.NDArray[np
     return f_n[c_inv], dur * f_d[c_inv], rest
 
 
-def _phase_seconds(spans: Sequence[Span], rows: Sequence[StepRow], by_number: bool
+def _phase_seconds(spans: Sequence[Span], rows: Sequence[StepRow] | None, by_number: bool
                    ) -> dict[str, float]:
     """Seconds per phase name over the phase spans of ``rows`` (by step number with markers,
-    else by the span's start within the step)."""
+    else by the span's start within the step); every phase span with ``rows`` None (a
+    process without steps: the whole trace is the window)."""
     out: dict[str, float] = {}
-    numbers = {r.step for r in rows}
+    numbers = {r.step for r in rows or ()}
     for sp in spans:
         if sp.kind != "phase":
             continue
-        if by_number:
+        if rows is None:
+            ok = True
+        elif by_number:
             ok = sp.step in numbers
         else:
-            ok = any(r.t_start_ns <= sp.t_start_ns < r.t_end_ns for r in rows)
+            ok = any(r.t_start_ns <= sp.t_start_ns < r.t_end_ns for r in rows or ())
         if ok:
             out[sp.name] = out.get(sp.name, 0.0) + max(sp.t_end_ns - sp.t_start_ns, 0) / 1e9
     return out
@@ -561,11 +596,14 @@ def measure_process(
         items[("site", name)] = Measure(
             s_per_step=site_d[name] / 1e9 / units, calls_per_step=site_n[name] / units,
             detail=tuple(lines))
-    # Per phase: phase spans, else the weight-sync time of burst-detected steps.
-    phases = _phase_seconds(trace.spans, rows, by_number)
-    if not phases and any(r.weight_sync_s is not None for r in rows):
-        phases = {"weight_sync": sum(r.weight_sync_s or 0.0 for r in rows)}
-        notes.append("no phase markers: phase weight_sync is the span of each step's sync burst")
+    # Per phase: phase spans. Weight sync is the one headline figure, not a phase item: its
+    # phase spans, else the spans of the steps' sync bursts.
+    phases = _phase_seconds(trace.spans, rows if pa.steps else None, by_number)
+    sync_total = phases.pop(WEIGHT_SYNC_PHASE, None)
+    if sync_total is None and any(r.weight_sync_s is not None for r in rows):
+        sync_total = sum(r.weight_sync_s or 0.0 for r in rows)
+        notes.append("no weight_sync phase markers: weight sync is the span of each step's "
+                     "sync burst")
     if phases:
         kinds.add("phase")
     for name, s in phases.items():
@@ -588,22 +626,52 @@ def measure_process(
         notes.append(f"only {len(rows)} step(s): their medians are noisy; compare at least "
                      f"{MIN_STEPS_FOR_MEDIANS} steps on each side")
     if not pa.steps:
-        notes.append("no steps found (no wsprof.step() markers, no sync bursts): per-step "
-                     "numbers are totals over the whole trace")
+        notes.append("no steps found (no wsprof.step() markers, no sync bursts or rhythm): "
+                     "its numbers are whole-run totals, compared as rates per second of wall "
+                     "time")
     op_s = [m.s_per_step for (k, _), m in items.items() if k == "op" and m.s_per_step is not None]
     summary = SideSummary(
         role=role, source=src, kind="run", process=pa.label, step_source=pa.step_source,
         step_range=step_range, steps=tuple(r.step for r in rows),
-        n_calls=int(round(n_total)), n_samples=n_active, notes=tuple(notes))
+        n_calls=int(round(n_total)), n_samples=n_active, notes=tuple(notes),
+        wall_s=_wall_s(trace, rows if pa.steps else None))
     return Side(
         summary=summary,
         step_s=_median([r.step_s for r in timed]),
-        weight_sync_s=_median([r.weight_sync_s for r in rows if r.weight_sync_s is not None]),
+        weight_sync_s=sync_total / units if sync_total is not None else None,
         rollout_share=_median([s for s in (r.rollout_share for r in rows) if s is not None]),
         collective_s=sum(op_s) if op_s else None,
         items=items,
         kinds=frozenset(kinds),
+        units=units,
     )
+
+
+def _wall_s(trace: ProcessTrace, rows: Sequence[StepRow] | None) -> float | None:
+    """Wall time a side covers, s: from the first selected step's start to the last one's end;
+    without steps (``rows`` None), from the trace's first call, span or counter reading to its
+    last. None when nothing is timed."""
+    if rows is not None:
+        if not rows:
+            return None
+        lo, hi = min(r.t_start_ns for r in rows), max(r.t_end_ns for r in rows)
+    else:
+        starts: list[int] = []
+        ends: list[int] = []
+        if len(trace.calls):
+            starts.append(int(trace.calls.t_start_ns.min()))
+            ends.append(int(trace.calls.t_end_ns.max()))
+        for sp in trace.spans:
+            starts.append(sp.t_start_ns)
+            ends.append(sp.t_end_ns)
+        for t, _ in trace.counters.values():
+            if len(t):
+                starts.append(int(t.min()))
+                ends.append(int(t.max()))
+        if not starts:
+            return None
+        lo, hi = min(starts), max(ends)
+    return (hi - lo) / 1e9 if hi > lo else None
 
 
 def _measure_series(path: str, step_range: StepRange | None, role: str) -> Side:
@@ -638,6 +706,7 @@ def _measure_series(path: str, step_range: StepRange | None, role: str) -> Side:
                           step_source="series", step_range=step_range,
                           steps=tuple(sorted(steps)), n_calls=0, n_samples=0,
                           notes=tuple(notes))
+    items.pop(("series", SERIES_WEIGHT_SYNC), None)  # the one weight-sync figure: headline
     return Side(summary=summary, step_s=medians.get(SERIES_STEP),
                 weight_sync_s=medians.get(SERIES_WEIGHT_SYNC),
                 rollout_share=medians.get(SERIES_ROLLOUT_SHARE), collective_s=None,
@@ -754,12 +823,12 @@ def fmt_change_s(change: float | None) -> str:
     return text if text.startswith("-") or change == 0 else f"+{text}"
 
 
-def fmt_item_change(item: ItemDiff) -> str:
-    """The change an item is judged by, with its unit: ``-380 ms/step (-96%)``,
-    ``+30 pts of samples (10% -> 40%)``."""
+def fmt_item_change(item: ItemDiff, per: str = "step") -> str:
+    """The change an item is judged by, with its unit: ``-380 ms/step (-96%)`` (``per`` is
+    ``step`` or ``s``: ``-12 ms/s``), ``+30 pts of samples (10% -> 40%)``."""
     if item.s_per_step is not None:
         d = item.s_per_step
-        return f"{fmt_change_s(d.change)}/step ({fmt_rel(d)})"
+        return f"{fmt_change_s(d.change)}/{per} ({fmt_rel(d)})"
     if item.share is not None:
         d = item.share
         pts = (d.change or 0.0) * 100
@@ -771,29 +840,58 @@ def fmt_item_change(item: ItemDiff) -> str:
     return "-"
 
 
-def _named(items: Sequence[ItemDiff]) -> str:
-    text = "; ".join(f"{i.label} {fmt_item_change(i)}" for i in items[:MAX_VERDICT_ITEMS])
+def _named(items: Sequence[ItemDiff], per: str = "step") -> str:
+    text = "; ".join(f"{i.label} {fmt_item_change(i, per)}" for i in items[:MAX_VERDICT_ITEMS])
     if len(items) > MAX_VERDICT_ITEMS:
         text += f" (+{len(items) - MAX_VERDICT_ITEMS} more)"
     return text
 
 
+def fmt_time(value: float | None, basis: str = BASIS_STEP) -> str:
+    """A time per step (``140 ms``) or per second of wall time (``140 ms/s``)."""
+    text = fmt_duration(value)
+    return text if basis == BASIS_STEP or value is None else f"{text}/s"
+
+
 def _headline(step_s: Delta, sync: Delta, collective: Delta, series: Delta,
-              reference_s: float) -> str:
+              reference_s: float, basis: str = BASIS_STEP) -> str:
     """The first verdict line: the step time (else the time in collectives, else the sum of
-    a series file's time columns), before and after."""
+    a series file's time columns), before and after, and the weight sync."""
     parts: list[str] = []
     for what, d in (("step time", step_s), ("weight sync", sync),
                     ("time in collectives", collective), ("time columns summed", series)):
         if d.before is not None and d.after is not None:
-            parts.append(f"{what} {fmt_duration(d.before)} -> {fmt_duration(d.after)} "
+            parts.append(f"{what} {fmt_time(d.before, basis)} -> {fmt_time(d.after, basis)} "
                          f"({fmt_rel(d)})")
     main = next((d for d in (step_s, collective, series) if d.change is not None), None)
+    per = "per step" if basis == BASIS_STEP else "per second of wall time"
     if main is None:
         return "no step, collective or series times on both sides: see the items below"
     word = ("about the same" if not counted_time(main, reference_s)
             else "faster" if (main.change or 0.0) < 0 else "slower")
-    return f"{word} per step: " + "; ".join(parts[:2])
+    return f"{word} {per}: " + "; ".join(parts[:2])
+
+
+def _as_rates(side: Side) -> Side:
+    """A side's per-step numbers as rates per second of its wall time (unknown without it)."""
+    wall = side.summary.wall_s
+    k = side.units / wall if wall else None
+
+    def rate(x: float | None) -> float | None:
+        return x * k if x is not None and k is not None else None
+
+    items = {key: replace(m, s_per_step=rate(m.s_per_step),
+                          calls_per_step=rate(m.calls_per_step))
+             for key, m in side.items.items()}
+    return replace(side, step_s=None, weight_sync_s=rate(side.weight_sync_s),
+                   collective_s=rate(side.collective_s), items=items)
+
+
+def comparison_basis(before: Side, after: Side) -> str:
+    """``step`` when both sides have steps (series files always do), else ``second``."""
+    if before.summary.kind == "series" or (before.summary.steps and after.summary.steps):
+        return BASIS_STEP
+    return BASIS_SECOND
 
 
 def diff_sides(before: Side, after: Side) -> DiffResult:
@@ -810,6 +908,10 @@ def diff_sides(before: Side, after: Side) -> DiffResult:
         InputError: one side is a series file and the other a run (nothing to pair).
     """
     b, a = before.summary, after.summary
+    basis = comparison_basis(before, after) if b.kind == a.kind else BASIS_STEP
+    if basis == BASIS_SECOND:
+        before, after = _as_rates(before), _as_rates(after)
+    per = "step" if basis == BASIS_STEP else "s"
     if b.kind != a.kind:
         raise InputError(
             f"cannot compare a {b.kind} with a {a.kind}: BEFORE {b.source} is a "
@@ -822,7 +924,8 @@ def diff_sides(before: Side, after: Side) -> DiffResult:
                           after.items.get((kind, name)) or _absent(kind, after))
                     for kind, name in keys), key=_sort_key)
     step_s = Delta.of(before.step_s, after.step_s)
-    refs = [v for v in (before.step_s, after.step_s) if v]
+    # The reference a change is judged against: a step, else (rates) a second of wall time.
+    refs = [v for v in (before.step_s, after.step_s) if v] if basis == BASIS_STEP else [1.0]
     faster: list[ItemDiff] = []
     slower: list[ItemDiff] = []
     moved: list[ItemDiff] = []
@@ -849,34 +952,45 @@ def diff_sides(before: Side, after: Side) -> DiffResult:
     reference = max(refs) if refs else max(before.collective_s or 0.0,
                                            after.collective_s or 0.0,
                                            series.before or 0.0, series.after or 0.0)
-    verdict = [_headline(step_s, sync, collective, series, reference)]
+    verdict = [_headline(step_s, sync, collective, series, reference, basis)]
     if faster:
-        verdict.append(f"got faster: {_named(faster)}")
+        verdict.append(f"got faster: {_named(faster, per)}")
     if slower:
-        verdict.append(f"got slower: {_named(slower)}")
+        verdict.append(f"got slower: {_named(slower, per)}")
     if moved:
         verdict.append("overhead moved to " + "; ".join(
-            f"{i.label} {fmt_item_change(i)}" for i in moved)
+            f"{i.label} {fmt_item_change(i, per)}" for i in moved)
             + ": the next place to look (re-measure after every fix)")
     if not faster and not slower:
         verdict.append(f"nothing changed by {MIN_REL_CHANGE:.0%} of itself and "
-                       f"{MIN_SHARE_OF_REFERENCE:.0%} of a step")
+                       f"{MIN_SHARE_OF_REFERENCE:.0%} of "
+                       f"{'a step' if basis == BASIS_STEP else 'the wall time'}")
     return DiffResult(
         before=b, after=a, step_s=step_s, weight_sync_s=sync,
         rollout_share=Delta.of(before.rollout_share, after.rollout_share),
         collective_s=collective, items=tuple(items), faster=tuple(faster),
         slower=tuple(slower), moved_to=tuple(moved), verdict=tuple(verdict),
-        notes=tuple(_comparability(b, a)),
+        notes=tuple(_comparability(b, a, basis)), basis=basis,
     )
 
 
-def _comparability(b: SideSummary, a: SideSummary) -> list[str]:
+def _comparability(b: SideSummary, a: SideSummary, basis: str = BASIS_STEP) -> list[str]:
     """Notes on what makes the two sides less comparable, then each side's own notes."""
     notes: list[str] = []
+    if basis == BASIS_SECOND:
+        has = [f"{s.role.upper()} has {'no' if not s.steps else len(s.steps)} step(s)"
+               for s in (b, a)]
+        notes.append(f"{' and '.join(has)}: both sides are compared as whole-run rates, time "
+                     "and calls per second of the wall time each covers (latency per call as "
+                     "is); step time is not compared. Add wsprof.step() for per-step numbers")
+        for s in (b, a):
+            if not s.wall_s:
+                notes.append(f"{s.role}: no timed record, so no wall time: its rates are "
+                             "unknown")
     if b.kind == "run" and b.process != a.process:
         notes.append(f"the sides are different processes ({b.process} before, {a.process} "
                      "after): the primary of each run is compared")
-    if b.step_source != a.step_source:
+    if basis == BASIS_STEP and b.step_source != a.step_source:
         notes.append(f"steps came from {b.step_source} before and from {a.step_source} after: "
                      "step boundaries differ, so per-step numbers compare less well")
     if (os.path.abspath(b.source) == os.path.abspath(a.source)

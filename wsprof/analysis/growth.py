@@ -68,7 +68,7 @@ import math
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -169,6 +169,26 @@ SAW_MIN_AMP_SIGMAS = 3.0
 #: over the whole series (Theil-Sen slope of the peaks).
 SAW_PEAK_DRIFT_MAX = 0.5
 
+#: Non-growth models that end flat: they say a rise (if any) stopped, so a series that still
+#: rises rules them out (:func:`_rise_goes_on`).
+FLAT_ENDED_MODELS = frozenset({"constant", "warmup", "plateau"})
+#: Models with a level change that a config switch at the same step makes a ``step_change``.
+LEVEL_CHANGE_MODELS = frozenset({"warmup", "plateau", "step"})
+
+# --- single-point excursions -------------------------------------------------------------------
+#: A point is an excursion when its robust z against its neighbours (:func:`_robust_z`) is at
+#: least this. Hampel's identifier (Hampel 1974; Pearson 2002) flags |x - median| > t * MAD-sigma
+#: with t = 3, Iglewicz & Hoaglin's modified z-score uses 3.5; 5 because the reference is the
+#: median of only 2-4 neighbours (its own noise adds ~0.2-0.5 sigma) and because a Gaussian point
+#: is 5 sigmas off with probability 6e-7, so no point of a healthy noisy series qualifies.
+OUTLIER_Z = 5.0
+#: Neighbours whose local line is a point's reference (three on each side inside the series,
+#: the six before it at the end: with fewer, the line's own noise hides a 5-sigma point).
+OUTLIER_NEIGHBOURS = 6
+#: Fewest finite points for the excursion check: one left out still leaves 5, judged by the
+#: models (3-4 points are judged by increments alone, which a convex leak can fail).
+OUTLIER_MIN_POINTS = 6
+
 # --- very short series -------------------------------------------------------------------------
 #: Longest series handled by the short-series rules.
 SHORT_MAX_POINTS = 4
@@ -217,7 +237,7 @@ class _Data:
     """The finite points of a series and their least-squares weights.
 
     Attributes:
-        x: positions of the finite values in the input (steps).
+        x: step numbers of the finite values (positions in the input when no steps given).
         y: the finite values, series unit.
         w: weight of each point's residual, dimensionless: ``level_ref / level_i`` for a positive
             series (noise proportional to level), else 1.
@@ -257,8 +277,9 @@ class _Fit:
         name: model name (``constant``, ``linear``, ...).
         k: free parameters counted by the information criteria (change points included).
         rss: weighted residual sum of squares, (series unit at ``level_ref``) squared.
-        predict: the model at any positions.
-        change_point: position of the first point after a level change, if the model has one.
+        predict: the model at any step numbers.
+        change_point: step number of the first point after a level change, if the model has
+            one (:class:`_Out` turns it into a position for the verdict).
         shape: for growth models, the shape it names (``linear``/``superlinear``/``exponential``).
         rate: exponential rate per step (exponential model only), 1/step.
     """
@@ -305,9 +326,49 @@ class _Growth:
     p: float
 
 
+@dataclass(frozen=True)
+class _Out:
+    """Where the verdict's numbers go: every input step, the horizon and the budget.
+
+    Attributes:
+        x_all: step number of every input value (finite or not), ascending.
+        horizon: steps after the last input step the projection is made for.
+        budget: limit in the series' unit for ``budget_step``, or None.
+    """
+
+    x_all: FloatArray
+    horizon: int
+    budget: float | None
+
+    @property
+    def last(self) -> int:
+        """The last input step number."""
+        return int(self.x_all[-1])
+
+    def samples(self, predict: Predict) -> tuple[float, ...]:
+        """The model at every input step (``fitted``)."""
+        with np.errstate(all="ignore"):
+            return tuple(float(v) for v in predict(self.x_all))
+
+    def projection(self, predict: Predict) -> Projection:
+        return _projection(predict, self.last, self.horizon)
+
+    def budget_step(self, predict: Predict) -> int | None:
+        if self.budget is None:
+            return None
+        return _budget_step(predict, self.last, self.horizon, self.budget)
+
+    def position(self, step: int | None) -> int | None:
+        """Position in the input of step number ``step`` (a change point), None for None."""
+        if step is None:
+            return None
+        return int(np.searchsorted(self.x_all, float(step)))
+
+
 def classify(
     values: Sequence[float],
     *,
+    steps: Sequence[int] | None = None,
     config: Sequence[str] | None = None,
     budget: float | None = None,
     horizon_steps: int | None = None,
@@ -315,21 +376,28 @@ def classify(
     """Classify the growth curve of a per-step series.
 
     Args:
-        values: one value per step (any unit); non-finite values are dropped.
+        values: one value per logged step (any unit); non-finite values are dropped.
+        steps: the step number of each value (same length, strictly increasing integers), as
+            logged: a log every 3 steps, or one that starts at step 865, gives slopes per step
+            and projections at step numbers. None: ``values[i]`` is step ``i``.
         config: optional configuration name of each step (same length as ``values``); a change
-            splits the series into segments before fitting.
-        budget: optional limit in the series' unit; ``budget_step`` is the first step, from
-            the last one on, at which the model of a growing shape reaches it (the last step
-            when the fit is already there; None when not within ``max(100 * horizon, 10000)``
-            steps).
+            splits the series into segments before fitting, and a level change at a switch is a
+            ``step_change``.
+        budget: optional limit in the series' unit; ``budget_step`` is the first step number,
+            from the last one on, at which the model of a growing shape reaches it (the last
+            step when the fit is already there; None when not within
+            ``max(100 * horizon, 10000)`` steps).
         horizon_steps: how many steps after the last one ``projection`` is made for; default
-            ``max(5, n)``.
+            ``max(5, steps[-1] - steps[0] + 1)`` (as many steps ahead as the series spans).
 
     Returns:
-        The verdict. Steps in it are positions in ``values``.
+        The verdict. ``projection.step`` and ``budget_step`` are step numbers;
+        ``change_point`` is a position in ``values`` (see
+        :class:`~wsprof.analysis.model.GrowthVerdict`).
 
     Raises:
-        ValueError: no finite value, or ``config`` of another length than ``values``.
+        ValueError: no finite value, or ``config`` / ``steps`` of another length than
+            ``values``, or ``steps`` not strictly increasing integers.
     """
     y_all = np.asarray(values, dtype=np.float64).reshape(-1)
     n_in = int(y_all.size)
@@ -337,28 +405,58 @@ def classify(
         raise ValueError(
             f"config has {len(config)} entries but values has {n_in}; give one per step"
         )
+    x_all = _step_numbers(steps, n_in)
     finite = np.isfinite(y_all)
     if not finite.any():
         raise ValueError(
             f"no finite value among {n_in} values; give at least one finite number per series"
         )
-    x = np.flatnonzero(finite).astype(np.float64)
-    y = y_all[finite]
-    labels = (
-        None if config is None else [str(c) for c, ok in zip(config, finite, strict=True) if ok]
-    )
-    horizon = max(5, n_in) if horizon_steps is None else int(horizon_steps)
+    labels = None if config is None else [str(c) for c in config]
+    span = int(x_all[-1] - x_all[0]) + 1
+    horizon = max(5, span) if horizon_steps is None else int(horizon_steps)
+    with np.errstate(all="ignore"):  # extreme inputs may over/underflow; results are guarded
+        verdict = _classify_points(x_all, y_all, finite, labels, horizon, budget)
+        if verdict.accumulating:
+            return _without_outlier(verdict, x_all, y_all, finite, labels, horizon, budget)
+        return verdict
+
+
+def _step_numbers(steps: Sequence[int] | None, n_in: int) -> FloatArray:
+    """The step number of every input value (positions when ``steps`` is None), validated."""
+    if steps is None:
+        return np.arange(n_in, dtype=np.float64)
+    x = np.asarray(steps, dtype=np.float64).reshape(-1)
+    if x.size != n_in:
+        raise ValueError(f"steps has {x.size} entries but values has {n_in}; give one per value")
+    if not np.all(np.isfinite(x)) or np.any(x != np.round(x)):
+        raise ValueError("steps must be integer step numbers")
+    if np.any(np.diff(x) <= 0):
+        raise ValueError("steps must be strictly increasing (one value per step, in order)")
+    return x
+
+
+def _classify_points(
+    x_all: FloatArray,
+    y_all: FloatArray,
+    keep: npt.NDArray[np.bool_],
+    labels: list[str] | None,
+    horizon: int,
+    budget: float | None,
+) -> GrowthVerdict:
+    """The verdict from the points in ``keep`` (finite, not left out as an outlier)."""
+    x, y = x_all[keep], y_all[keep]
+    kept_labels = None if labels is None else [c for c, k in zip(labels, keep, strict=True) if k]
     evidence: dict[str, float] = {
         "n": float(y.size),
-        "n_dropped_nonfinite": float(n_in - y.size),
+        "n_dropped_nonfinite": float(np.sum(~np.isfinite(y_all))),
     }
-    with np.errstate(all="ignore"):  # extreme inputs may over/underflow; results are guarded
-        if y.size <= 2:
-            return _classify_tiny(x, y, n_in, evidence)
-        data = _prepare(x, y)
-        if y.size <= SHORT_MAX_POINTS:
-            return _classify_short(data, n_in, horizon, budget, evidence)
-        return _classify_full(data, labels, n_in, horizon, budget, evidence)
+    out = _Out(x_all, horizon, budget)
+    if y.size <= 2:
+        return _classify_tiny(x, y, out, evidence)
+    data = _prepare(x, y)
+    if y.size <= SHORT_MAX_POINTS:
+        return _classify_short(data, kept_labels, out, evidence)
+    return _classify_full(data, kept_labels, out, evidence)
 
 
 # --- data, noise and trend ---------------------------------------------------------------------
@@ -399,12 +497,15 @@ def _robust_sigma(d: _Data) -> float:
     """Robust noise sigma at ``level_ref`` from first differences (module docstring, step 2).
 
     Each difference is weighted by the mean weight of its two points, so that it is in noise
-    units at the reference level. Floored at ``REL_FLOOR * scale``.
+    units at the reference level. The constant slope removed is the median difference per step
+    times each difference's steps (with equal spacing: the median difference). Floored at
+    ``REL_FLOOR * scale``.
     """
     diff = np.diff(d.y) * 0.5 * (d.w[1:] + d.w[:-1])
     if diff.size < 2:
         return d.floor
-    mad = float(np.median(np.abs(diff - np.median(diff))))
+    dx = np.diff(d.x)
+    mad = float(np.median(np.abs(diff - np.median(diff / dx) * dx)))
     return max(mad / (MAD_TO_SIGMA * math.sqrt(2.0)), d.floor)
 
 
@@ -747,9 +848,10 @@ def _fit_reset_sawtooth(d: _Data) -> _Fit | None:
         drift = _theil_sen_hi(x[resets], extremes)[0] * span
         if abs(drift) > SAW_PEAK_DRIFT_MAX * drop:
             return None
-    period = float(np.median(np.diff(x[starts[1:]]))) if resets.size > 1 else float(n)
+    stride = float(np.median(np.diff(x)))  # steps between logged points
+    period = float(np.median(np.diff(x[starts[1:]]))) if resets.size > 1 else float(n) * stride
     bounds = x[resets + 1] - 0.5
-    seg_start = np.concatenate([[x[resets[0]] - (period - 1.0)], x[resets + 1]])
+    seg_start = np.concatenate([[x[resets[0]] - (period - stride)], x[resets + 1]])
 
     def phase(q: FloatArray) -> FloatArray:
         return np.asarray(q - seg_start[np.searchsorted(bounds, q, side="right")], dtype=np.float64)
@@ -760,6 +862,12 @@ def _fit_reset_sawtooth(d: _Data) -> _Fit | None:
         return np.asarray(base + slope * phase(q), dtype=np.float64)
 
     return _Fit("sawtooth", 2 + int(resets.size), _wrss(d, predict(x)), predict)
+
+
+def _stride(x: FloatArray) -> float:
+    """Greatest common divisor of the steps between logged points (1 for consecutive steps)."""
+    gaps = np.rint(np.diff(x)).astype(np.int64)
+    return float(max(int(np.gcd.reduce(gaps)), 1)) if gaps.size else 1.0
 
 
 def _fit_periodic_sawtooth(d: _Data) -> _Fit | None:
@@ -773,7 +881,8 @@ def _fit_periodic_sawtooth(d: _Data) -> _Fit | None:
     drift by more than :data:`SAW_PEAK_DRIFT_MAX` of the rise (flat peaks).
     """
     n = d.n
-    xi = np.rint(d.x - d.x[0]).astype(np.int64)
+    grid = _stride(d.x)  # period and phase in logged intervals (steps / stride)
+    xi = np.rint((d.x - d.x[0]) / grid).astype(np.int64)
     p_max = min(int(xi[-1] + 1) // 3, SAW_MAX_PERIOD)
     if p_max < SAW_MIN_PERIOD or n < 3 * SAW_MIN_PERIOD:
         return None
@@ -792,7 +901,7 @@ def _fit_periodic_sawtooth(d: _Data) -> _Fit | None:
     x0 = float(d.x[0])
 
     def phase(q: FloatArray) -> FloatArray:
-        return np.asarray(np.mod(np.rint(q - x0) + shift, period), dtype=np.float64)
+        return np.asarray(np.mod(np.rint((q - x0) / grid) + shift, period), dtype=np.float64)
 
     base, slope = _wls(np.column_stack([np.ones(n), phase(d.x)]), d)
 
@@ -924,6 +1033,8 @@ def _growth(fit: _Fit, d: _Data, trend: _Trend, segments: list[slice] | None) ->
     f0 = float(fit.predict(x[:1])[0])
     rise = mean_slope * span
     level = f0 if f0 > 0 else d.scale
+    if fit.name == "config_linear":  # the rise is within segments: relative to their level,
+        level = d.scale  # not to the first segment's (a switch 54 -> 257 s is no growth)
     resid_sd = math.sqrt(fit.rss / (n - fit.k)) if n > fit.k else d.sigma
     noise = max(d.sigma, resid_sd, d.floor) * d.level_factor(level)
     m = max(3, math.ceil(LAST_PART_FRACTION * n))
@@ -988,23 +1099,84 @@ def _budget_step(predict: Predict, last: int, horizon: int, budget: float) -> in
     return int(q[hit[0]]) if hit.size else None
 
 
-def _samples(predict: Predict, n_in: int) -> tuple[float, ...]:
-    with np.errstate(all="ignore"):
-        return tuple(float(v) for v in predict(np.arange(n_in, dtype=np.float64)))
+# --- single-point excursions ------------------------------------------------------------------
+
+
+def _robust_z(d: _Data) -> FloatArray:
+    """Signed robust z of every point against its neighbours' local line (a Hampel identifier
+    on a trend; positive above it).
+
+    The reference of point ``i`` is the Theil-Sen line (so another excursion among them does
+    not move it) through its :data:`OUTLIER_NEIGHBOURS` nearest other points (by position:
+    three on each side inside, the previous ones at the end, so a last point is judged by where
+    the points before it were heading), evaluated at its step. The scale is the robust noise
+    sigma (from first differences, which one excursion barely moves) at the reference's level,
+    times ``sqrt(1 + h)`` with ``h`` the least-squares leverage of that step (about the
+    reference's own noise: 0.87 for an end point).
+    """
+    m = min(OUTLIER_NEIGHBOURS, d.n - 1)
+    z = np.zeros(d.n)
+    for i in range(d.n):
+        lo = max(min(i - m // 2, d.n - 1 - m), 0)
+        nb = np.array([j for j in range(lo, lo + m + 1) if j != i][:m])
+        xn, yn = d.x[nb], d.y[nb]
+        a, b = np.triu_indices(nb.size, 1)
+        slope = float(np.median((yn[b] - yn[a]) / (xn[b] - xn[a])))  # Theil-Sen: robust to
+        ref = float(np.median(yn - slope * xn)) + slope * float(d.x[i])  # another excursion
+        xbar = float(xn.mean())
+        lev = 1.0 / m + (float(d.x[i]) - xbar) ** 2 / float(np.sum((xn - xbar) ** 2))
+        noise = max(d.sigma, d.floor) * d.level_factor(ref) * math.sqrt(1.0 + lev)
+        z[i] = (float(d.y[i]) - ref) / noise
+    return z
+
+
+def _without_outlier(
+    verdict: GrowthVerdict,
+    x_all: FloatArray,
+    y_all: FloatArray,
+    finite: npt.NDArray[np.bool_],
+    labels: list[str] | None,
+    horizon: int,
+    budget: float | None,
+) -> GrowthVerdict:
+    """A growth verdict that rests on one excursion is replaced by the verdict without it.
+
+    The point with the largest robust z (:func:`_robust_z`), when at least :data:`OUTLIER_Z`,
+    is left out and the series classified again; when that says no growth, its verdict is
+    returned with the point's step in ``outlier_steps``. Growth that does not need the point
+    keeps the first verdict.
+    """
+    idx = np.flatnonzero(finite)
+    if idx.size < OUTLIER_MIN_POINTS:
+        return verdict
+    d = _prepare(x_all[idx], y_all[idx])
+    z = _robust_z(d)  # signed: only a high point (a slow step) can fake growth
+    j = int(np.argmax(z))
+    if z[j] < OUTLIER_Z:
+        return verdict
+    keep = finite.copy()
+    keep[idx[j]] = False
+    alt = _classify_points(x_all, y_all, keep, labels, horizon, budget)
+    if alt.accumulating:
+        return verdict
+    ev = dict(alt.evidence)
+    ev.update(n_outliers=1.0, outlier_robust_z=float(z[j]))
+    return replace(alt, evidence=ev, outlier_steps=(int(x_all[idx[j]]),))
 
 
 # --- the three regimes -------------------------------------------------------------------------
 
 
-def _growth_factor_last(y: FloatArray) -> float | None:
-    """Ratio of the last two values; None unless both are positive."""
+def _growth_factor_last(x: FloatArray, y: FloatArray) -> float | None:
+    """Ratio per step between the last two values (``(y[-1] / y[-2]) ** (1 / steps between)``);
+    None unless both are positive."""
     if y.size < 2 or y[-1] <= 0 or y[-2] <= 0:
         return None
-    ratio = float(y[-1] / y[-2])
+    ratio = float((y[-1] / y[-2]) ** (1.0 / float(x[-1] - x[-2])))
     return ratio if math.isfinite(ratio) else None
 
 
-def _classify_tiny(x: FloatArray, y: FloatArray, n_in: int, ev: dict[str, float]) -> GrowthVerdict:
+def _classify_tiny(x: FloatArray, y: FloatArray, out: _Out, ev: dict[str, float]) -> GrowthVerdict:
     """1-2 points: flat, not accumulating, low confidence."""
     c = float(y.mean())
     slope = float((y[-1] - y[0]) / (x[-1] - x[0])) if y.size == 2 else 0.0
@@ -1014,21 +1186,23 @@ def _classify_tiny(x: FloatArray, y: FloatArray, n_in: int, ev: dict[str, float]
         accumulating=False,
         confidence=LOW_CONFIDENCE,
         slope_per_step=slope,
-        growth_factor_per_step=_growth_factor_last(y),
+        growth_factor_per_step=_growth_factor_last(x, y),
         change_point=None,
-        fitted=tuple([c] * n_in),
+        fitted=tuple([c] * out.x_all.size),
         projection=None,
         evidence=ev,
     )
 
 
-def _short_shape(y: FloatArray) -> str:
-    """Shape of a short strictly increasing series: linear, superlinear or exponential."""
-    inc = np.diff(y)
+def _short_shape(x: FloatArray, y: FloatArray) -> str:
+    """Shape of a short strictly increasing series: linear, superlinear or exponential
+    (increments and log-ratios per step, so unequal logging intervals compare)."""
+    dx = np.diff(x)
+    inc = np.diff(y) / dx
     if inc[-1] < SHORT_ACCEL_RATIO * inc[0]:
         return "linear"
     if np.all(y > 0):
-        lr = np.log(y[1:] / y[:-1])
+        lr = np.log(y[1:] / y[:-1]) / dx
         if lr.min() > 0 and lr.max() <= SHORT_EXP_RATIO_SPREAD * lr.min():
             return "exponential"
     return "superlinear"
@@ -1043,27 +1217,36 @@ def _short_fit(d: _Data, shape: str) -> _Fit:
     return _fit_poly(d, 2 if shape == "superlinear" else 1)
 
 
-def _short_level_shift(d: _Data) -> tuple[str, _Fit]:
-    """Two-means rule for 3-4 non-growing points: shape and the model behind it."""
+def _short_level_shift(d: _Data, labels: list[str] | None) -> tuple[str, _Fit]:
+    """Two-means rule for 3-4 non-growing points: shape and the model behind it.
+
+    A shift at a config switch is a ``step_change`` even after the first point; a shift
+    after the first point is a warm-up only when the points after it do not still rise
+    (:func:`_tail_rises`).
+    """
     fit, levels = _two_means(d)
     t = int(np.searchsorted(d.x, fit.change_point if fit.change_point is not None else 0))
     low = float(np.min(np.abs(levels)))
     if low > 0:
-        shift = abs(float(levels[1] - levels[0])) / low
-        spread = (
-            max(
-                float(np.max(np.abs(d.y[:t] - levels[0]))),
-                float(np.max(np.abs(d.y[t:] - levels[1]))),
-            )
-            / low
+        shift = abs(float(levels[1] - levels[0]))
+        spread = max(
+            float(np.max(np.abs(d.y[:t] - levels[0]))),
+            float(np.max(np.abs(d.y[t:] - levels[1]))),
         )
-        if shift >= SHORT_MIN_SHIFT and spread * SHORT_SHIFT_TO_SPREAD <= shift:
-            return ("warmup_then_flat" if t == 1 else "step_change"), fit
+        if shift / low >= SHORT_MIN_SHIFT and spread * SHORT_SHIFT_TO_SPREAD <= shift:
+            at_switch = labels is not None and labels[t] != labels[t - 1]
+            if t == 1 and not at_switch:
+                if levels[1] > levels[0] and _tail_rises(d, 1, _line_slope(_fit_poly(d, 1), d.x)):
+                    return "linear", _fit_poly(d, 1)  # a rise that goes on: no warm-up
+                return "warmup_then_flat", fit
+            return "step_change", fit
+    if _trend(d.x, d.y).p_up < ALPHA:  # a significant rise is not flat (step 6a)
+        return "linear", _fit_poly(d, 1)
     return "flat", _fit_constant(d)
 
 
 def _classify_short(
-    d: _Data, n_in: int, horizon: int, budget: float | None, ev: dict[str, float]
+    d: _Data, labels: list[str] | None, out: _Out, ev: dict[str, float]
 ) -> GrowthVerdict:
     """3-4 points: explicit rules (see SHORT_MIN_STEP_GROWTH)."""
     x, y, n = d.x, d.y, d.n
@@ -1080,45 +1263,94 @@ def _classify_short(
         short_rule=1.0,
     )
     cap = 1.0 - 1.0 / n
-    last = n_in - 1
     if np.all(np.diff(y) > 0) and rel.min() >= SHORT_MIN_STEP_GROWTH:
-        shape = _short_shape(y)
+        shape = _short_shape(x, y)
         fit = _short_fit(d, shape)
         return GrowthVerdict(
             shape=shape,
             accumulating=True,
             confidence=cap,
             slope_per_step=trend.slope,
-            growth_factor_per_step=_growth_factor_last(y),
+            growth_factor_per_step=_growth_factor_last(x, y),
             change_point=None,
-            fitted=_samples(fit.predict, n_in),
-            projection=_projection(fit.predict, last, horizon),
-            budget_step=(
-                None if budget is None else _budget_step(fit.predict, last, horizon, budget)
-            ),
+            fitted=out.samples(fit.predict),
+            projection=out.projection(fit.predict),
+            budget_step=out.budget_step(fit.predict),
             evidence=ev,
         )
-    shape, fit = _short_level_shift(d)
+    shape, fit = _short_level_shift(d, labels)
+    growing = shape in GROWING_SHAPES
+    change_point = None if growing else fit.change_point
+    if change_point is not None:
+        ev["change_point_step"] = float(change_point)
     return GrowthVerdict(
         shape=shape,
         accumulating=False,
         confidence=cap * SHORT_NEGATIVE_CONFIDENCE,
         slope_per_step=trend.slope,
-        growth_factor_per_step=_growth_factor_last(y),
-        change_point=fit.change_point,
-        fitted=_samples(fit.predict, n_in),
-        projection=None,
+        growth_factor_per_step=_growth_factor_last(x, y),
+        change_point=out.position(change_point),
+        fitted=out.samples(fit.predict),
+        projection=out.projection(fit.predict) if growing else None,
         evidence=ev,
     )
 
 
-def _classify_full(
+def _line_slope(fit: _Fit, x: FloatArray) -> float:
+    """Mean slope of a fitted model over the series, series unit per step."""
+    return _slope_at_end(fit, x)[1]
+
+
+def _flat_start(d: _Data, fit: _Fit) -> int:
+    """Index of the first point of a model's flat part (0 for the constant)."""
+    if fit.name == "constant" or fit.change_point is None:
+        return 0
+    return int(np.searchsorted(d.x, float(fit.change_point)))
+
+
+def _tail_rises(d: _Data, start: int, line_slope: float) -> bool:
+    """Whether the points from ``start`` on still rise (module docstring, step 6): Mann-Kendall
+    over them alone says so (one-sided p < ALPHA) and their Theil-Sen slope is at least
+    PERSIST_FRACTION of ``line_slope``, the straight line's over the whole series (the fraction
+    the growth verdict's persistence check uses: a flat part that creeps up at a small fraction
+    of the rise is still the end of the rise)."""
+    if d.n - start < 3 or line_slope <= 0:
+        return False
+    tail = _trend(d.x[start:], d.y[start:])
+    return tail.p_up < ALPHA and tail.slope >= PERSIST_FRACTION * line_slope
+
+
+def _rise_goes_on(
+    fit: _Fit,
     d: _Data,
-    labels: list[str] | None,
-    n_in: int,
-    horizon: int,
-    budget: float | None,
-    ev: dict[str, float],
+    trend: _Trend,
+    bic: dict[str, float],
+    best_growth_bic: float,
+    line_slope: float,
+) -> bool:
+    """A flat-ended model (constant, warm-up, plateau) that a still rising series rules out.
+
+    Its flat part must not rise (:func:`_tail_rises`); and when the whole series rises
+    significantly, saying that the rise stopped needs strong evidence: a BIC lead of
+    :data:`STRONG_BIC` over the best growth model, the margin growth needs without a
+    significant trend test.
+    """
+    if fit.name not in FLAT_ENDED_MODELS:
+        return False
+    if _tail_rises(d, _flat_start(d, fit), line_slope):
+        return True
+    return trend.p_up < ALPHA and bic[fit.name] > best_growth_bic - STRONG_BIC
+
+
+def _config_boundaries(d: _Data, segments: list[slice] | None) -> set[int]:
+    """Step numbers at which a config segment starts (its first point), after the first."""
+    if segments is None:
+        return set()
+    return {int(d.x[seg.start]) for seg in segments[1:]}
+
+
+def _classify_full(
+    d: _Data, labels: list[str] | None, out: _Out, ev: dict[str, float]
 ) -> GrowthVerdict:
     """5+ points: candidate models, BIC, trend test, effect size and persistence."""
     x, y, n = d.x, d.y, d.n
@@ -1136,16 +1368,33 @@ def _classify_full(
             ev[f"aicc_{f.name}"] = aicc
     trend_fits = [f for f in fits if f.name in TREND_MODELS and _still_growing(f, x)]
     best_trend = _best_trend(trend_fits, bic)
-    best_other = _best([f for f in fits if f.name not in TREND_MODELS], bic)
-    delta = bic[best_other.name] - min(bic[f.name] for f in trend_fits)  # > 0 favours growth
+    best_growth_bic = min(bic[f.name] for f in trend_fits)
+    others = [f for f in fits if f.name not in TREND_MODELS]
+    straight = _best([f for f in trend_fits if f.name in ("linear", "config_linear")], bic)
+    line_slope = _line_slope(straight, x)
+    kept = [f for f in others if not _rise_goes_on(f, d, trend, bic, best_growth_bic, line_slope)]
+    delta_all = bic[_best(others, bic).name] - best_growth_bic  # > 0 favours growth
+    best_other = _best(kept, bic) if kept else None
+    delta = math.inf if best_other is None else bic[best_other.name] - best_growth_bic
     g = _growth(best_trend, d, trend, segments)
     accumulating = g.rel_growth > 0 and _is_accumulating(g, delta)
     decreasing = delta > 0 and g.rel_growth < 0 and trend.p_down < ALPHA
-    chosen = best_other
     if accumulating:
         chosen = best_trend
-    elif decreasing:  # a significant fall is described by its straight line
-        chosen = _best([f for f in trend_fits if f.name in ("linear", "config_linear")], bic)
+    elif decreasing or best_other is None:
+        # a significant fall, or a rise too small or too short-lived to be a finding that no
+        # flat model may describe: its straight line, not accumulating
+        chosen = straight
+    else:
+        chosen = best_other
+    boundaries = _config_boundaries(d, segments)
+    config_step = next((f for f in fits if f.name == "config_step"), None)
+    if (
+        chosen.name in LEVEL_CHANGE_MODELS
+        and chosen.change_point in boundaries
+        and config_step is not None
+    ):  # the level changed where the config did: a step change at the switch
+        chosen = replace(config_step, change_point=chosen.change_point)
     ev.update(
         kendall_tau=trend.tau,
         kendall_p=trend.p_up,
@@ -1156,7 +1405,8 @@ def _classify_full(
         noise_sigma=d.sigma,
         noise_sigma_rel=d.sigma / (d.level_ref if d.weighted else d.scale),
         weighted=float(d.weighted),
-        delta_bic_growth=delta,
+        delta_bic_growth=delta_all,
+        flat_models_ruled_out=float(len(others) - len(kept)),
         relative_growth=g.rel_growth,
         growth_sigmas=g.sigmas,
         end_slope_ratio=g.end_ratio,
@@ -1165,24 +1415,24 @@ def _classify_full(
         growth_p=g.p,
         config_segments=float(len(segments) if segments else 1),
     )
+    if math.isfinite(delta):
+        ev["delta_bic_growth_kept"] = delta
     shape = chosen.shape if chosen.name in TREND_MODELS else _NON_TREND_SHAPE[chosen.name]
     growing = shape in GROWING_SHAPES
-    last = n_in - 1
     exp_fit = next((f for f in fits if f.name == "exponential"), None)
     rate = exp_fit.rate if exp_fit is not None else None
+    change_point = None if growing else chosen.change_point
+    if change_point is not None:
+        ev["change_point_step"] = float(change_point)
     return GrowthVerdict(
         shape=shape,
         accumulating=accumulating,
         confidence=_confidence(n, delta, g, accumulating),
         slope_per_step=trend.slope,
         growth_factor_per_step=None if rate is None else math.exp(min(rate, 700.0)),
-        change_point=None if growing else chosen.change_point,
-        fitted=_samples(chosen.predict, n_in),
-        projection=_projection(chosen.predict, last, horizon) if growing else None,
-        budget_step=(
-            _budget_step(chosen.predict, last, horizon, budget)
-            if growing and budget is not None
-            else None
-        ),
+        change_point=out.position(change_point),
+        fitted=out.samples(chosen.predict),
+        projection=out.projection(chosen.predict) if growing else None,
+        budget_step=out.budget_step(chosen.predict) if growing else None,
         evidence=ev,
     )

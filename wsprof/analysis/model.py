@@ -20,6 +20,19 @@ SHAPES = (
     "sawtooth",
 )
 
+#: Every kind a per-step series can have (see :mod:`wsprof.analysis.kinds`): only the first
+#: three (duration, bytes, resource count) can accumulate and get findings.
+SERIES_KINDS = (
+    "duration",
+    "bytes",
+    "resource_count",
+    "monotonic_counter",
+    "quality",
+    "lr_schedule",
+    "rate",
+    "other",
+)
+
 #: Shapes that mean "grows step after step".
 GROWING_SHAPES = frozenset({"linear", "superlinear", "exponential"})
 
@@ -32,7 +45,9 @@ class Series:
     """A per-step series: ``values[i]`` was measured at step ``steps[i]``.
 
     ``config`` (optional, same length) names the configuration each step ran with; a change
-    of config splits the series before fitting.
+    of config splits the series before fitting. ``kind`` (one of :data:`SERIES_KINDS`) says
+    what it measures; None until :func:`wsprof.analysis.kinds.series_kind` judged it (or an
+    importer that knows gave it).
     """
 
     name: str
@@ -40,6 +55,7 @@ class Series:
     steps: tuple[int, ...]
     values: tuple[float, ...]
     config: tuple[str, ...] | None = None
+    kind: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,14 +74,19 @@ class GrowthVerdict:
         shape: one of :data:`SHAPES`.
         accumulating: True when the series grows step after step (and keeps growing).
         confidence: 0..1, how sure the classifier is of ``accumulating``.
-        slope_per_step: robust (Theil-Sen) slope, series unit per step.
-        growth_factor_per_step: ratio per step of the exponential fit (or of the last points for
-            very short series); None when the series is not positive.
-        change_point: index of the first point after a level change (step_change / warmup).
+        slope_per_step: robust (Theil-Sen) slope, series unit per step (per step number as
+            logged: a log every 3 steps counts 3 steps between its points).
+        growth_factor_per_step: ratio per step (step number) of the exponential fit (or of the
+            last points for very short series); None when the series is not positive.
+        change_point: *position* (index into the values, and into ``Series.steps``) of the first
+            point after a level change (step_change / warmup); its step number is
+            ``steps[change_point]`` (also ``evidence['change_point_step']``).
         fitted: the chosen model evaluated at every point (for plots), same length as the input.
-        projection: the chosen model at ``projection.step`` (growing shapes only).
-        budget_step: first step at which the projection crosses the given budget, if any.
+        projection: the chosen model at ``projection.step``, a step number (growing shapes only).
+        budget_step: first step number at which the projection crosses the given budget, if any.
         evidence: the numbers the verdict rests on (test statistics, p-values, criteria).
+        outlier_steps: step numbers of single-point excursions (a checkpoint save, an eval step)
+            left out of the verdict because with them in, and only then, it said growth.
     """
 
     shape: str
@@ -78,6 +99,7 @@ class GrowthVerdict:
     projection: Projection | None
     budget_step: int | None = None
     evidence: dict[str, float] = field(default_factory=dict)
+    outlier_steps: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -130,6 +152,21 @@ class StepRow:
     #: Time inside weight-sync phases covered by no collective call (serialization, RPC, weight
     #: loading between the collectives), s; None without weight-sync phase markers.
     sync_gap_s: float | None = None
+    #: Monotonic ns at which the step's weight sync started: its first weight-sync phase span
+    #: (markers), its sync run's first call (rhythm), its burst's first call; None without one.
+    sync_start_ns: int | None = None
+    #: Part of ``weight_sync_s`` spent waiting for peers: how long after this rank the last
+    #: rank of the run started the same step's weight sync, s (run clock; needs the traces of
+    #: several ranks); None when unknown.
+    sync_wait_s: float | None = None
+
+    @property
+    def own_sync_s(self) -> float | None:
+        """``weight_sync_s`` less the wait for peers (:attr:`sync_wait_s`), s: the rank's own
+        time in its weight sync; ``weight_sync_s`` when the wait is unknown."""
+        if self.weight_sync_s is None or self.sync_wait_s is None:
+            return self.weight_sync_s
+        return max(self.weight_sync_s - self.sync_wait_s, 0.0)
 
     @property
     def rollout_share(self) -> float | None:
@@ -311,7 +348,7 @@ class ProcessAnalysis:
     label: str
     rank: int | None
     pid: int | None
-    step_source: str  # 'markers' | 'bursts' | 'none'
+    step_source: str  # 'markers' | 'rhythm' | 'bursts' | 'none'
     steps: tuple[StepRow, ...]
     ops: tuple[OpStats, ...]
     calls: CallPoints
@@ -336,6 +373,9 @@ class ProcessAnalysis:
     #: windows, ``(stack, samples)`` most first: the flame charts. Empty with < 2 windows.
     early_stacks: tuple[tuple[tuple[str, ...], int], ...] = ()
     late_stacks: tuple[tuple[tuple[str, ...], int], ...] = ()
+    #: Caller site (``function (file:line)``) of most weight-sync calls: the user's function
+    #: that issues them, where time between the collectives is spent; None when unknown.
+    sync_site: str | None = None
 
 
 @dataclass(frozen=True)
@@ -348,7 +388,7 @@ class RankSeries:
         rank: the rank, None when unknown.
         host: host name from the trace, None when unknown.
         pid: process id, None when unknown.
-        step_source: where the steps came from (``markers`` | ``bursts``).
+        step_source: where the steps came from (``markers`` | ``rhythm`` | ``bursts``).
         steps: step numbers.
         weight_sync_s: weight-sync time of each step, s (None where unknown).
         step_s: step time, s.
@@ -533,6 +573,27 @@ def _list(steps: Sequence[int]) -> str:
 
 
 
+#: Verdict statuses: problems found, none while the data supports a verdict, or not enough data.
+VERDICT_STATUSES = ("problems", "no_problem", "inconclusive")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The one-line answer of an analysis (:mod:`wsprof.analysis.verdict`).
+
+    Attributes:
+        status: one of :data:`VERDICT_STATUSES`. ``no_problem`` only when the data can show a
+            problem (steps, enough of them, every issued collective recorded).
+        n_problems: findings at warning or above.
+        reasons: why the data cannot support a verdict (``inconclusive``), or what limits a
+            ``problems`` verdict; each ends with what to do.
+    """
+
+    status: str
+    n_problems: int = 0
+    reasons: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class Analysis:
     """The whole result of ``wsprof analyze``: what every renderer reads.
@@ -556,6 +617,8 @@ class Analysis:
     #: The coverage audit: c10d's issued collectives per group against what was recorded
     #: (None for a series file).
     coverage: Coverage | None = None
+    #: The answer (see :class:`Verdict`); set by :func:`wsprof.analysis.verdict.with_verdict`.
+    verdict: Verdict = Verdict("no_problem")
 
     @property
     def primary(self) -> ProcessAnalysis | None:

@@ -25,10 +25,24 @@ Precedence (:func:`classify_stack`), first rule that applies decides:
    in ``generate_sequences``) is weight sync, and ``backward`` under a framework's training
    step is train. Within one frame the framework's patterns come before the generic ones and
    phases are tried in the order weight_sync, rollout, train;
-4. fallback (:data:`FALLBACK_PATTERNS`): a weight-moving collective (``broadcast``,
-   ``all_gather*``, ``_all_gather_base``, point-to-point) of ``distributed_c10d.py`` or of a
-   communicator outside torch, under no rollout or train frame -> ``weight_sync``;
+4. last tier, under no rollout or train frame anywhere in the stack -> ``weight_sync``:
+
+   - a weight-moving collective (:data:`COLLECTIVE_PATTERNS`: every name of the alias table,
+     :mod:`wsprof.capture.aliases`, whose canonical op moves tensors, i.e. ``broadcast``,
+     ``all_gather*``, ``_all_gather_base``, point-to-point, in ``distributed_c10d.py`` or
+     ``_functional_collectives.py``, ``ProcessGroup`` methods, and communicators outside
+     torch);
+   - a sync entry point inferred from the samples (:func:`sync_entry_points`): a user
+     function seen calling such a collective, so that its own Python time between the
+     collectives (a wrapper's registry scan, bucketing, casts) is weight sync too;
 5. ``other``.
+
+A stack with both a rollout (or train) frame and a collective is rollout (train): there the
+collective is the engine's tensor parallelism (vLLM's ``GroupCoordinator.all_gather`` under
+``LLM.generate``) or gradient sync (under ``backward``), not a weight push. A weight sync a
+framework runs from inside its rollout function is still weight sync when its entry point is
+one of the framework's patterns (rule 3: the innermost frame decides), and ``--phase
+weight_sync=REGEX`` names any other (rule 2).
 
 Pure: no torch, no live process.
 """
@@ -51,6 +65,7 @@ from wsprof.analysis.samples import (
     idle_stack,
     split_frame,
 )
+from wsprof.capture import aliases
 from wsprof.trace.model import SampleWindow
 
 ROLLOUT = "rollout"
@@ -289,24 +304,60 @@ GENERIC_PATTERNS: dict[str, list[str]] = {
     ],
 }
 
+#: Canonical ops (of the alias table, :mod:`wsprof.capture.aliases`) that move tensors from
+#: rank to rank: what a weight sync is made of. Left out: the reductions (all_reduce, reduce,
+#: reduce_scatter: outside backward they reduce metrics), barrier (waiting, not work), gather
+#: (to one rank: metrics and objects) and all_to_all (MoE token dispatch inside a forward).
+WEIGHT_MOVING_OPS = frozenset(
+    {"broadcast", "all_gather", "all_gather_into_tensor", "scatter", "send", "recv", "batch_p2p"}
+)
+
+
+def _moving_names(*tables: Mapping[str, str]) -> tuple[str, ...]:
+    """Names of ``tables`` (name -> canonical op) whose op is in :data:`WEIGHT_MOVING_OPS`."""
+    return tuple(sorted({n for t in tables for n, op in t.items() if op in WEIGHT_MOVING_OPS}))
+
+
+#: ``torch.distributed`` functions (module functions and functional collectives, as py-spy
+#: shows their Python frames in ``distributed_c10d.py`` and ``_functional_collectives.py``)
+#: that move weights: every alias wsprof hooks for those ops (``broadcast``,
+#: ``all_gather_into_tensor``, ``_all_gather_base``, ``send_object_list``, ...), the
+#: point-to-point names left unhooked (``isend``, ``irecv``) and the coalescing manager.
+C10D_SYNC_FUNCTIONS = tuple(sorted({
+    *_moving_names(aliases.API_OPS, aliases.FUNCTIONAL_OPS["_c10d_functional"]),
+    *(n for n in aliases.API_EXCLUDED if aliases.FUNCTIONAL_OPS["_c10d_functional"].get(n)
+      in WEIGHT_MOVING_OPS),
+    aliases.COALESCING,
+}))
+#: ``ProcessGroup`` (and backend class) methods that move weights, visible when Python wraps
+#: them.
+BACKEND_SYNC_METHODS = _moving_names(aliases.BACKEND_OPS)
+
+
+def _alternation(names: Iterable[str]) -> str:
+    return "|".join(re.escape(n) for n in sorted(names, key=lambda n: (-len(n), n)))
+
+
 #: Weight-moving collectives: weight sync when no other pattern matched anywhere in the stack
 #: (the same names under ``backward`` are gradient sync, under ``generate`` tensor parallelism).
-#: all_reduce and reduce_scatter are left out: outside backward they reduce metrics.
-FALLBACK_PATTERNS: dict[str, list[str]] = {
-    WEIGHT_SYNC: [
-        _frame(
-            r"broadcast|broadcast_object_list|all_gather\w*|_all_gather_base|"
-            r"scatter|scatter_object_list|send|recv|isend|irecv|batch_isend_irecv|"
-            r"_coalescing_manager",
-            r"distributed_c10d\.py",
-        ),
-        # ProcessGroup methods, visible when Python wraps them
-        _frame(r"ProcessGroup\w*\.(?:broadcast|allgather\w*|_allgather_base)"),
-        # vLLM / SGLang communicators outside torch.distributed (pynccl.py), Ray collectives
-        _frame(r"broadcast|all_gather|send|recv", r"pynccl\.py"),
-        _frame(r"broadcast|allgather|send|recv", r"ray/util/collective/collective\.py"),
-    ],
-}
+#: Built from the alias table (see :data:`WEIGHT_MOVING_OPS`), plus communicators outside
+#: torch.distributed, which the alias table does not cover.
+COLLECTIVE_PATTERNS: list[str] = [
+    _frame(_alternation(C10D_SYNC_FUNCTIONS), r"distributed_c10d\.py|_functional_collectives\.py"),
+    # ProcessGroup methods, visible when Python wraps them
+    _frame(rf"ProcessGroup\w*\.(?:{_alternation(BACKEND_SYNC_METHODS)})"),
+    # vLLM / SGLang communicators outside torch.distributed (pynccl.py), Ray collectives
+    _frame(r"broadcast|all_gather|send|recv", r"pynccl\.py"),
+    _frame(r"broadcast|allgather|send|recv", r"ray/util/collective/collective\.py"),
+]
+FALLBACK_PATTERNS: dict[str, list[str]] = {WEIGHT_SYNC: COLLECTIVE_PATTERNS}
+_COLLECTIVE_RE = re.compile("|".join(f"(?:{r})" for r in COLLECTIVE_PATTERNS))
+
+
+def is_collective_frame(frame: str) -> bool:
+    """True for a py-spy frame of a weight-moving collective (see :data:`COLLECTIVE_PATTERNS`)."""
+    return _COLLECTIVE_RE.search(frame) is not None
+
 
 _Tier = tuple[tuple[str, "re.Pattern[str]"], ...]
 
@@ -320,12 +371,16 @@ class PhasePatterns:
         source: ``user``, ``user+<framework>``, ``<framework>`` or ``generic``.
         framework: the framework whose built-in patterns are used, if any.
         user: the user patterns, ``(phase, regex)``, as given.
+        entry_points: weight-sync entry points inferred from the samples (the user functions
+            seen calling a weight-moving collective, ``function (file)``; see
+            :func:`sync_entry_points`), matched in the last tier with the collectives.
     """
 
     tiers: tuple[_Tier, ...]
     source: str
     framework: str | None = None
     user: tuple[tuple[str, str], ...] = ()
+    entry_points: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -522,24 +577,125 @@ def detect_framework(windows: Iterable[SampleWindow]) -> str | None:
     return next(fw for fw in FRAMEWORKS if counts[fw] == best)
 
 
+#: Files whose frames are never a sync entry point: torch's own wrappers between the user's
+#: call and the collective (``c10d_logger.py``'s ``_exception_logger.<locals>.wrapper``) and
+#: wsprof's (its demo aside), as for caller sites (:mod:`wsprof.capture.sites`).
+_INTERNAL_FILE_RE = re.compile(r"(?:^|/)(?:torch/|wsprof/(?!demo/))")
+#: Functions that are a module's or a thread's body, never a sync entry point.
+_BODY_FUNCTIONS = frozenset({"<module>", "run", "_bootstrap", "_bootstrap_inner"})
+
+
+def _entry_key(frame: str) -> str | None:
+    """``function (file)`` of a frame that can be a sync entry point, else None."""
+    function, file, _ = split_frame(frame)
+    if file is None or function in _BODY_FUNCTIONS or function.startswith("0x"):
+        return None
+    if _INTERNAL_FILE_RE.search(file.replace("\\", "/")):
+        return None
+    return f"{function} ({file})"
+
+
+def _caller_of_collective(code: Sequence[str]) -> tuple[int, str] | None:
+    """(index, key) of the user frame that called the innermost weight-moving collective of a
+    stack (torch's and wsprof's frames in between skipped); None without one, or when that
+    caller is the stack's outermost frame (a script calling the collective at top level)."""
+    for i in range(len(code) - 1, -1, -1):
+        if not is_collective_frame(code[i]):
+            continue
+        j = i - 1
+        while j >= 0 and _INTERNAL_FILE_RE.search(
+                (split_frame(code[j])[1] or "").replace("\\", "/")):
+            j -= 1
+        if j <= 0:
+            return None
+        key = _entry_key(code[j])
+        return (j, key) if key is not None else None
+    return None
+
+
+def sync_entry_points(windows: Iterable[SampleWindow], patterns: PhasePatterns) -> tuple[str, ...]:
+    """User functions seen as the direct caller of a weight-moving collective: weight-sync
+    entry points, so that their own Python time (a registry scan, bucketing, dtype casts
+    between the broadcasts) counts as weight sync and not only the collective's.
+
+    A caller is the first frame above the collective outside torch and wsprof (as a caller
+    site). It is *not* an entry point when it is the outermost frame of its stack, a module
+    or thread body, an ancestor of a sample that ``patterns`` classify as rollout, train or a
+    user phase other than weight sync (then it drives the loop: its own time is not sync), or
+    an ancestor of another caller (a loop that also calls a sync function).
+
+    Args:
+        windows: sample groups of one process.
+        patterns: the process's patterns (entry points already in them are ignored).
+
+    Returns:
+        ``function (file)`` of each entry point, sorted.
+    """
+    base = PhasePatterns(patterns.tiers, patterns.source, patterns.framework, patterns.user)
+    callers: set[str] = set()
+    above: dict[str, set[str]] = {}  # caller -> functions above it
+    driving: set[str] = set()  # ancestors of other-phase samples
+    seen: set[tuple[str, ...]] = set()
+    for w in windows:
+        code = code_frames(w.frames)
+        if w.count <= 0 or not code or code in seen:
+            continue
+        seen.add(code)
+        phase = classify_stack(code, base)
+        if phase not in (WEIGHT_SYNC, OTHER, IDLE):
+            driving.update(k for k in map(_entry_key, code) if k is not None)
+            continue
+        found = _caller_of_collective(code)
+        if found is not None:
+            j, key = found
+            callers.add(key)
+            above.setdefault(key, set()).update(
+                k for k in map(_entry_key, code[:j]) if k is not None and k != key)
+    ancestors = set().union(*above.values()) if above else set()
+    return tuple(sorted(c for c in callers if c not in driving and c not in ancestors))
+
+
+def _entry_regex(key: str) -> str:
+    function, _, rest = key.partition(" (")
+    return rf"^{re.escape(function)} \({re.escape(rest[:-1])}(?::\d+)?\)$"
+
+
+def with_entry_points(patterns: PhasePatterns, entry_points: Sequence[str]) -> PhasePatterns:
+    """``patterns`` with ``entry_points`` (``function (file)``) as weight sync in the last tier,
+    beside the collectives: a sample inside one, under no rollout or train frame, is weight
+    sync."""
+    if not entry_points:
+        return patterns
+    regex = re.compile("|".join(f"(?:{_entry_regex(k)})" for k in entry_points))
+    tiers = patterns.tiers
+    if patterns.entry_points:  # replace the ones inferred before
+        tiers = (*tiers[:-1], tiers[-1][:-1])
+    last = (*tiers[-1], (WEIGHT_SYNC, regex))
+    return PhasePatterns((*tiers[:-1], last), patterns.source, patterns.framework,
+                         patterns.user, tuple(entry_points))
+
+
 def patterns_for(
     framework: str | None,
     user: Mapping[str, str | Sequence[str]] | None = None,
     windows: Iterable[SampleWindow] = (),
 ) -> PhasePatterns:
-    """Patterns for a process: the given framework's, else the one detected in ``windows``.
+    """Patterns for a process: the given framework's, else the one detected in ``windows``,
+    with the weight-sync entry points inferred from ``windows`` (:func:`sync_entry_points`).
 
     Args:
         framework: one of :data:`FRAMEWORKS`, or None to detect it from ``windows``.
         user: ``--phase`` patterns (phase name -> regex).
-        windows: the samples to detect the framework from.
+        windows: the samples to detect the framework and the entry points from.
 
     Raises:
         ValueError: see :func:`build_patterns`.
     """
+    items = list(windows)
     if framework is None:
-        framework = detect_framework(windows)
-    return build_patterns(framework, user)
+        framework = detect_framework(items)
+    patterns = build_patterns(framework, user)
+    return with_entry_points(patterns, sync_entry_points(items, patterns))
 
 
 def pattern_problems(meta: Mapping[str, Any]) -> list[str]:

@@ -21,9 +21,10 @@ from wsprof.analysis.model import (
     StepRow,
 )
 from wsprof.analysis.phases import patterns_from_meta, window_summaries
+from wsprof.analysis.rhythm import steps_from_rhythm
 from wsprof.analysis.samples import early_late_shift, early_late_stacks, hot_frames, hot_stacks
 from wsprof.analysis.steps import steps_from_bursts, steps_from_markers, sync_spans
-from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow, Site
+from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow, Site, Span
 
 #: Most call points kept for plots per process; beyond it each bucket keeps its min and max.
 MAX_PLOT_POINTS = 6_000
@@ -177,6 +178,39 @@ def _site_labels(calls: CallTable, sites: Mapping[int, Site], idx: npt.NDArray[n
     return tuple(out)
 
 
+def with_sync_starts(rows: Sequence[StepRow], spans: Sequence[Span]) -> list[StepRow]:
+    """``rows`` with ``sync_start_ns`` from markers (the step's first weight-sync phase span)
+    where they have none (rhythm and bursts set their own)."""
+    first: dict[int, int] = {}
+    for sp in sync_spans(spans):
+        first.setdefault(sp.step, sp.t_start_ns)
+    return [r if r.sync_start_ns is not None or r.step not in first
+            else replace(r, sync_start_ns=first[r.step]) for r in rows]
+
+
+def sync_site(calls: CallTable, rows: Sequence[StepRow], spans: Sequence[Span],
+              sites: Mapping[int, Site]) -> str | None:
+    """``function (file:line)`` of the caller site with the most calls inside weight syncs:
+    the sync phases of markers, else each step's sync (``sync_start_ns`` + ``weight_sync_s``).
+    None when no call falls in a sync or its site is unknown."""
+    if not len(calls):
+        return None
+    windows = [(sp.t_start_ns, sp.t_end_ns) for sp in sync_spans(spans)]
+    if not windows:
+        windows = [(r.sync_start_ns, r.sync_start_ns + int(r.weight_sync_s * 1e9))
+                   for r in rows if r.sync_start_ns is not None and r.weight_sync_s is not None]
+    inside = np.zeros(len(calls), dtype=bool)
+    for lo, hi in windows:
+        a, b = np.searchsorted(calls.t_start_ns, [lo, hi + 1])
+        inside[a:b] = True
+    ids = calls.site[inside]
+    ids = ids[ids >= 0]
+    if not len(ids):
+        return None
+    site = sites.get(int(np.bincount(ids).argmax()))
+    return None if site is None else f"{site.function} ({site.file}:{site.line})"
+
+
 def call_points(calls: CallTable, sites: Mapping[int, Site] | None = None) -> CallPoints:
     """Per-call latency and time between layers over call index, downsampled keeping extremes;
     with ``sites``, each point's caller site (:class:`CallPoints`)."""
@@ -277,8 +311,12 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
             steps = [replace(s, sync_gap_s=None) if lo <= s.step <= hi else s for s in steps]
     source = "markers"
     if not steps:
+        steps = steps_from_rhythm(calls, last_record_ns(trace))
+        source = "rhythm"
+    if not steps:
         steps = steps_from_bursts(calls, last_record_ns(trace))
         source = "bursts" if steps else "none"
+    steps = with_sync_starts(steps, trace.spans)
     pa = ProcessAnalysis(
         label=trace.label,
         rank=trace.rank,
@@ -294,6 +332,7 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
         meta=dict(trace.meta),
         cost_model=call_cost_model(calls),
         gpu_util=gpu_util(trace),
+        sync_site=sync_site(calls, steps, trace.spans, trace.sites),
     )
     return join_samples(pa, trace.meta, [*samples, *trace.samples])
 

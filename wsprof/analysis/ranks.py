@@ -20,8 +20,6 @@ import numpy as np
 
 from wsprof.analysis.align import ProcessClock
 from wsprof.analysis.model import GrowthVerdict, ProcessAnalysis, RankSeries, Series
-from wsprof.analysis.steps import WEIGHT_SYNC_PHASES
-from wsprof.trace.model import Span
 
 #: Judges a per-step series; None when it cannot be judged.
 Judge = Callable[[Series], GrowthVerdict | None]
@@ -36,7 +34,7 @@ class RankInput:
         host: host name from its trace's meta.
         clock: how its monotonic ns map to run ns.
         sync_start_ns: per step of ``pa.steps``, monotonic ns when its weight sync started
-            (None where unknown); see :func:`sync_starts`.
+            (None where unknown): ``StepRow.sync_start_ns``.
         wrapper: the foreign wrapper on a collective name with the most time between layers
             in this process (``qualname (file:line)``), None when none was found.
     """
@@ -48,22 +46,57 @@ class RankInput:
     wrapper: str | None = None
 
 
-def sync_starts(pa: ProcessAnalysis, spans: Sequence[Span]) -> tuple[int | None, ...]:
-    """Monotonic ns at which each step's weight sync started.
+#: Ranks met in a step's weight sync when its ends agree an order of magnitude better than its
+#: starts: the spread of the ends at most this fraction of the spread of the starts.
+#: Collectives end together (none can finish before its last participant joined), so ranks
+#: that started apart and ended together waited for each other; ranks whose ends spread like
+#: their starts did not meet there (independent work, or clocks that disagree).
+MET_END_SPREAD = 0.1
+#: ... and the ranks must meet so in at least this fraction of the steps: meeting is a
+#: property of the job's sync (a collective that synchronises), not of a lucky step.
+MET_MIN_FRACTION = 0.5
 
-    From markers: the earliest weight-sync phase span of the step (``weight_sync``,
-    ``update_weights``, ...: :data:`~wsprof.analysis.steps.WEIGHT_SYNC_PHASES`); None for a
-    step without one. From bursts: the burst's first call, which starts the step.
+
+def peer_waits(steps: Sequence[Sequence[int]],
+               sync_run_ns: Sequence[Sequence[tuple[int, int] | None]]
+               ) -> list[list[float | None]]:
+    """How long each rank waited for its peers in each step's weight sync, s.
+
+    The ranks' syncs of one step move in lockstep once the last rank has joined, so the time
+    between a rank's own start of the sync and the *last* rank's start is time waiting for
+    peers (after an uneven phase: the fastest rank waits), not work. Only steps where the
+    ranks met (:data:`MET_END_SPREAD`, :data:`MET_MIN_FRACTION`) get a wait; it is at most the
+    rank's sync. Steps are
+    matched by number; a step seen on fewer than 2 ranks gets None.
+
+    Args:
+        steps: per rank, its step numbers.
+        sync_run_ns: per rank and step, the weight sync's (start, end) on the run clock, ns
+            (None where unknown); processes that are not on the run clock must be left out.
+
+    Returns:
+        Per rank and step, the wait in s (>= 0), or None (unknown, or the ranks did not meet).
     """
-    if pa.step_source == "bursts":
-        return tuple(r.t_start_ns for r in pa.steps)
-    first: dict[int, int] = {}
-    for sp in spans:
-        if sp.kind == "phase" and sp.name.lower() in WEIGHT_SYNC_PHASES:
-            t = first.get(sp.step)
-            if t is None or sp.t_start_ns < t:
-                first[sp.step] = sp.t_start_ns
-    return tuple(first.get(r.step) for r in pa.steps)
+    by_step: dict[int, list[tuple[int, int]]] = {}
+    for st, spans in zip(steps, sync_run_ns):
+        for k, se in zip(st, spans):
+            if se is not None:
+                by_step.setdefault(k, []).append(se)
+    met: dict[int, int] = {}
+    shared = [ses for ses in by_step.values() if len(ses) >= 2]
+    for k, ses in by_step.items():
+        if len(ses) < 2:
+            continue
+        starts = [a for a, _ in ses]
+        ends = [b for _, b in ses]
+        spread = max(starts) - min(starts)
+        if max(ends) - min(ends) <= MET_END_SPREAD * spread:
+            met[k] = max(starts)
+    if len(met) < MET_MIN_FRACTION * len(shared):
+        met = {}
+    return [[None if se is None or k not in met
+             else min(met[k] - se[0], se[1] - se[0]) / 1e9
+             for k, se in zip(st, spans)] for st, spans in zip(steps, sync_run_ns)]
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -116,7 +149,7 @@ def rank_series(inputs: Sequence[RankInput], judge: Judge) -> list[RankSeries]:
         if not pa.steps:
             continue
         steps = tuple(r.step for r in pa.steps)
-        sync = tuple(r.weight_sync_s for r in pa.steps)
+        sync = tuple(r.own_sync_s for r in pa.steps)
         between = tuple(r.between_layers_s for r in pa.steps)
         step_s = tuple(r.step_s for r in pa.steps)
         sync_series = _series("weight_sync_s", steps, sync)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from wsprof.analysis.align import ClockInput, align, anchor_of
+from wsprof.analysis.align import ClockInput, RunClock, align, anchor_of
 from wsprof.analysis.coverage import audit_run
 from wsprof.analysis.findings import TIME_BUDGETS_S, Facts, run_rules
 from wsprof.analysis.growth import classify
@@ -30,8 +30,9 @@ from wsprof.analysis.process import (
     first_record_ns,
     join_samples,
 )
-from wsprof.analysis.ranks import RankInput, rank_series, sync_starts
+from wsprof.analysis.ranks import RankInput, peer_waits, rank_series
 from wsprof.analysis.steps import assign_calls
+from wsprof.analysis.verdict import with_verdict
 from wsprof.trace.model import CallTable, ProcessTrace, SampleWindow
 
 #: Fewest steps for a per-op median latency series (fewer: not a curve).
@@ -67,9 +68,10 @@ def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
     if not rows:
         return []
     # From bursts the last step has no following burst: its step time is cut short.
-    full = rows[:-1] if pa.step_source == "bursts" and len(rows) > 1 else rows
+    full = rows[:-1] if pa.step_source in ("bursts", "rhythm") and len(rows) > 1 else rows
     out = [
-        _series("weight_sync_s", "s", rows, [r.weight_sync_s for r in rows]),
+        _series("weight_sync_s", "s", rows, [r.own_sync_s for r in rows]),
+        _series("sync_wait_s", "s", rows, [r.sync_wait_s for r in rows]),
         _series("step_s", "s", full, [r.step_s for r in full]),
         _series("rollout_s", "s", rows, [r.rollout_s for r in rows]),
         _series("rollout_share", "", rows, [r.rollout_share for r in rows]),
@@ -122,6 +124,11 @@ def window_series(pa: ProcessAnalysis) -> list[Series]:
     return out
 
 
+def _stepped(s: Series) -> bool:
+    """True when ``s.steps`` can be the x of its fit: one per value, strictly increasing."""
+    return len(s.steps) == len(s.values) and all(b > a for a, b in zip(s.steps, s.steps[1:]))
+
+
 def _classify(series: Sequence[Series], notes: list[str]) -> list[SeriesResult]:
     """Classify each series (with :data:`TIME_BUDGETS_S`); one that cannot be judged (no finite
     value, overflow) is left out and described in ``notes``."""
@@ -129,7 +136,9 @@ def _classify(series: Sequence[Series], notes: list[str]) -> list[SeriesResult]:
     for s in series:
         try:
             budget = TIME_BUDGETS_S.get(s.name) if s.unit == "s" else None
-            out.append(SeriesResult(s, classify(s.values, config=s.config, budget=budget)))
+            steps = s.steps if _stepped(s) else None
+            out.append(SeriesResult(s, classify(s.values, steps=steps, config=s.config,
+                                                budget=budget)))
         except (ValueError, OverflowError, FloatingPointError, ZeroDivisionError) as e:
             notes.append(f"series {s.name!r} not judged: {e}")
     return out
@@ -258,13 +267,8 @@ def analyze_run(
     return _analyze_digests(_digest_all(traces), source, list(problems))
 
 
-def _rank_rows(procs: Sequence[_Digest], analyses: Sequence[ProcessAnalysis],
-               notes: list[str]) -> list[RankSeries]:
-    """Per-rank rows of every process with steps, on the run clock; alignment notes go to
-    ``notes`` (only when ranks are compared: a single process needs no common clock)."""
-    with_steps = [(d, pa) for d, pa in zip(procs, analyses) if pa.steps]
-    if not with_steps:
-        return []
+def _run_clock(with_steps: Sequence[tuple[_Digest, ProcessAnalysis]]) -> RunClock:
+    """The run clock of these processes (:mod:`wsprof.analysis.align`)."""
     inputs: list[ClockInput] = []
     for d, pa in with_steps:
         anchor = anchor_of(d.trace.meta)
@@ -272,7 +276,40 @@ def _rank_rows(procs: Sequence[_Digest], analyses: Sequence[ProcessAnalysis],
         inputs.append(ClockInput(pa.label, host if isinstance(host, str) else None,
                                  anchor[0] if anchor else None, anchor[1] if anchor else None,
                                  d.first_ns))
-    clock = align(inputs)
+    return align(inputs)
+
+
+def _with_peer_waits(procs: Sequence[_Digest],
+                     analyses: Sequence[ProcessAnalysis]) -> list[ProcessAnalysis]:
+    """``analyses`` with each step's ``sync_wait_s`` (:func:`~wsprof.analysis.ranks.peer_waits`)
+    where two or more processes on the run clock have a weight-sync start for that step."""
+    idx = [i for i, pa in enumerate(analyses) if pa.steps]
+    if len(idx) < 2:
+        return list(analyses)
+    clock = _run_clock([(procs[i], analyses[i]) for i in idx])
+    on_clock = [(i, c) for i, c in zip(idx, clock.clocks) if c.aligned]
+    steps = [[r.step for r in analyses[i].steps] for i, _ in on_clock]
+    spans = [[None if r.sync_start_ns is None or r.weight_sync_s is None
+              else (c.run_ns(r.sync_start_ns),
+                    c.run_ns(r.sync_start_ns) + int(r.weight_sync_s * 1e9))
+              for r in analyses[i].steps] for i, c in on_clock]
+    out = list(analyses)
+    for (i, _), waits in zip(on_clock, peer_waits(steps, spans)):
+        pa = analyses[i]
+        rows = tuple(replace(r, sync_wait_s=None if w is None or r.weight_sync_s is None
+                             else min(w, r.weight_sync_s)) for r, w in zip(pa.steps, waits))
+        out[i] = replace(pa, steps=rows)
+    return out
+
+
+def _rank_rows(procs: Sequence[_Digest], analyses: Sequence[ProcessAnalysis],
+               notes: list[str]) -> list[RankSeries]:
+    """Per-rank rows of every process with steps, on the run clock; alignment notes go to
+    ``notes`` (only when ranks are compared: a single process needs no common clock)."""
+    with_steps = [(d, pa) for d, pa in zip(procs, analyses) if pa.steps]
+    if not with_steps:
+        return []
+    clock = _run_clock(with_steps)
     if len(with_steps) > 1:
         notes.extend(clock.notes)
 
@@ -281,7 +318,7 @@ def _rank_rows(procs: Sequence[_Digest], analyses: Sequence[ProcessAnalysis],
         return res[0].verdict if res else None
 
     return rank_series(
-        [RankInput(pa, c.host, c, sync_starts(pa, d.trace.spans),
+        [RankInput(pa, c.host, c, tuple(r.sync_start_ns for r in pa.steps),
                    next((w.label() for w in d.wrappers if w.kind == "name"), None))
          for (d, pa), c in zip(with_steps, clock.clocks)],
         judge,
@@ -297,6 +334,7 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
         pid = d.trace.meta.get("pid")
         own = [] if d.trace.samples or not isinstance(pid, int) else samples.get(pid, [])
         analyses.append(join_samples(d.pa, d.trace.meta, own) if own else d.pa)
+    analyses = _with_peer_waits(procs, analyses)
     primary = procs[0].trace if procs else None
     series = step_series(analyses[0], primary) if primary is not None else []
     if analyses:
@@ -315,6 +353,9 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
     if analyses and not sampled and not any(d.n_calls or d.trace.spans for d in procs):
         notes.append("nothing recorded: no collective calls and no steps in these traces (did the "
                      "process exit before the first flush, or never call a collective?)")
+    if analyses and analyses[0].step_source == "rhythm":
+        notes.append("no step markers: steps were found from the job's rhythm (the same "
+                     "collectives repeating each step); rollout and train times are unknown")
     if analyses and analyses[0].step_source == "bursts":
         notes.append("no step markers: steps were found as bursts of collectives separated by "
                      "idle time; rollout and train times are unknown")
@@ -332,7 +373,7 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
     if not any(c.name.startswith(("cuda", "nvml.")) for pa in analyses for c in pa.counters):
         notes.append("no CUDA allocator or NVML counters (CUDA not in use, or NVML unavailable, "
                      "in the traced processes)")
-    return Analysis(
+    return with_verdict(Analysis(
         source=source,
         kind="run",
         processes=tuple(analyses),
@@ -343,7 +384,7 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
         ranks=tuple(ranks),
         coverage=audit_run([(pa.label, d.trace) for d, pa in zip(procs, analyses)
                             if not d.sampler_only]),
-    )
+    ))
 
 
 def wrapper_facts(trace: ProcessTrace) -> list[WrapperFact]:
@@ -407,18 +448,27 @@ def _unattributed_backend(trace: ProcessTrace) -> str | None:
 def analyze_series(series: Sequence[Series], source: str) -> Analysis:
     """Analyse per-step series from a CSV file or a log (no trace).
 
-    Every series in seconds is judged as a time per step (slowdown); every other as a counter.
+    Each series first gets its kind (:func:`wsprof.analysis.kinds.series_kind`, kept in
+    ``Series.kind``): durations are judged as times per step (slowdown), bytes and resource
+    counts as held memory or resources (growth); every other kind (step counters, quality
+    metrics, learning rates, rates, unknown metrics) is fitted and shown but gets no finding.
     """
+    from wsprof.analysis.kinds import HELD_KINDS, SeriesKind, kinds_note, series_kind
+
+    kinds = {s.name: series_kind(s).kind for s in series}
     notes: list[str] = []
-    results = _classify(series, notes)
+    results = _classify([replace(s, kind=kinds[s.name].value) for s in series], notes)
     facts = Facts(
         {r.series.name: r for r in results},
         [],
-        time_series=tuple(r.series.name for r in results if r.series.unit == "s"),
-        counter_series=tuple(r.series.name for r in results if r.series.unit != "s"),
+        time_series=tuple(r.series.name for r in results
+                          if kinds[r.series.name] is SeriesKind.DURATION),
+        counter_series=tuple(r.series.name for r in results if kinds[r.series.name] in HELD_KINDS),
     )
-    return Analysis(source=source, kind="series", processes=(), series=tuple(results),
-                    findings=tuple(run_rules(facts)), notes=tuple(notes))
+    note = kinds_note(kinds)
+    return with_verdict(Analysis(
+        source=source, kind="series", processes=(), series=tuple(results),
+        findings=tuple(run_rules(facts)), notes=(*notes, *([note] if note else []))))
 
 
 def analyze_path(path: str) -> Analysis:

@@ -129,6 +129,17 @@ def _rows(calls: CallTable, specs: Sequence[_Spec], by_step_number: bool,
     return out
 
 
+def step_rows(calls: CallTable,
+              specs: Sequence[tuple[int, int, int, float | None, float | None, int | None]]
+              ) -> list[StepRow]:
+    """Rows of steps cut by time (the job's rhythm, bursts) from ``(step, t0_ns, t1_ns,
+    weight_sync_s, sync_gap_s, sync_start_ns)``; calls are assigned by their start."""
+    rows = _rows(calls, [(st, t0, t1, None, None, sy) for st, t0, t1, sy, _, _ in specs],
+                 by_step_number=False)
+    return [replace(r, sync_gap_s=gap, sync_start_ns=start)
+            for r, (_, _, _, _, gap, start) in zip(rows, specs)]
+
+
 def sync_spans(spans: Sequence[Span]) -> list[Span]:
     """The weight-sync phase spans (:data:`WEIGHT_SYNC_PHASES`), by start."""
     return sorted((sp for sp in spans if sp.kind == "phase"
@@ -277,4 +288,5 @@ def steps_from_bursts(calls: CallTable, t_last_ns: int | None = None) -> list[St
         else:
             t1 = max(sync_end, t_last_ns or sync_end)
         specs.append((i, t0, t1, None, None, (sync_end - t0) / 1e9))
-    return _rows(calls, specs, by_step_number=False)
+    return [replace(r, sync_start_ns=r.t_start_ns)
+            for r in _rows(calls, specs, by_step_number=False)]

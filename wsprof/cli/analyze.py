@@ -7,7 +7,7 @@ import sys
 import click
 
 from wsprof.analysis.model import SEVERITIES
-from wsprof.cli.options import fails
+from wsprof.cli.options import FAIL_ON, fails
 from wsprof.errors import EXIT_FINDINGS, EXIT_OK
 
 
@@ -15,8 +15,9 @@ from wsprof.errors import EXIT_FINDINGS, EXIT_OK
 @click.argument("path", type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="text for people, json for machines")
-@click.option("--fail-on", type=click.Choice(["warning", "critical"]), default=None,
-              help="exit 1 when a finding at or above this severity exists")
+@click.option("--fail-on", type=click.Choice(FAIL_ON), default=None,
+              help="exit 1 when a finding at or above this severity exists; 'inconclusive' "
+                   "also when the data cannot support a verdict")
 @click.option("--all", "show_all", is_flag=True, help="list every finding (text lists 10)")
 def analyze(path: str, fmt: str, fail_on: str | None, show_all: bool) -> int:
     """Analyse PATH: a run folder, a .wsprof trace, a CSV series (a step column and numeric
@@ -35,8 +36,12 @@ def analyze(path: str, fmt: str, fail_on: str | None, show_all: bool) -> int:
         click.echo(render_text(analysis, colour=sys.stdout.isatty(), max_findings=limit),
                    nl=False)
     if fails(analysis, fail_on):
+        if analysis.verdict.status == "inconclusive":
+            sys.stderr.write(f"wsprof: exit 1: inconclusive: {analysis.verdict.reasons[0]}\n")
+            return EXIT_FINDINGS
+        level = "warning" if fail_on == "inconclusive" else str(fail_on)
         n = sum(1 for f in analysis.findings
-                if SEVERITIES.index(f.severity) >= SEVERITIES.index(str(fail_on)))
-        sys.stderr.write(f"wsprof: exit 1: {n} finding(s) at or above {fail_on}\n")
+                if SEVERITIES.index(f.severity) >= SEVERITIES.index(level))
+        sys.stderr.write(f"wsprof: exit 1: {n} finding(s) at or above {level}\n")
         return EXIT_FINDINGS
     return EXIT_OK

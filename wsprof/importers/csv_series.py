@@ -6,6 +6,10 @@ the integer step of each row; numeric columns whose name ends in a unit (``updat
 ran with, which applies to every series. Empty cells are missing values (NaN, dropped by the
 analysis). Rows may come in any order; they are sorted by step.
 
+The unit also tells analysis what a column measures (:mod:`wsprof.analysis.kinds`): a time
+unit makes a duration, a byte unit memory, ``_count`` a count of resources held; a column whose
+name and unit say nothing is shown but gets no finding.
+
 Example::
 
     step,update_weights_time_s,rollout_time_s

@@ -40,6 +40,12 @@ findings judge; every other numeric metric keeps its own name, with unit ``s`` f
 frameworks' timers (``timing_s/*``, ``timing/*``, ``timeperf/*``, ``perf/*_time``) and else the
 unit its suffix names (:func:`wsprof.importers.csv_series.unit_of`).
 
+What each metric measures (a duration, bytes, a resource count, a step counter, a quality
+metric, a learning rate, a rate) is decided by analysis from these names and units
+(:func:`wsprof.analysis.kinds.series_kind`): only durations, bytes and resource counts can get
+findings, so ``training/global_step``, ``critic/advantages/*`` or ``timing_per_token_ms/*`` of a
+healthy run are shown but never called a leak.
+
 slime's alignment: the actor logs its ``perf N`` line at the end of training step ``N``, with
 every timer since the previous line, so ``perf/update_weights_time`` on line ``N`` is the weight
 sync that ran after training step ``N-1`` (before rollout ``N``). It is moved to step ``N-1``:
@@ -100,6 +106,12 @@ SECONDS_PREFIXES = ("timing_s/", "timing/", "timeperf/")
 
 #: Words of a metric's last name part that make it a rate or a ratio, never a time.
 _RATE_WORDS = ("ratio", "frac", "_per_", "tflops", "throughput", "mfu")
+#: Framework keys that are step times in seconds though their name has no unit (verl's
+#: ``compute_throughout_metrics``: ``perf/time_per_step`` is ``timing_raw["step"]``).
+STEP_TIME_KEYS = frozenset({"perf/time_per_step"})
+#: Unit suffixes a framework key never means: ``global_seqlen/balanced_min`` is a minimum, not
+#: minutes (verl), ``*_h`` a height; CSV columns keep them (:func:`unit_of`).
+_NOT_KEY_UNITS = frozenset({"min", "h"})
 
 #: Longest line read whole; the rest of a longer one is skipped (a log is never loaded whole).
 MAX_LINE_CHARS = 1 << 20
@@ -338,11 +350,12 @@ def metric_unit(key: str) -> str:
         key: a series name or framework key (``timing_s/gen``, ``perf/actor_train_time``).
 
     Returns:
-        ``s``, ``ms`` (``timing_per_token_ms/*``), else the unit its suffix names, or ``""``.
+        ``s`` (also ``perf/time_per_step``), ``ms`` (``timing_per_token_ms/*``), else the unit
+        its suffix names (never minutes or hours: ``_min`` is a statistic there), or ``""``.
     """
     low = key.strip().lower()
     last = low.rsplit("/", 1)[-1]
-    if key in SERIES_KEYS:
+    if key in SERIES_KEYS or low in STEP_TIME_KEYS:
         return "s"
     if any(w in last for w in _RATE_WORDS):
         return ""  # a rate or ratio (tokens_per_s, wait_time_ratio, tflops), not a time
@@ -350,7 +363,8 @@ def metric_unit(key: str) -> str:
         return "ms"
     if low.startswith(SECONDS_PREFIXES) or (low.startswith("perf/") and low.endswith("_time")):
         return "s"
-    return unit_of(low)
+    unit = unit_of(low)
+    return "" if unit in _NOT_KEY_UNITS else unit
 
 
 def build_series(records: dict[int, dict[str, float]]) -> tuple[list[Series], list[str]]:

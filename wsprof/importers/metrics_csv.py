@@ -25,7 +25,10 @@ Example (W&B history of a slime run)::
   sorted by step.
 - Names, units and slime's one-step alignment of ``perf/update_weights_time`` are those of the
   log importer (:func:`wsprof.importers.logs.build_series`): ``weight_sync_s``, ``rollout_s``,
-  ``step_s`` in seconds, every other metric under its own name.
+  ``step_s`` in seconds, every other metric under its own name. Step columns other than the
+  one read (``global_step`` beside ``_step``) are not metrics; a step counter logged as a
+  metric under another name is recognised by analysis (:mod:`wsprof.analysis.kinds`) and gets
+  no finding.
 """
 
 from __future__ import annotations
@@ -37,8 +40,10 @@ from wsprof.errors import InputError, quote
 from wsprof.importers.csv_series import load_series_csv
 from wsprof.importers.logs import SERIES_KEYS, Imported, build_series, parse_number
 
-#: Step columns, the first present wins (compared case-insensitively).
-STEP_COLUMNS = ("step", "rollout/step", "global_step", "train/global_step", "_step")
+#: Step columns, the first present wins (compared case-insensitively): slime's
+#: ``rollout/step``, verl's ``training/global_step`` (``ray_trainer.py``), W&B's ``_step``.
+STEP_COLUMNS = ("step", "rollout/step", "global_step", "train/global_step",
+                "training/global_step", "_step")
 #: Step columns that alone make a CSV a metric export (``step`` is the plain CSV's).
 EXPORT_STEP_COLUMNS = frozenset(STEP_COLUMNS) - {"step"}
 #: Framework keys that make a CSV a metric export (the headline names themselves do not).

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from jinja2 import Environment, PackageLoader
 
-from wsprof.analysis.diff import Delta, DiffResult, ItemDiff, fmt_change_s, fmt_rel
-from wsprof.report.diff_text import fmt_count
+from wsprof.analysis.diff import BASIS_STEP, Delta, DiffResult, ItemDiff, fmt_change_s, fmt_rel
+from wsprof.report.diff_text import fmt_count, headline_rows
 from wsprof.report.files import write_text
 from wsprof.units import fmt_duration, fmt_in_unit, fmt_pct, fmt_us
 
@@ -99,17 +99,16 @@ def render_diff_html(result: DiffResult, max_rows: int = MAX_ROWS) -> str:
 
     tables = []
     for kind, sid, title, how, name in _TABLES:
+        if result.basis != BASIS_STEP:
+            how = how.replace("per step", "per second of wall time")
         items = result.of_kind(kind)
         if items:
             shown = items[:max_rows]
             tables.append(TableView(sid, title, how, name, shown, _top(shown),
                                     len(items) - len(shown)))
     r = result
-    headline = [(n, d, k) for n, d, k in (
-        ("step time (median)", r.step_s, "s"), ("weight sync (median)", r.weight_sync_s, "s"),
-        ("rollout share (median)", r.rollout_share, "share"),
-        ("time in collectives (mean)", r.collective_s, "s"),
-    ) if d.before is not None or d.after is not None]
+    per = r.per_words
+    headline = [(n if k == "share" else f"{n} ({per})", d, k) for n, d, k in headline_rows(r)]
     template = _environment().get_template(_TEMPLATE)
     return template.render(r=r, version=__version__, tables=tables, headline=headline,
                            line_class=_line_class)

@@ -10,9 +10,7 @@ from wsprof.analysis.diff import DiffResult, ItemDiff, SideSummary
 from wsprof.report.jsonout import json_safe
 
 #: Bumped when a field of the document changes meaning.
-DIFF_JSON_VERSION = 1
-
-
+DIFF_JSON_VERSION = 2
 
 
 def _side(s: SideSummary) -> dict[str, Any]:
@@ -29,19 +27,24 @@ def _ref(i: ItemDiff) -> dict[str, str]:
 def diff_to_dict(result: DiffResult) -> dict[str, Any]:
     """The JSON document.
 
-    ``version``; ``verdict`` (lines, the headline first); ``before`` and ``after`` (role,
-    source, kind, process, step_source, step_range {start, stop} (null ends open) or null,
-    steps, n_calls, n_samples, notes); ``per_step`` (``step_s``, ``weight_sync_s`` medians in
-    s, ``rollout_share`` median 0..1, ``collective_s`` mean in s; each {before, after, change,
-    rel_change}); ``items`` (kind, name, detail, ``s_per_step`` s, ``calls_per_step``,
-    ``median_us`` µs, ``share`` 0..1, ``value`` in ``unit``: each a {before, after, change,
-    rel_change} or null), largest absolute change of time per step first; ``faster``,
-    ``slower``, ``moved_to`` ([{kind, name}], most first); ``notes``. Non-finite numbers
-    become null.
+    ``version``; ``basis``: ``step`` (both sides per step) or ``second`` (a run side without
+    steps: both sides as whole-run rates, every ``s_per_step``/``calls_per_step`` and the
+    headline times per second of the wall time each side covers, latency per call as is);
+    ``verdict`` (lines, the headline first); ``before`` and ``after`` (role, source, kind,
+    process, step_source, step_range {start, stop} (null ends open) or null, steps, n_calls,
+    n_samples, notes, wall_s); ``per_step`` (per ``basis``: ``step_s`` median in s, null with
+    the ``second`` basis; ``weight_sync_s``, the one weight-sync figure, total / steps in s
+    (no item repeats it); ``rollout_share`` median 0..1; ``collective_s`` mean in s; each
+    {before, after, change, rel_change}); ``items`` (kind, name, detail, ``s_per_step`` s,
+    ``calls_per_step``, ``median_us`` µs, ``share`` 0..1, ``value`` in ``unit``: each a
+    {before, after, change, rel_change} or null), largest absolute change of time per step
+    first; ``faster``, ``slower``, ``moved_to`` ([{kind, name}], most first); ``notes``.
+    Non-finite numbers become null.
     """
     r = result
     doc = {
         "version": DIFF_JSON_VERSION,
+        "basis": r.basis,
         "verdict": list(r.verdict),
         "before": _side(r.before),
         "after": _side(r.after),

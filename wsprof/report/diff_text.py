@@ -7,7 +7,7 @@ import re
 import textwrap
 from collections.abc import Callable, Sequence
 
-from wsprof.analysis.diff import Delta, DiffResult, ItemDiff, fmt_change_s, fmt_rel
+from wsprof.analysis.diff import BASIS_STEP, Delta, DiffResult, ItemDiff, fmt_change_s, fmt_rel
 from wsprof.report.text import shorten_frame
 from wsprof.units import fmt_duration, fmt_in_unit, fmt_pct, fmt_us
 
@@ -48,22 +48,27 @@ def _share_change(d: Delta) -> str:
     return "-" if d.change is None else f"{d.change * 100:+.0f} pts"
 
 
+def headline_rows(r: DiffResult) -> list[tuple[str, Delta, str]]:
+    """The headline numbers a renderer shows: ``(name, delta, kind)`` with kind ``s`` (a
+    time per step, or per second of wall time with the ``second`` basis) or ``share``; only
+    those known on a side. Weight sync appears once, here (no item repeats it)."""
+    rows = [("step time (median)", r.step_s, "s"), ("weight sync", r.weight_sync_s, "s"),
+            ("rollout share (median)", r.rollout_share, "share"),
+            ("in collectives", r.collective_s, "s")]
+    return [row for row in rows if row[1].before is not None or row[1].after is not None]
+
+
 def _headline_lines(r: DiffResult) -> list[str]:
-    rows: list[tuple[str, Delta, Callable[[float | None], str], str, str]] = [
-        ("step time (median)", r.step_s, fmt_duration, fmt_change_s(r.step_s.change),
-         fmt_rel(r.step_s)),
-        ("weight sync (median)", r.weight_sync_s, fmt_duration,
-         fmt_change_s(r.weight_sync_s.change), fmt_rel(r.weight_sync_s)),
-        ("rollout share (median)", r.rollout_share, fmt_pct, _share_change(r.rollout_share),
-         ""),
-        ("in collectives (mean)", r.collective_s, fmt_duration,
-         fmt_change_s(r.collective_s.change), fmt_rel(r.collective_s)),
-    ]
-    shown = [row for row in rows if row[1].before is not None or row[1].after is not None]
+    shown = headline_rows(r)
     if not shown:
         return []
-    lines = ["", f"{'per step':<24} {'before':>10} {'after':>10} {'change':>10} {'rel':>6}"]
-    for name, d, fmt, change, rel in shown:
+    lines = ["", f"{r.per_words:<24} {'before':>10} {'after':>10} {'change':>10} {'rel':>6}"]
+    for name, d, kind in shown:
+        if kind == "share":
+            fmt: Callable[[float | None], str] = fmt_pct
+            change, rel = _share_change(d), ""
+        else:
+            fmt, change, rel = fmt_duration, fmt_change_s(d.change), fmt_rel(d)
         lines.append(f"{name:<24} {fmt(d.before):>10} {fmt(d.after):>10} {change:>10} "
                      f"{rel:>6}")
     return lines
@@ -165,17 +170,21 @@ def render_diff_text(result: DiffResult, max_rows: int = MAX_ROWS) -> str:
     lines += _wrap(f"after:  {r.after.describe()}", subsequent="        ")
     lines += _headline_lines(r)
     times = f" {'before':>8} {'after':>8} {'change':>8} {'rel':>5}"
+    per = "per step" if r.basis == BASIS_STEP else "per second"
+    if r.basis != BASIS_STEP:
+        lines += ["", *_wrap("as whole-run rates: times and calls per second of wall time "
+                             "(a time per second is the share of the wall time)")]
     lines += _table(
-        "ops (calls per step, median latency per call, time per step):",
+        f"ops (calls {per}, median latency per call, time {per}):",
         [f"{'':<14} {'calls':>6} {'':>6} {'median':>8} {'':>8} {'time':>8}",
          f"{'op':<14} {'before':>6} {'after':>6} {'before':>8} {'after':>8}{times}"],
         r.of_kind("op"), 14, _op_cells, max_rows)
     lines += _table(
-        "caller sites (calls per step, time per step):",
+        f"caller sites (calls {per}, time {per}):",
         [f"{'':<32} {'calls':>6} {'':>6} {'time':>8}",
          f"{'site':<32} {'before':>6} {'after':>6}{times}"],
         r.of_kind("site"), 32, _site_cells, max_rows)
-    lines += _table("phases (time per step):", [f"{'phase':<46}{times}"],
+    lines += _table(f"phases (time {per}):", [f"{'phase':<46}{times}"],
                     r.of_kind("phase"), 46, lambda i: _time_cells(i.s_per_step), max_rows)
     lines += _table("series (median per step):", [f"{'series':<46}{times}"],
                     r.of_kind("series"), 46, _series_cells, max_rows)

@@ -146,6 +146,9 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
         {
             "source": analysis.source,
             "kind": analysis.kind,
+            "verdict": {"status": analysis.verdict.status,
+                        "n_problems": analysis.verdict.n_problems,
+                        "reasons": list(analysis.verdict.reasons)},
             "primary": None if pa is None else pa.label,
             "step_source": None if pa is None else pa.step_source,
             "series": series,

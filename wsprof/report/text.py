@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from collections import Counter
 
+from wsprof.analysis.kinds import ACCUMULATING_KINDS
 from wsprof.analysis.model import Analysis, ProcessAnalysis, RankSeries
 from wsprof.units import fmt_duration
 
@@ -146,10 +147,17 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10
         lines.append(f"COVERAGE: {cov.status}")
         for line in cov.lines():
             lines += _wrap(line, WIDTH, initial_indent="  ", subsequent_indent="    ")
-    verdict = (
-        f"VERDICT: {len(crit)} problem(s) found" if crit else "VERDICT: no accumulating problem"
-    )
-    lines.append(verdict)
+    verdict = analysis.verdict
+    if verdict.status == "inconclusive":
+        lines += _wrap(f"VERDICT: INCONCLUSIVE: {verdict.reasons[0]}", WIDTH,
+                       subsequent_indent="    ")
+        for reason in verdict.reasons[1:]:
+            lines += _wrap(f"also: {reason}", WIDTH, initial_indent="  ", subsequent_indent="    ")
+    else:
+        lines.append(f"VERDICT: {len(crit)} problem(s) found" if crit
+                     else "VERDICT: no accumulating problem")
+        for reason in verdict.reasons:
+            lines += _wrap(f"limit: {reason}", WIDTH, initial_indent="  ", subsequent_indent="    ")
     lines.append("")
     for f in analysis.findings[:max_findings]:
         tag = f"[{f.severity}]"
@@ -171,8 +179,10 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10
     for r in analysis.series:
         v = r.verdict
         last = r.series.values[-1] if r.series.values else float("nan")
+        judged = r.series.kind is None or r.series.kind in ACCUMULATING_KINDS
+        accum = ("yes" if v.accumulating else "no") if judged else "-"
         lines.append(
-            f"{r.series.name[:30]:<30} {v.shape:<17} {'yes' if v.accumulating else 'no':<5} "
+            f"{r.series.name[:30]:<30} {v.shape:<17} {accum:<5} "
             f"{v.slope_per_step:>12.4g} {last:>11.4g}"
         )
     pa = analysis.primary

@@ -1,0 +1,133 @@
+"""Steps from the job's rhythm (``wsprof.analysis.rhythm``), waits for peers
+(``ranks.peer_waits``) and the inconclusive verdict, on call tables built row by row."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from wsprof.analysis.ranks import peer_waits
+from wsprof.analysis.rhythm import find_cycle, idle_before, steps_from_rhythm, tokens
+from wsprof.cli import main
+from wsprof.trace.model import CallTable
+
+MS = 1_000_000
+
+
+class _Job:
+    """Appends calls at a running clock: ``call(op, dur_ms, gap_ms, site, nbytes)``."""
+
+    def __init__(self) -> None:
+        self.t = 0
+        self.rows: list[tuple[object, ...]] = []
+
+    def call(self, op: str, dur_ms: float, gap_ms: float = 0.1, site: int = 1,
+             nbytes: int = 1024, grp: str = "0") -> None:
+        self.t += int(gap_ms * MS)
+        t0, self.t = self.t, self.t + int(dur_ms * MS)
+        self.rows.append((t0, self.t, int(dur_ms * MS), 1, 1, op, f"dist.{op}", "api", nbytes,
+                          "torch.float32", grp, 0, site, -1, None, None))
+
+    def table(self) -> CallTable:
+        return CallTable.from_rows(self.rows)
+
+
+def _leaky_job(steps: int, grow_ms: float, train_ms: float = 150.0) -> CallTable:
+    """Per step: training, a barrier, then 16 equal broadcasts from one site with a gap
+    between them that grows by ``grow_ms`` per step (the wrapper's overhead)."""
+    j = _Job()
+    j.call("broadcast", 1, site=9, nbytes=8)  # set-up: once
+    for k in range(steps):
+        j.call("barrier", 2, gap_ms=train_ms, site=2, nbytes=0)
+        for _ in range(16):
+            j.call("broadcast", 0.3, gap_ms=0.1 + grow_ms * k, site=3)
+    return j.table()
+
+
+def test_growing_overhead_between_calls_does_not_hide_the_steps() -> None:
+    # By the last step the gaps between broadcasts (45 ms) are far longer than a tenth of the
+    # pause between steps: idle-gap detection loses the steps exactly when the bug grows.
+    calls = _leaky_job(10, grow_ms=5.0)
+    rows = steps_from_rhythm(calls)
+    assert len(rows) == 10
+    assert [r.n_calls for r in rows] == [17] * 10
+    sync = [r.weight_sync_s for r in rows]
+    assert all(s is not None for s in sync)
+    # The barrier is not weight sync: each sync is the 16 broadcasts and the gaps between them.
+    expected = [(16 * 0.3 + 15 * (0.1 + 5.0 * k)) / 1e3 for k in range(10)]
+    assert np.allclose(sync, expected, rtol=0.02)
+    assert all(r.sync_gap_s is not None and r.sync_gap_s > 0 for r in rows[1:])
+    assert all(r.sync_start_ns is not None for r in rows)
+
+
+def test_fsdp_like_steps_with_many_collectives_per_step() -> None:
+    j = _Job()
+    rng = np.random.default_rng(0)
+    for _k in range(8):
+        for layer in range(24):  # forward: one all-gather per layer, sizes differ per layer
+            j.call("all_gather_into_tensor", 0.2, gap_ms=rng.uniform(40, 60) if layer == 0
+                   else 0.5, site=5, nbytes=4096 * (layer + 1))
+        for layer in range(24):  # backward: reduce-scatter per layer
+            j.call("reduce_scatter_tensor", 0.2, gap_ms=0.5, site=6, nbytes=4096 * (24 - layer))
+        j.call("all_reduce", 0.05, site=7, nbytes=4)  # grad-norm
+        for p in range(6):  # weight push to the engines
+            j.call("broadcast", 1.0, gap_ms=rng.uniform(5, 80), site=8, nbytes=1 << (20 + p))
+    rows = steps_from_rhythm(j.table())
+    assert len(rows) == 8
+    assert all(r.n_calls == 55 for r in rows)
+    # The sync is the longest run of weight-push ops: the forward all-gathers (24 calls).
+    assert all(r.weight_sync_s is not None for r in rows)
+
+
+def test_no_repetition_no_steps() -> None:
+    j = _Job()
+    rng = np.random.default_rng(1)
+    for i in range(60):
+        j.call("broadcast", 0.2, gap_ms=float(rng.uniform(0, 50)), site=i, nbytes=i)
+    assert steps_from_rhythm(j.table()) == []
+
+
+def test_cycle_cut_goes_before_the_longest_pause() -> None:
+    calls = _leaky_job(6, grow_ms=1.0)
+    cyc = find_cycle(tokens(calls), idle_before(calls))
+    assert cyc is not None and cyc.n_steps == 6
+    assert all(str(calls.op[i]) == "barrier" for i in cyc.starts)
+    assert cyc.coverage > 0.95
+
+
+def test_peer_waits_only_where_ranks_met() -> None:
+    s = 10**9
+    # Rank 0 starts 150 ms before rank 2; all three end together: rank 0 waited 150 ms.
+    met = [[(0, s), ], [(75 * MS, s)], [(150 * MS, s + 1000)]]
+    waits = peer_waits([[0], [0], [0]], met)
+    assert [round(w[0] or 0, 3) for w in waits] == [0.15, 0.075, 0.0]
+    # Independent syncs (ends as spread as starts): nobody waited for anybody.
+    apart = [[(0, 10 * MS)], [(8 * MS, 30 * MS)]]
+    assert peer_waits([[0], [0]], apart) == [[None], [None]]
+    # One rank alone: unknown.
+    assert peer_waits([[0]], [[(0, s)]]) == [[None]]
+
+
+def _csv(tmp_path: Path, values: list[float]) -> str:
+    p = tmp_path / "s.csv"
+    p.write_text("step,weight_sync_s\n" + "".join(f"{i},{v}\n" for i, v in enumerate(values)))
+    return str(p)
+
+
+def test_few_steps_are_inconclusive_not_healthy(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    few = _csv(tmp_path, [1.0, 1.02, 0.99])
+    assert main(["analyze", few]) == 0
+    out = capsys.readouterr().out
+    assert "VERDICT: INCONCLUSIVE: only 3 step(s)" in out
+    assert "no accumulating problem" not in out
+    assert main(["analyze", "--format", "json", few]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"]["status"] == "inconclusive"
+    assert main(["analyze", "--fail-on", "inconclusive", few]) == 1
+    assert "inconclusive" in capsys.readouterr().err
+    enough = _csv(tmp_path, [1.0, 1.02, 0.99, 1.01, 1.0, 0.98, 1.01])
+    assert main(["analyze", "--fail-on", "inconclusive", enough]) == 0
+    assert "VERDICT: no accumulating problem" in capsys.readouterr().out

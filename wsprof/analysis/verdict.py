@@ -1,0 +1,75 @@
+"""The verdict: problems, no problem, or inconclusive -- never a silent "no problem".
+
+"No accumulating problem" is a claim about growth curves; it is only made when the data could
+have shown one. :func:`judge` returns ``inconclusive`` (with the reason and what to do) when:
+
+- a run has no steps (no markers, no preset, no rhythm or bursts found) and no sampling
+  windows that stand in for them;
+- there are fewer than :data:`MIN_STEPS_FOR_VERDICT` steps (or windows, or series points);
+- the coverage audit found collectives that were issued but not recorded;
+- a series input has no series that can accumulate.
+
+With problems found, the same limits are kept as ``reasons``: a problem seen on part of the
+data is still a problem.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from wsprof.analysis.model import Analysis, Verdict
+
+#: Fewest steps (points of a series) for a "no problem" verdict: below 5 a rank trend test
+#: cannot reach the 5% level (Mann-Kendall's smallest one-sided p for n = 4 is 1/24 only for a
+#: perfectly ordered series) and a slow leak hides in the noise (see growth's short-series rules).
+MIN_STEPS_FOR_VERDICT = 5
+
+
+def _reasons(a: Analysis) -> list[str]:
+    out: list[str] = []
+    if a.kind == "series":
+        judged = [r for r in a.series if r.series.values]
+        if not judged:
+            out.append("no series that can accumulate (durations, memory, resource counts): "
+                       "give a log or CSV with per-step times or memory")
+        elif max(len(r.series.values) for r in judged) < MIN_STEPS_FOR_VERDICT:
+            n = max(len(r.series.values) for r in judged)
+            out.append(f"only {n} step(s) in the series: a curve needs at least "
+                       f"{MIN_STEPS_FOR_VERDICT}; log more steps")
+        return out
+    pa = a.primary
+    if pa is None:
+        return ["no process traces to judge: run the job under `wsprof run` or call "
+                "wsprof.patch() in it"]
+    if not pa.steps:
+        n_windows = sum(1 for w in pa.windows if w.n_active > 0)
+        if n_windows == 0:
+            out.append("no steps found (no wsprof.step() markers, no preset, no repeating "
+                       "pattern of collectives): add wsprof.step() at the top of each training "
+                       "step, or set WSPROF_PRESET for your framework")
+        elif n_windows < MIN_STEPS_FOR_VERDICT:
+            out.append(f"no steps and only {n_windows} sampling window(s): sample longer "
+                       f"(at least {MIN_STEPS_FOR_VERDICT} windows) or add wsprof.step()")
+    elif len(pa.steps) < MIN_STEPS_FOR_VERDICT:
+        out.append(f"only {len(pa.steps)} step(s) of {pa.label} (from {pa.step_source}): a curve "
+                   f"needs at least {MIN_STEPS_FOR_VERDICT}; run longer")
+    cov = a.coverage
+    if cov is not None and cov.incomplete:
+        missing = sum(g.missing or 0 for g in cov.incomplete)
+        out.append(f"coverage incomplete: {missing} issued collective(s) were not recorded "
+                   "(see COVERAGE); what wsprof did not see cannot be judged")
+    return out
+
+
+def judge(a: Analysis) -> Verdict:
+    """The verdict of ``a`` from its findings, steps, series and coverage."""
+    n = sum(1 for f in a.findings if f.severity != "info")
+    reasons = tuple(_reasons(a))
+    if n:
+        return Verdict("problems", n, reasons)
+    return Verdict("inconclusive" if reasons else "no_problem", 0, reasons)
+
+
+def with_verdict(a: Analysis) -> Analysis:
+    """``a`` with its :attr:`~wsprof.analysis.model.Analysis.verdict` set."""
+    return replace(a, verdict=judge(a))
