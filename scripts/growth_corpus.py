@@ -18,16 +18,28 @@ classifier's thresholds:
   143 s -> 1596 s). The floor is the fairness rule: a rise under ~3 noise standard deviations over
   the whole series cannot be told from noise by any method (a flat series produces such
   excursions by chance), and under 10% it is not a problem worth a finding. Superlinear is
-  ``1 + G u^p`` with ``p`` in 1.5..3; exponential is ``(1 + G)^u`` (``u`` = position / (n-1)).
+  ``1 + G u^p`` with ``p`` in 1.5..3; exponential is ``(1 + G)^u``.
+* **Time is the step number.** Every shape is a function of ``u = (step - step_0) /
+  (step_last - step_0)`` (the position / (n-1) when every step is logged), so a series logged at
+  irregular intervals is still a straight line, a curve or a ramp in steps, which is what its
+  label says; level changes (warm-up, step change, excursion, dip, config switch) are at points.
 * **Plateau** (growth that stops; not accumulating): the same rise over the first 20-50% of the
-  points, then flat.
+  series, then flat for at least ``max(4, n/3)`` points (so at least 5 points in all). The
+  fairness rule: a flat part must be long enough to be *seen* to be flat. Over 3 points no trend
+  test can tell flat from rising (the smallest one-sided Mann-Kendall p of 3 points is 1/6; of
+  4 points 1/24 < 5%), and a pause of a few points shorter than a third of the series is what a
+  noisy rise shows by chance (the demo 0.83, 1.55, 2.13, 2.66, 3.68, 3.08, 4.48, 3.63 s is
+  growth); a "plateau" with a flat part of 2-3 points cannot be told from noisy growth by any
+  method, so it would be a labelling error. This is the classifier's own definition of a plateau
+  (``PLATEAU_MIN_FLAT_POINTS``, ``PLATEAU_MIN_FLAT_FRACTION`` in ``wsprof.analysis.growth``).
 * **Warm-up:** the first 1-3 points 20-300% off the level (log-uniform; up 70% of the time, as
   first steps are usually slower), later warm-up points decaying by a factor 0.3-1 each, and at
   least 3 flat points after them ("then flat" cannot be seen in two points: any two points are
   a line).
 * **Step change:** level ratio 1.3-8 (log-uniform, up or down), change in the middle half; half of
   them carry a ``config`` column that changes at the step.
-* **Sawtooth:** period 4-20 points at a random phase, rise within a period log-uniform between
+* **Sawtooth:** period 4-20 logged intervals (in steps: that many times the mean interval) at a
+  random phase, rise within a period log-uniform between
   ``max(20%, 3 sigma)`` and 200%, flat peaks.
 * **Flat with one excursion** (``flat_spike``; a checkpoint save, an eval step): flat, and one
   point (the last one a third of the time, else any after the first) 1.5-5x the level (at least
@@ -40,7 +52,8 @@ classifier's thresholds:
   switches after the first 1-3 points (the 2,655 s -> 270 s report): a ``step_change`` only.
 * **Logging strides.** A quarter of all series (of every kind) are logged every 2-10 steps from a
   step 0-1000, and a tenth of the rest at irregular intervals (1-3 steps): the verdict must not
-  depend on it, so the labels do not change.
+  depend on it, so the labels do not change (the shapes are functions of the step number, see
+  above).
 
 A shape counts as right when it is in the acceptable set of its kind: superlinear and
 exponential are interchangeable; a straight line and a curve are interchangeable when the
@@ -92,6 +105,11 @@ CURVATURE_VISIBLE = 3.0
 #: Sawtooth period range, points.
 SAW_MIN_PERIOD = 4
 SAW_MAX_PERIOD = 20
+#: A plateau's flat part: at least this many points (a trend test over 4 points can reach 5%,
+#: over 3 it cannot) ...
+PLATEAU_MIN_FLAT = 4
+#: ... and at least this fraction of the series (see the module docstring).
+PLATEAU_MIN_FLAT_FRACTION = 1 / 3
 #: Bar for the row "noise <= 10% and >= 5 points".
 BAR_PRECISION = 0.98
 BAR_RECALL = 0.95
@@ -118,16 +136,15 @@ def _log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
     return float(math.exp(rng.uniform(math.log(lo), math.log(max(hi, lo)))))
 
 
-def _line_distance(f: np.ndarray, sigma: float) -> float:
-    """Noncentrality of f's curvature: distance from its best straight line in noise units."""
-    t = np.arange(f.size, dtype=float)
+def _line_distance(f: np.ndarray, sigma: float, t: np.ndarray) -> float:
+    """Noncentrality of f's curvature: distance from its best straight line (in ``t``, the
+    step numbers) in noise units."""
     line = np.polyval(np.polyfit(t, f, 1), t)
     return float(np.sqrt(np.sum(((f - line) / (sigma * f)) ** 2)))
 
 
-def _exp_distance(f: np.ndarray, sigma: float) -> float:
-    """Distance of a straight line f from its best exponential, in noise units."""
-    t = np.arange(f.size, dtype=float)
+def _exp_distance(f: np.ndarray, sigma: float, t: np.ndarray) -> float:
+    """Distance of a straight line f from its best exponential (in ``t``), in noise units."""
     b0, a0 = np.polyfit(t, np.log(f), 1)
 
     def model(q: np.ndarray, a: float, b: float) -> np.ndarray:
@@ -145,17 +162,16 @@ def _growth_rise(rng: np.random.Generator, sigma: float) -> float:
 
 
 def _gen_growing(
-    kind: str, rng: np.random.Generator, n: int, sigma: float
+    kind: str, rng: np.random.Generator, u: np.ndarray, sigma: float
 ) -> tuple[np.ndarray, frozenset[str]]:
     g = _growth_rise(rng, sigma)
-    u = np.arange(n) / (n - 1)
     if kind == "linear":
         f = 1 + g * u
-        curved = n >= 3 and _exp_distance(f, sigma) >= CURVATURE_VISIBLE
+        curved = u.size >= 3 and _exp_distance(f, sigma, u) >= CURVATURE_VISIBLE
         ok = {"linear"} if curved else {"linear", "superlinear", "exponential"}
         return f, frozenset(ok)
     f = 1 + g * u ** rng.uniform(1.5, 3.0) if kind == "superlinear" else (1 + g) ** u
-    curved = _line_distance(f, sigma) >= CURVATURE_VISIBLE
+    curved = _line_distance(f, sigma, u) >= CURVATURE_VISIBLE
     ok = {"superlinear", "exponential"} | (set() if curved else {"linear"})
     return f, frozenset(ok)
 
@@ -192,17 +208,22 @@ def _gen_step(
     return f, frozenset(ok), config
 
 
-def _gen_sawtooth(rng: np.random.Generator, n: int, sigma: float) -> np.ndarray:
+def _gen_sawtooth(rng: np.random.Generator, u: np.ndarray, sigma: float) -> np.ndarray:
+    """Periodic in steps: ``t = u (n-1)`` counts mean logging intervals."""
+    n = u.size
     period = int(rng.integers(SAW_MIN_PERIOD, min(SAW_MAX_PERIOD, n // 3) + 1))
     amp = _log_uniform(rng, max(0.2, GROWTH_MIN_SIGMAS * sigma), 2.0)
-    phase = (np.arange(n) + int(rng.integers(0, period))) % period
+    phase = np.mod(u * (n - 1) + int(rng.integers(0, period)), period)
     return 1 + amp * phase / (period - 1)
 
 
-def _gen_plateau(rng: np.random.Generator, n: int, sigma: float) -> np.ndarray:
+def _gen_plateau(rng: np.random.Generator, u: np.ndarray, sigma: float) -> np.ndarray:
+    """A ramp over the first ``m`` intervals, then flat for ``max(4, n/3)``+ points."""
+    n = u.size
     g = _growth_rise(rng, sigma)
-    m = max(1, round(rng.uniform(0.2, 0.5) * n))
-    return 1 + g * np.minimum(1.0, np.arange(n) / m)
+    min_flat = max(PLATEAU_MIN_FLAT, math.ceil(PLATEAU_MIN_FLAT_FRACTION * n))
+    m = min(max(1, round(rng.uniform(0.2, 0.5) * n)), n - min_flat)  # points m.. are flat
+    return 1 + g * np.minimum(1.0, u / u[m])
 
 
 def _gen_spike(rng: np.random.Generator, n: int, sigma: float) -> tuple[np.ndarray, frozenset[str]]:
@@ -212,9 +233,10 @@ def _gen_spike(rng: np.random.Generator, n: int, sigma: float) -> tuple[np.ndarr
     return f, frozenset({"flat", "step_change"} if at == n - 1 else {"flat"})
 
 
-def _gen_linear_dips(rng: np.random.Generator, n: int, sigma: float) -> np.ndarray:
+def _gen_linear_dips(rng: np.random.Generator, u: np.ndarray, sigma: float) -> np.ndarray:
+    n = u.size
     g = _log_uniform(rng, max(1.0, GROWTH_MIN_SIGMAS * sigma), GROWTH_MAX)
-    f = 1 + g * np.arange(n) / (n - 1)
+    f = 1 + g * u
     k = int(rng.integers(1, 3))
     at = rng.choice(np.arange(max(1, n // 3), n), size=min(k, n - max(1, n // 3)), replace=False)
     f[at] *= 1 - rng.uniform(0.10, 0.25, size=at.size)
@@ -255,22 +277,27 @@ def make_case(rng: np.random.Generator) -> Case:
         lo_n = max(lo_n, 3 * SAW_MIN_PERIOD)  # at least three periods
     if kind in ("flat_spike", "linear_dips"):
         lo_n, hi_n = max(lo_n, 6), max(hi_n, 6)
+    if kind == "plateau":  # a ramp and a flat part of PLATEAU_MIN_FLAT+ points
+        lo_n, hi_n = max(lo_n, PLATEAU_MIN_FLAT + 1), max(hi_n, PLATEAU_MIN_FLAT + 1)
     if kind == "config_switch":
         lo_n, hi_n = max(lo_n, 5), max(hi_n, 5)  # at least 2 points after the switch
     n = int(rng.integers(lo_n, hi_n + 1))
+    steps = _gen_steps(rng, n)
+    x = np.arange(n, dtype=float) if steps is None else np.asarray(steps, dtype=float)
+    u = (x - x[0]) / (x[-1] - x[0])  # every shape is a function of the step number
     config = None
     if kind == "linear_dips":
-        f, ok = _gen_linear_dips(rng, n, sigma), frozenset({"linear", "superlinear", "exponential"})
+        f, ok = _gen_linear_dips(rng, u, sigma), frozenset({"linear", "superlinear", "exponential"})
     elif kind in GROWING:
-        f, ok = _gen_growing(kind, rng, n, sigma)
+        f, ok = _gen_growing(kind, rng, u, sigma)
     elif kind == "warmup_then_flat":
         f, ok = _gen_warmup(rng, n, sigma)
     elif kind == "step_change":
         f, ok, config = _gen_step(rng, n, sigma)
     elif kind == "sawtooth":
-        f, ok = _gen_sawtooth(rng, n, sigma), frozenset({"sawtooth"})
+        f, ok = _gen_sawtooth(rng, u, sigma), frozenset({"sawtooth"})
     elif kind == "plateau":
-        f, ok = _gen_plateau(rng, n, sigma), frozenset({"warmup_then_flat", "step_change"})
+        f, ok = _gen_plateau(rng, u, sigma), frozenset({"warmup_then_flat", "step_change"})
     elif kind == "flat_spike":
         f, ok = _gen_spike(rng, n, sigma)
     elif kind == "config_switch":
@@ -279,7 +306,6 @@ def make_case(rng: np.random.Generator) -> Case:
         f, ok = np.ones(n), frozenset({"flat"})
     level = _log_uniform(rng, 0.5, 5000.0)
     y = level * f * (1 + sigma * rng.standard_normal(n))
-    steps = _gen_steps(rng, n)
     return Case(kind, tuple(float(v) for v in y), config, steps, sigma, kind in GROWING, ok)
 
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, pyspy_skip_reason, running_target
+from helpers import REPO, TARGETS, pyspy_skip_reason, running_target
 
 from wsprof.analysis.run import analyze_path
 from wsprof.analysis.samples import idle_stack
@@ -243,3 +243,24 @@ def test_attach_counts_a_sync_wrappers_own_time_as_weight_sync(tmp_path: Path) -
     assert in_wrapper > 0 and sync >= in_wrapper, (sync, in_wrapper)
     assert median >= MIN_WRAPPER_SYNC_SHARE, f"weight-sync share per window: {shares}"
     assert "weight sync" in " ".join(done.stdout.split()), done.stdout
+
+
+def test_attach_cuts_long_steps_from_sampled_phases(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with running_target(script=TARGETS / "long_steps_target.py") as target:
+        done = wsprof("attach", str(target.pid), "--duration", "24", "--window", "1",
+                      "--phase", "rollout=generate", "--phase", "train=train_step",
+                      "--phase", "weight_sync=push_weights", "--out", str(out), "--no-report",
+                      timeout=180)
+    assert done.returncode == 0, done.stderr
+    a = analyze_path(str(out))
+    [pa] = a.processes
+    assert pa.step_source == "sampled", [w.phase_shares for w in pa.windows]
+    assert len(pa.steps) >= 3
+    sync = [r.weight_sync_s or 0.0 for r in pa.steps[:-1]]  # the last step is cut short
+    # The push grows 0.8 s a step: each full step's sampled sync is longer than the one before
+    # it, give or take one window (1 s).
+    assert all(b > a - 1.0 for a, b in zip(sync, sync[1:])), sync
+    assert sync[-1] - sync[0] >= 0.8 * (len(sync) - 1) * 0.5, sync
+    rollout = [r.rollout_s or 0.0 for r in pa.steps[:-1]]
+    assert all(abs(v - 1.6) < 1.0 for v in rollout), rollout

@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from wsprof.analysis.model import WindowSummary
 from wsprof.analysis.ranks import peer_waits
 from wsprof.analysis.rhythm import find_cycle, idle_before, steps_from_rhythm, tokens
+from wsprof.analysis.sampled_steps import steps_from_windows
 from wsprof.cli import main
 from wsprof.trace.model import CallTable
 
@@ -131,3 +133,27 @@ def test_few_steps_are_inconclusive_not_healthy(tmp_path: Path,
     enough = _csv(tmp_path, [1.0, 1.02, 0.99, 1.01, 1.0, 0.98, 1.01])
     assert main(["analyze", "--fail-on", "inconclusive", enough]) == 0
     assert "VERDICT: no accumulating problem" in capsys.readouterr().out
+
+
+def _window(i: int, phase: str | None, n: int = 100) -> WindowSummary:
+    samples = {phase: n} if phase else {"other": n}
+    return WindowSummary(i * 10**9, (i + 1) * 10**9, n, n, None, None,
+                         {k: v / n for k, v in samples.items()}, None, None, samples)
+
+
+def test_steps_from_sampled_phases_of_long_steps() -> None:
+    # Sampling starts in a weight sync; then 5 steps: 3 rollout windows, 1 train, a sync of
+    # k+1 windows, an idle window.
+    ws: list[WindowSummary] = [_window(0, "weight_sync")]
+    for k in range(5):
+        for ph in ["rollout"] * 3 + ["train"] + ["weight_sync"] * (k + 1) + [None]:
+            ws.append(_window(len(ws), ph))
+    rows = steps_from_windows(ws)
+    assert len(rows) == 5
+    assert [r.weight_sync_s for r in rows] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert all(r.rollout_s == 3.0 and r.train_s == 1.0 for r in rows)
+    # Windows longer than a step show no phase sequence: no steps, the windows stand in.
+    assert steps_from_windows([_window(i, "weight_sync") for i in range(10)]) == []
+    # A rollout in the first window started before sampling: that step is left out.
+    assert [r.weight_sync_s for r in steps_from_windows([_window(0, "rollout"), *ws[1:]])] == [
+        2.0, 3.0, 4.0, 5.0]

@@ -174,6 +174,13 @@ SAW_PEAK_DRIFT_MAX = 0.5
 FLAT_ENDED_MODELS = frozenset({"constant", "warmup", "plateau"})
 #: Models with a level change that a config switch at the same step makes a ``step_change``.
 LEVEL_CHANGE_MODELS = frozenset({"warmup", "plateau", "step"})
+#: Fewest points of a config segment whose own values inform the within-segment slope
+#: (``config_linear``) and its stratified Mann-Kendall test: the fewest in which a rank test can
+#: see a rise at all (the smallest one-sided Mann-Kendall p of 4 points is 1/24 < ALPHA, of 3
+#: points 1/6), as for a plateau's flat part (:data:`PLATEAU_MIN_FLAT_POINTS`). Shorter
+#: segments get the common slope but do not carry it: 3 rising points before a switch are no
+#: evidence of growth.
+CONFIG_MIN_SLOPE_POINTS = 4
 
 # --- single-point excursions -------------------------------------------------------------------
 #: A point is an excursion when its robust z against its neighbours (:func:`_robust_z`) is at
@@ -316,6 +323,8 @@ class _Growth:
         last_hi_ratio: upper Theil-Sen bound over the last part / overall slope.
         last_slope: Theil-Sen slope over the last part, series unit per step.
         p: one-sided p of the trend test that applies (stratified with a config).
+        rank_test_required: True when ``p < ALPHA`` is required (no STRONG_BIC bypass): growth
+            within config segments is straight, where the rank test has its full power.
     """
 
     rel_growth: float
@@ -324,6 +333,7 @@ class _Growth:
     last_hi_ratio: float
     last_slope: float
     p: float
+    rank_test_required: bool = False
 
 
 @dataclass(frozen=True)
@@ -926,9 +936,21 @@ def _config_segments(labels: Sequence[str]) -> list[slice]:
     return [slice(a, b) for a, b in zip(edges[:-1], edges[1:], strict=True)]
 
 
+def _slope_segments(segments: list[slice]) -> list[slice]:
+    """The config segments of at least :data:`CONFIG_MIN_SLOPE_POINTS` points (they carry the
+    within-segment slope)."""
+    return [seg for seg in segments if seg.stop - seg.start >= CONFIG_MIN_SLOPE_POINTS]
+
+
 def _fit_config(d: _Data, segments: list[slice]) -> list[_Fit]:
     """One mean per config segment (change points known: k = segments), and the same with one
-    common slope within segments (k = segments + 1)."""
+    common slope within segments (k = segments + 1).
+
+    The common slope is the pooled weighted least-squares slope within the segments of
+    :data:`CONFIG_MIN_SLOPE_POINTS`+ points (no such segment: no sloped model); every segment
+    follows it around its own weighted mean, ``level_j + slope * (x - xbar_j)``, so a short
+    segment takes the slope without informing it.
+    """
     m = len(segments)
     onehot = np.zeros((d.n, m))
     for j, seg in enumerate(segments):
@@ -939,12 +961,19 @@ def _fit_config(d: _Data, segments: list[slice]) -> list[_Fit]:
     cp = int(d.x[segments[1 + int(np.argmax(shifts))].start])
     step_predict = _step_predict(bounds, means)
     step = _Fit("config_step", m, _wrss(d, step_predict(d.x)), step_predict, change_point=cp)
-    coef = _wls(np.column_stack([onehot, d.x]), d)
-    levels, slope = coef[:m], float(coef[m])
+    carrying = _slope_segments(segments)
+    if not carrying:
+        return [step]
+    ww = d.w**2
+    xbar = np.array([float(np.sum(ww[seg] * d.x[seg]) / np.sum(ww[seg])) for seg in segments])
+    xc = d.x - onehot @ xbar  # x around its segment's weighted mean
+    idx = np.concatenate([np.arange(seg.start, seg.stop) for seg in carrying])
+    sxx = float(np.sum(ww[idx] * xc[idx] ** 2))
+    slope = float(np.sum(ww[idx] * xc[idx] * d.y[idx]) / sxx) if sxx > 0 else 0.0
 
     def lin_predict(q: FloatArray) -> FloatArray:
-        idx = np.searchsorted(bounds, q, side="right")
-        return np.asarray(levels[idx] + slope * q, dtype=np.float64)
+        j = np.searchsorted(bounds, q, side="right")
+        return np.asarray(means[j] + slope * (q - xbar[j]), dtype=np.float64)
 
     lin = _Fit(
         "config_linear",
@@ -1018,23 +1047,29 @@ def _best_trend(fits: list[_Fit], bic: dict[str, float]) -> _Fit:
 def _growth(fit: _Fit, d: _Data, trend: _Trend, segments: list[slice] | None) -> _Growth:
     """Rise over the series (relative and in sigmas), end slope and last-part slope ratios.
 
-    With config segments (``config_linear``) the level shifts are removed first: the rise is
-    the within-segment slope times the span, and the last part is tested on the series minus
-    each segment's level.
+    With config segments (``config_linear``) the evidence is the same as for plain growth, but
+    measured within the segments that carry the slope (:func:`_slope_segments`): the trend test
+    is the stratified Mann-Kendall test over them (required: no STRONG_BIC bypass), the rise is
+    the slope times the steps they span, relative to their median level (not to the first
+    segment's: a switch 54 -> 257 s is no growth), and the last part is tested on the series
+    minus each segment's level.
     """
     x, y, n = d.x, d.y, d.n
     end_slope, mean_slope = _slope_at_end(fit, x)
     span = float(x[-1] - x[0])
     p, ref, tail = trend.p_up, max(trend.slope, mean_slope), y
-    if fit.name == "config_linear" and segments is not None:
-        p = _stratified_mk_p(y, segments)
+    f0 = float(fit.predict(x[:1])[0])
+    level = f0 if f0 > 0 else d.scale
+    config = fit.name == "config_linear" and segments is not None
+    if config and segments is not None:
+        carrying = _slope_segments(segments)
+        p = _stratified_mk_p(y, carrying)
         mean_slope = ref = end_slope  # the within-segment slope
         tail = y - fit.predict(x) + end_slope * x  # level shifts removed
-    f0 = float(fit.predict(x[:1])[0])
+        span = float(sum(x[seg.stop - 1] - x[seg.start] for seg in carrying))
+        inside = np.concatenate([y[seg] for seg in carrying])
+        level = float(np.median(inside)) if float(np.median(inside)) > 0 else d.scale
     rise = mean_slope * span
-    level = f0 if f0 > 0 else d.scale
-    if fit.name == "config_linear":  # the rise is within segments: relative to their level,
-        level = d.scale  # not to the first segment's (a switch 54 -> 257 s is no growth)
     resid_sd = math.sqrt(fit.rss / (n - fit.k)) if n > fit.k else d.sigma
     noise = max(d.sigma, resid_sd, d.floor) * d.level_factor(level)
     m = max(3, math.ceil(LAST_PART_FRACTION * n))
@@ -1046,6 +1081,7 @@ def _growth(fit: _Fit, d: _Data, trend: _Trend, segments: list[slice] | None) ->
         last_hi_ratio=last_hi / ref if ref > 0 else 0.0,
         last_slope=last_slope,
         p=p,
+        rank_test_required=config,
     )
 
 
@@ -1053,7 +1089,7 @@ def _is_accumulating(g: _Growth, delta: float) -> bool:
     """All conditions of the module docstring, step 6 (delta: BIC margin of growth, > 0)."""
     return (
         delta > GROWTH_BIC_MARGIN
-        and (g.p < ALPHA or delta >= STRONG_BIC)
+        and (g.p < ALPHA or (delta >= STRONG_BIC and not g.rank_test_required))
         and g.rel_growth >= MIN_REL_GROWTH
         and g.sigmas >= MIN_GROWTH_SIGMAS
         and g.end_ratio >= PERSIST_FRACTION

@@ -348,7 +348,7 @@ class ProcessAnalysis:
     label: str
     rank: int | None
     pid: int | None
-    step_source: str  # 'markers' | 'rhythm' | 'bursts' | 'none'
+    step_source: str  # 'markers' | 'rhythm' | 'bursts' | 'sampled' | 'none'
     steps: tuple[StepRow, ...]
     ops: tuple[OpStats, ...]
     calls: CallPoints
@@ -388,7 +388,8 @@ class RankSeries:
         rank: the rank, None when unknown.
         host: host name from the trace, None when unknown.
         pid: process id, None when unknown.
-        step_source: where the steps came from (``markers`` | ``rhythm`` | ``bursts``).
+        step_source: where the steps came from (``markers`` | ``rhythm`` | ``bursts`` |
+            ``sampled``).
         steps: step numbers.
         weight_sync_s: weight-sync time of each step, s (None where unknown).
         step_s: step time, s.

@@ -22,6 +22,7 @@ from wsprof.analysis.model import (
 )
 from wsprof.analysis.phases import patterns_from_meta, window_summaries
 from wsprof.analysis.rhythm import steps_from_rhythm
+from wsprof.analysis.sampled_steps import steps_from_windows
 from wsprof.analysis.samples import early_late_shift, early_late_stacks, hot_frames, hot_stacks
 from wsprof.analysis.steps import steps_from_bursts, steps_from_markers, sync_spans
 from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow, Site, Span
@@ -354,6 +355,10 @@ def join_samples(
     patterns = patterns_from_meta(meta, windows)
     summaries = window_summaries(windows, patterns)
     flame = early_late_stacks(windows)
+    if not pa.steps:
+        sampled = steps_from_windows(summaries)
+        if sampled:
+            pa = replace(pa, steps=tuple(sampled), step_source="sampled")
     return replace(
         pa,
         hot_frames=tuple(hot_frames(windows)),

@@ -68,7 +68,8 @@ def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
     if not rows:
         return []
     # From bursts the last step has no following burst: its step time is cut short.
-    full = rows[:-1] if pa.step_source in ("bursts", "rhythm") and len(rows) > 1 else rows
+    full = (rows[:-1] if pa.step_source in ("bursts", "rhythm", "sampled") and len(rows) > 1
+            else rows)
     out = [
         _series("weight_sync_s", "s", rows, [r.own_sync_s for r in rows]),
         _series("sync_wait_s", "s", rows, [r.sync_wait_s for r in rows]),
@@ -359,6 +360,10 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
     if analyses and analyses[0].step_source == "bursts":
         notes.append("no step markers: steps were found as bursts of collectives separated by "
                      "idle time; rollout and train times are unknown")
+    if analyses and analyses[0].step_source == "sampled":
+        notes.append("no step markers and no collectives recorded: steps were cut from the "
+                     "phases py-spy sampled (a rollout after the other phases starts a step); "
+                     "phase times are sample shares of the windows")
     if analyses and analyses[0].step_source == "none":
         if analyses[0].windows:
             notes.append("no steps: py-spy sampling windows stand in for steps (per-window "

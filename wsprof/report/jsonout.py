@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any
 
+from wsprof.analysis.kinds import ACCUMULATING_KINDS
 from wsprof.analysis.model import Analysis, Coverage, GrowthVerdict, RankSeries
 
 
@@ -43,24 +44,29 @@ def _rank(r: RankSeries) -> dict[str, Any]:
 
 
 def to_dict(analysis: Analysis) -> dict[str, Any]:
-    """The JSON document: ``series`` (name, unit, shape, accumulating, confidence,
-    slope_per_step, growth_factor_per_step, change_point, projection {step, value}, steps,
-    values), ``findings`` (kind, severity, title, evidence, where, next_step), ``steps`` of the
-    primary process, ``notes``, ``wrappers`` (the wrapper audit: api, kind, qualname, module,
-    file, line, wraps, after_patch, between_s), ``windows`` of the primary process (its py-spy
-    sampling windows: index, t_start_ns, t_end_ns, n_samples, n_active, top_frame {frame,
-    samples, total, share} or null, common_frame, phase_shares, phase_samples, rollout_share,
-    weight_sync_share), ``phase_source`` (where the phase patterns came from) and
-    ``frame_shift`` (first windows against last: k, n_windows, early_total, late_total,
-    gained and lost [{frame, early_share, late_share, change}]), ``ranks`` (every process with
-    steps: label, rank, host, pid, step_source, clock, wrapper, steps, weight_sync_s, step_s,
-    between_layers_s, start_s and sync_start_s on the run clock, median_weight_sync_s,
-    median_step_s, sync_lag_s, and the verdicts ``sync`` and ``between`` {shape, accumulating,
-    confidence, slope_per_step} or null), ``coverage`` (the audit of c10d's issued collectives
-    against what was recorded: status complete | incomplete | unknown | not_audited, lines
-    (what to say first), groups [{label, rank, group, backend, issued, recorded, missing,
-    first_step, last_step, short_steps}], not_audited; null for a series file). Non-finite
-    numbers become null."""
+    """The JSON document: ``verdict`` {status problems | no_problem | inconclusive, n_problems,
+    reasons}, ``series`` (name, unit, kind (duration, bytes, resource_count, monotonic_counter,
+    quality, lr_schedule, rate, other; null when not classified), judged (its kind can
+    accumulate), shape, accumulating, confidence, slope_per_step (per logged step),
+    growth_factor_per_step, change_point (a position in steps/values), change_point_step,
+    outlier_steps, projection {step, value}, steps, values), ``findings`` (kind, severity,
+    title, evidence, where, next_step), ``steps`` of the primary process (with sync_wait_s:
+    waiting for slower ranks, and own_sync_s: weight sync less that wait), ``notes``,
+    ``wrappers`` (the wrapper audit: api, kind, qualname, module, file, line, wraps,
+    after_patch, between_s), ``windows`` of the primary process (its py-spy sampling windows:
+    index, t_start_ns, t_end_ns, n_samples, n_active, top_frame {frame, samples, total, share}
+    or null, common_frame, phase_shares, phase_samples, rollout_share, weight_sync_share),
+    ``phase_source`` (where the phase patterns came from) and ``frame_shift`` (first windows
+    against last: k, n_windows, early_total, late_total, gained and lost [{frame, early_share,
+    late_share, change}]), ``ranks`` (every process with steps: label, rank, host, pid,
+    step_source, clock, wrapper, steps, weight_sync_s, step_s, between_layers_s, start_s and
+    sync_start_s on the run clock, median_weight_sync_s, median_step_s, sync_lag_s, and the
+    verdicts ``sync`` and ``between`` {shape, accumulating, confidence, slope_per_step} or
+    null), ``coverage`` (the audit of c10d's issued collectives against what was recorded:
+    status complete | incomplete | unknown | not_audited, lines (what to say first), groups
+    [{label, rank, group, backend, issued, recorded, missing, first_step, last_step,
+    short_steps}], not_audited; null for a series file). Non-finite numbers become null.
+    """
     series = []
     for r in analysis.series:
         v = r.verdict
@@ -68,12 +74,17 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             {
                 "name": r.series.name,
                 "unit": r.series.unit,
+                "kind": r.series.kind,
+                "judged": r.series.kind is None or r.series.kind in ACCUMULATING_KINDS,
                 "shape": v.shape,
                 "accumulating": v.accumulating,
                 "confidence": v.confidence,
                 "slope_per_step": v.slope_per_step,
                 "growth_factor_per_step": v.growth_factor_per_step,
                 "change_point": v.change_point,
+                "change_point_step": None if v.change_point is None
+                else r.series.steps[v.change_point],
+                "outlier_steps": list(v.outlier_steps),
                 "projection": None
                 if v.projection is None
                 else {"step": v.projection.step, "value": v.projection.value},
@@ -107,6 +118,8 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
                 "n_calls": s.n_calls,
                 "between_layers_s": s.between_layers_s,
                 "sync_gap_s": s.sync_gap_s,
+                "sync_wait_s": s.sync_wait_s,
+                "own_sync_s": s.own_sync_s,
             }
             for s in pa.steps
         ]

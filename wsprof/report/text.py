@@ -191,16 +191,21 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10
         lines.append(f"steps of {pa.label} (from {pa.step_source}):")
         lines.append(
             f"{'step':>5} {'step s':>9} {'rollout':>9} {'share':>6} {'sync s':>9} "
-            f"{'calls':>6} {'between s':>10}"
+            f"{'wait s':>8} {'calls':>6} {'between s':>10}"
         )
         for s in pa.steps:
             roll = f"{s.rollout_s:9.3f}" if s.rollout_s is not None else f"{'-':>9}"
             share = f"{s.rollout_share:6.0%}" if s.rollout_share is not None else f"{'-':>6}"
-            sync = f"{s.weight_sync_s:9.3f}" if s.weight_sync_s is not None else f"{'-':>9}"
+            own = s.own_sync_s
+            sync = f"{own:9.3f}" if own is not None else f"{'-':>9}"
+            wait = f"{s.sync_wait_s:8.3f}" if s.sync_wait_s is not None else f"{'-':>8}"
             lines.append(
-                f"{s.step:>5} {s.step_s:9.3f} {roll} {share} {sync} {s.n_calls:>6} "
+                f"{s.step:>5} {s.step_s:9.3f} {roll} {share} {sync} {wait} {s.n_calls:>6} "
                 f"{s.between_layers_s:10.3f}"
             )
+        if any(s.sync_wait_s for s in pa.steps):
+            lines.append("sync s: the rank's own weight-sync time; wait s: waiting for slower "
+                         "ranks to join it")
     if len(analysis.ranks) >= 2:
         lines += _ranks_lines(analysis)
     if pa is not None and pa.windows:
