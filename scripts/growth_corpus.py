@@ -27,11 +27,15 @@ classifier's thresholds:
   series, then flat for at least ``max(4, n/3)`` points (so at least 5 points in all). The
   fairness rule: a flat part must be long enough to be *seen* to be flat. Over 3 points no trend
   test can tell flat from rising (the smallest one-sided Mann-Kendall p of 3 points is 1/6; of
-  4 points 1/24 < 5%), and a pause of a few points shorter than a third of the series is what a
-  noisy rise shows by chance (the demo 0.83, 1.55, 2.13, 2.66, 3.68, 3.08, 4.48, 3.63 s is
-  growth); a "plateau" with a flat part of 2-3 points cannot be told from noisy growth by any
-  method, so it would be a labelling error. This is the classifier's own definition of a plateau
-  (``PLATEAU_MIN_FLAT_POINTS``, ``PLATEAU_MIN_FLAT_FRACTION`` in ``wsprof.analysis.growth``).
+  4 points 1/24 < 5%), and a pause shorter than a third of the series is what a noisy rise
+  shows by chance; a "plateau" with a flat part of 2-3 points cannot be told from noisy growth
+  by any method, so it would be a labelling error (even 4 of 8 points stay ambiguous at 10%
+  noise: the demo 0.83, 1.55, 2.13, 2.66, 3.68, 3.08, 4.48, 3.63 s must be growth). This is
+  the classifier's own definition of a plateau (``PLATEAU_MIN_FLAT_POINTS``,
+  ``PLATEAU_MIN_FLAT_FRACTION`` in ``wsprof.analysis.growth``). And the stop must be visible:
+  the rise is redrawn until the plateau's distance from its best straight line (the
+  noncentrality, as for curvature below) is at least 3 noise units; a smaller bend cannot be
+  told from a rise that goes on, as a smaller rise cannot be told from noise.
 * **Warm-up:** the first 1-3 points 20-300% off the level (log-uniform; up 70% of the time, as
   first steps are usually slower), later warm-up points decaying by a factor 0.3-1 each, and at
   least 3 flat points after them ("then flat" cannot be seen in two points: any two points are
@@ -220,10 +224,13 @@ def _gen_sawtooth(rng: np.random.Generator, u: np.ndarray, sigma: float) -> np.n
 def _gen_plateau(rng: np.random.Generator, u: np.ndarray, sigma: float) -> np.ndarray:
     """A ramp over the first ``m`` intervals, then flat for ``max(4, n/3)``+ points."""
     n = u.size
-    g = _growth_rise(rng, sigma)
     min_flat = max(PLATEAU_MIN_FLAT, math.ceil(PLATEAU_MIN_FLAT_FRACTION * n))
     m = min(max(1, round(rng.uniform(0.2, 0.5) * n)), n - min_flat)  # points m.. are flat
-    return 1 + g * np.minimum(1.0, u / u[m])
+    for _ in range(100):  # the rise, redrawn until the stop is visible (module docstring)
+        f = 1 + _growth_rise(rng, sigma) * np.minimum(1.0, u / u[m])
+        if _line_distance(f, sigma, u) >= CURVATURE_VISIBLE:
+            break
+    return f
 
 
 def _gen_spike(rng: np.random.Generator, n: int, sigma: float) -> tuple[np.ndarray, frozenset[str]]:
@@ -243,9 +250,7 @@ def _gen_linear_dips(rng: np.random.Generator, u: np.ndarray, sigma: float) -> n
     return f
 
 
-def _gen_config_switch(
-    rng: np.random.Generator, n: int
-) -> tuple[np.ndarray, tuple[str, ...]]:
+def _gen_config_switch(rng: np.random.Generator, n: int) -> tuple[np.ndarray, tuple[str, ...]]:
     cp = int(rng.integers(1, 4))
     ratio = _log_uniform(rng, 1.5, 10.0)
     ratio = ratio if rng.random() < 0.5 else 1 / ratio

@@ -376,3 +376,33 @@ def test_early_config_switch_is_a_step_change(values: list[float], config: list[
     switch = config.index("b")
     assert v.change_point == switch  # a position; its step:
     assert v.evidence["change_point_step"] == steps[switch]
+
+
+@pytest.mark.parametrize(
+    ("values", "config"),
+    [
+        # corpus misses: three rising points before the switch carried the config slope
+        ([1265.0, 1297.0, 1324.0, 2558.0, 2550.0], ["a"] * 3 + ["b"] * 2),
+        # a rise across the switch, with no segment long enough to see growth in
+        ([3.778, 4.021, 4.664, 6.336, 7.191], ["a"] * 3 + ["b"] * 2),
+        # four rising points after the switch (Mann-Kendall p = 1/24 at best)
+        ([0.4855, 1.881, 1.902, 1.986, 2.176], ["a"] + ["b"] * 4),
+    ],
+)
+def test_chance_rise_inside_short_config_segments_is_no_growth(
+    values: list[float], config: list[str]
+) -> None:
+    v = classify(values, steps=range(768, 768 + 9 * len(values), 9), config=config)
+    assert not v.accumulating, v.evidence
+    assert v.shape == "step_change"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_growth_across_a_config_switch_is_found_within_segments(seed: int) -> None:
+    """A leak that goes on through a switch (level shift at the switch) is still growth: both
+    segments are long enough to carry the slope."""
+    t = np.arange(24, dtype=float)
+    f = np.where(t < 10, 100.0, 160.0) + 3.0 * t
+    v = classify(_noisy(f, 0.02, seed), config=["a"] * 10 + ["b"] * 14)
+    assert v.accumulating and v.shape in GROWING_SHAPES, v.evidence
+    assert v.evidence["growth_p"] < 0.05

@@ -97,7 +97,7 @@ def test_cycle_cut_goes_before_the_longest_pause() -> None:
     cyc = find_cycle(tokens(calls), idle_before(calls))
     assert cyc is not None and cyc.n_steps == 6
     assert all(str(calls.op[i]) == "barrier" for i in cyc.starts)
-    assert cyc.coverage > 0.95
+    assert cyc.coverage > 0.8
 
 
 def test_peer_waits_only_where_ranks_met() -> None:

@@ -28,7 +28,8 @@ Method:
    step change (two means, best split); warm-up (the first 1-3 points free, then constant);
    plateau (a ramp that stops, ``c + s * min(0, x - knot)``); sawtooth, either from >= 2 large
    resets (periods may differ) or strictly periodic (period and phase by grid search); and, with
-   a config, one mean per config segment, with and without a common slope. Models with free
+   a config, one mean per config segment, with and without a common slope (estimated within
+   the segments of :data:`CONFIG_MIN_SLOPE_POINTS`+ points only). Models with free
    positions (warm-up, step, plateau, sawtooth) must also be *visible*: the warm-up points, the
    step and the sawtooth's rise at least 3 residual SDs (the usual 3-sigma rule), the plateau's
    flat part really flat. Searching every position otherwise lets them absorb noise, which BIC's
@@ -44,12 +45,15 @@ Method:
 6. **Verdict.** ``accumulating`` needs all of: the best growth model beats every non-growth
    model by BIC; Mann-Kendall one-sided p below :data:`ALPHA` (or growth's BIC lead at least
    :data:`STRONG_BIC`, for convex growth concentrated in the last points, which rank tests
-   under-detect); a fitted rise over the series of at least :data:`MIN_REL_GROWTH` of the
-   starting level and :data:`MIN_GROWTH_SIGMAS` noise sigmas; and growth still present at the end
-   (the model's end slope, and the upper Theil-Sen bound over the last part, at least
-   :data:`PERSIST_FRACTION` of the overall slope), so a plateau is rejected. Otherwise the shape
-   is the best non-growth model (a plateau is reported as ``warmup_then_flat``: the series
-   settled after an early rise; :data:`~wsprof.analysis.model.SHAPES` has no plateau); a
+   under-detect; with a config, the stratified test over the segments of
+   :data:`CONFIG_MIN_SLOPE_POINTS`+ points, always: a rise across a switch is confounded with
+   the switch); a fitted rise over the series of at least :data:`MIN_REL_GROWTH` of the
+   starting level and :data:`MIN_GROWTH_SIGMAS` noise sigmas (within config segments: the
+   within-segment slope over the steps they span, relative to their level); and growth still
+   present at the end (the model's end slope, and the upper Theil-Sen bound over the last part,
+   at least :data:`PERSIST_FRACTION` of the overall slope), so a plateau is rejected. Otherwise
+   the shape is the best non-growth model (a plateau is reported as ``warmup_then_flat``: the
+   series settled after an early rise; :data:`~wsprof.analysis.model.SHAPES` has no plateau); a
    significantly decreasing series is ``linear`` with ``accumulating=False`` and a negative
    slope.
 7. **Very short series.** 1-2 points: flat, not accumulating, confidence
@@ -175,12 +179,13 @@ FLAT_ENDED_MODELS = frozenset({"constant", "warmup", "plateau"})
 #: Models with a level change that a config switch at the same step makes a ``step_change``.
 LEVEL_CHANGE_MODELS = frozenset({"warmup", "plateau", "step"})
 #: Fewest points of a config segment whose own values inform the within-segment slope
-#: (``config_linear``) and its stratified Mann-Kendall test: the fewest in which a rank test can
-#: see a rise at all (the smallest one-sided Mann-Kendall p of 4 points is 1/24 < ALPHA, of 3
-#: points 1/6), as for a plateau's flat part (:data:`PLATEAU_MIN_FLAT_POINTS`). Shorter
-#: segments get the common slope but do not carry it: 3 rising points before a switch are no
-#: evidence of growth.
-CONFIG_MIN_SLOPE_POINTS = 4
+#: (``config_linear``) and its stratified Mann-Kendall test: as many as a series needs to be
+#: judged by the trend test at all (3-4 points are judged by the stricter short-series rule,
+#: every increment >= SHORT_MIN_STEP_GROWTH, because a rank test over them is at its floor: the
+#: smallest one-sided Mann-Kendall p of 3 points is 1/6, of 4 points 1/24, just under ALPHA).
+#: Shorter segments get the common slope but do not carry it: 3 rising points before a switch
+#: are no evidence of growth.
+CONFIG_MIN_SLOPE_POINTS = 5
 
 # --- single-point excursions -------------------------------------------------------------------
 #: A point is an excursion when its robust z against its neighbours (:func:`_robust_z`) is at
@@ -323,8 +328,9 @@ class _Growth:
         last_hi_ratio: upper Theil-Sen bound over the last part / overall slope.
         last_slope: Theil-Sen slope over the last part, series unit per step.
         p: one-sided p of the trend test that applies (stratified with a config).
-        rank_test_required: True when ``p < ALPHA`` is required (no STRONG_BIC bypass): growth
-            within config segments is straight, where the rank test has its full power.
+        rank_test_required: True when ``p < ALPHA`` is required (no STRONG_BIC bypass): with
+            config segments, where a rise across a switch is confounded with the switch and the
+            stratified test must see it within segments.
     """
 
     rel_growth: float
@@ -1047,12 +1053,14 @@ def _best_trend(fits: list[_Fit], bic: dict[str, float]) -> _Fit:
 def _growth(fit: _Fit, d: _Data, trend: _Trend, segments: list[slice] | None) -> _Growth:
     """Rise over the series (relative and in sigmas), end slope and last-part slope ratios.
 
-    With config segments (``config_linear``) the evidence is the same as for plain growth, but
-    measured within the segments that carry the slope (:func:`_slope_segments`): the trend test
-    is the stratified Mann-Kendall test over them (required: no STRONG_BIC bypass), the rise is
-    the slope times the steps they span, relative to their median level (not to the first
-    segment's: a switch 54 -> 257 s is no growth), and the last part is tested on the series
-    minus each segment's level.
+    With config segments the trend test is the stratified Mann-Kendall test over the segments
+    that can carry a slope (:func:`_slope_segments`; p = 1 without one), and it is required (no
+    STRONG_BIC bypass), whatever the growth model: a rise across a switch is confounded with the
+    switch, so growth must be seen within segments. For ``config_linear`` the other evidence is
+    the same as for plain growth, measured within those segments too: the rise is the slope
+    times the steps they span, relative to their median level (not to the first segment's: a
+    switch 54 -> 257 s is no growth), and the last part is tested on the series minus each
+    segment's level.
     """
     x, y, n = d.x, d.y, d.n
     end_slope, mean_slope = _slope_at_end(fit, x)
@@ -1060,10 +1068,11 @@ def _growth(fit: _Fit, d: _Data, trend: _Trend, segments: list[slice] | None) ->
     p, ref, tail = trend.p_up, max(trend.slope, mean_slope), y
     f0 = float(fit.predict(x[:1])[0])
     level = f0 if f0 > 0 else d.scale
-    config = fit.name == "config_linear" and segments is not None
-    if config and segments is not None:
-        carrying = _slope_segments(segments)
-        p = _stratified_mk_p(y, carrying)
+    config = segments is not None
+    if segments is not None:  # a rise across a switch is confounded with it: growth must be
+        carrying = _slope_segments(segments)  # seen within the segments (any growth model)
+        p = _stratified_mk_p(y, carrying) if carrying else 1.0
+    if fit.name == "config_linear" and segments is not None:
         mean_slope = ref = end_slope  # the within-segment slope
         tail = y - fit.predict(x) + end_slope * x  # level shifts removed
         span = float(sum(x[seg.stop - 1] - x[seg.start] for seg in carrying))
@@ -1349,11 +1358,19 @@ def _tail_rises(d: _Data, start: int, line_slope: float) -> bool:
     over them alone says so (one-sided p < ALPHA) and their Theil-Sen slope is at least
     PERSIST_FRACTION of ``line_slope``, the straight line's over the whole series (the fraction
     the growth verdict's persistence check uses: a flat part that creeps up at a small fraction
-    of the rise is still the end of the rise)."""
+    of the rise is still the end of the rise); and that slope over the flat part's steps is a
+    rise the growth verdict would take (the same effect sizes: :data:`MIN_REL_GROWTH` of the
+    flat part's level and :data:`MIN_GROWTH_SIGMAS` robust noise sigmas there)."""
     if d.n - start < 3 or line_slope <= 0:
         return False
-    tail = _trend(d.x[start:], d.y[start:])
-    return tail.p_up < ALPHA and tail.slope >= PERSIST_FRACTION * line_slope
+    x, y = d.x[start:], d.y[start:]
+    tail = _trend(x, y)
+    if tail.p_up >= ALPHA or tail.slope < PERSIST_FRACTION * line_slope:
+        return False
+    rise = tail.slope * float(x[-1] - x[0])
+    level = float(np.median(y))
+    noise = max(d.sigma, d.floor) * d.level_factor(level)
+    return rise >= MIN_GROWTH_SIGMAS * noise and (level <= 0 or rise >= MIN_REL_GROWTH * level)
 
 
 def _rise_goes_on(

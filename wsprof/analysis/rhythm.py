@@ -10,14 +10,23 @@ hide the steps it slows down.
 
 Method:
 
-1. **Tokens.** Each call is a token ``(op, site, group, bytes)``; runs of one repeated token
-   are collapsed into one item ``(token, run length)`` (16 equal broadcasts in a row are one
-   item), so that a per-parameter loop does not look like 16 steps.
-2. **Period.** Items that occur ``k >= MIN_RHYTHM_STEPS`` times are candidates for a step
-   count ``S``: an item of a per-step pattern occurs a multiple of ``S`` times. The largest
-   ``S`` whose multiples cover at least :data:`MIN_COVERAGE` of the calls wins (the smallest
-   would always be 1), and at least one item must occur exactly ``S`` times in order (the
-   anchors). Items seen fewer times (set-up, a checkpoint) are left out of the count.
+1. **Tokens.** Each call is a token ``(op, site, group, bytes)``; a run of one repeated token
+   is one item (16 equal broadcasts in a row are one item), so that a per-parameter loop
+   does not look like 16 steps. The run's length is part of the item (FSDP's six forward
+   gathers are not its single backward one); when no period is found so, it is left out (a
+   loop whose length changes from step to step).
+2. **Period.** The step is the shortest lag ``P`` at which the item sequence matches itself
+   (the fraction of items equal to the item ``P`` later) nearly as well as at any lag
+   (:data:`MATCH_TOL`), and at least :data:`MIN_MATCH`: the same autocorrelation idea as
+   period detection in time series, on symbols. A lag of two steps matches as well but is
+   longer; an inner loop (decode tokens, micro-batches, two pushes) matches far worse, as
+   the rest of the step breaks it; an inserted evaluation costs one period of matches, not
+   the rest of the run. When no lag matches, loops of a few items repeated a varying number
+   of times (decoding) are collapsed to one item each and the search is repeated.
+   The period may hold several steps (an extra call every third step makes the period three
+   steps long). **Anchors** are items, or pairs of an item and the one before it, whose
+   occurrences split the period into ``k >= 1`` nearly equal parts (:data:`STEP_EVENNESS`);
+   the largest ``k`` wins, and each occurrence of the chosen anchor starts a step.
 3. **Phase.** Among the anchors, the cut goes before the one with the longest median idle gap
    in front of it (the compute between one step's collectives and the next's), but never
    inside a loop (between two calls of one op from one site, as a per-parameter push is):
@@ -26,13 +35,15 @@ Method:
    (:data:`SYNC_OPS`: broadcast, all-gather, scatter, point-to-point; never a barrier or a
    reduction) of at least :data:`MIN_SYNC_CALLS` calls; its span, first start to last
    completion, time between the calls included (that is where a wrapper's overhead lives).
+   In a step with reduce-scatters (FSDP/ZeRO training), only runs after the last of them
+   count: the all-gathers of forward and backward gather parameters for training, the
+   weight push comes after the optimizer step.
 
 Pure numpy over a :class:`~wsprof.trace.model.CallTable`; no torch.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,13 +55,34 @@ from wsprof.trace.model import CallTable
 
 #: Fewest repetitions that make a rhythm (fewer are not a curve either: see growth).
 MIN_RHYTHM_STEPS = 3
-#: The items of the per-step pattern cover at least this fraction of all calls: what is left
-#: is set-up, tear-down and occasional work (evaluation, checkpoints).
-MIN_COVERAGE = 0.8
+#: A period must make at least this fraction of the items match the item one period later:
+#: what does not is set-up, tear-down and occasional work (an evaluation, a checkpoint: each
+#: insertion costs one period of matches, so 2 of 10 steps with extra work still match 0.8).
+MIN_MATCH = 0.6
+#: The step is the *shortest* period whose match is within this of the best: its multiples
+#: match as well (two steps are a period too), an inner loop (decode tokens, micro-batches)
+#: matches much worse, since the rest of the step breaks it.
+MATCH_TOL = 0.03
+#: Steps cut at an anchor are nearly equal in items: the 90th percentile of the distances
+#: between its occurrences at most this multiple of the 10th (plus one item, for a step with
+#: one extra call); an item of an inner loop recurs tightly and then after the rest of a step.
+STEP_EVENNESS = 1.25
+#: Largest coefficient of variation of the calls per step: decoding a varying number of
+#: tokens moves a step's count by tens of percent, a step that is noise by more than half.
+MAX_CALLS_CV = 0.5
+#: Longest step searched, in items (runs of calls).
+MAX_PERIOD_ITEMS = 20_000
+#: Positions sampled to measure a period's match (enough for a 1% estimate).
+MATCH_SAMPLE = 4096
+#: Longest unit (in items) of a loop collapsed to one item when no period is found without.
+MAX_LOOP_UNIT = 4
 #: Canonical ops that push weights from a trainer to engines (or gather full weights).
 SYNC_OPS = frozenset({
     "broadcast", "all_gather", "all_gather_into_tensor", "scatter", "send", "recv", "batch_p2p",
 })
+#: Ops of sharded training's backward (FSDP, ZeRO): the all-gathers before the last of them in
+#: a step gather parameters for forward and backward, not weights for the engines.
+TRAINING_GATHER_AFTER = frozenset({"reduce_scatter", "reduce_scatter_tensor"})
 #: A weight sync is a run of at least this many sync collectives (a lone broadcast of a flag
 #: or of the step number is not one).
 MIN_SYNC_CALLS = 3
@@ -63,7 +95,7 @@ class Cycle:
     Attributes:
         n_steps: repetitions found (S).
         starts: index of the call that starts each repetition, shape (S,), increasing.
-        coverage: fraction of the calls whose item recurs a multiple of S times.
+        coverage: the period's match: fraction of items equal to the item one period later.
     """
 
     n_steps: int
@@ -87,13 +119,83 @@ def loop_keys(calls: CallTable) -> npt.NDArray[np.int64]:
                        count=len(calls))
 
 
-def _items(tok: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], list[tuple[int, int]]]:
-    """Run-length items: the index of each run's first call, and each run's (token, length)."""
+def _runs(tok: npt.NDArray[np.int64], with_length: bool) -> tuple[
+        npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Runs of one repeated token: the index of each run's first call and its item, the token
+    and the run's length (``with_length``) or the token alone (a loop of 10 or of 12 equal
+    calls is then the same item)."""
     if len(tok) == 0:
-        return np.zeros(0, np.int64), []
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     first = np.concatenate(([0], np.nonzero(np.diff(tok))[0] + 1)).astype(np.int64)
+    if not with_length:
+        return first, tok[first]
     lengths = np.diff(np.concatenate((first, [len(tok)])))
-    return first, list(zip(tok[first].tolist(), lengths.tolist()))
+    ids: dict[tuple[int, int], int] = {}
+    items = np.fromiter((ids.setdefault(k, len(ids)) for k in zip(tok[first].tolist(),
+                                                                  lengths.tolist())),
+                        dtype=np.int64, count=len(first))
+    return first, items
+
+
+def _collapse_loops(first: npt.NDArray[np.int64], items: npt.NDArray[np.int64]) -> tuple[
+        npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Tandem repeats of a unit of 2..:data:`MAX_LOOP_UNIT` items become one item (the unit),
+    whatever their count: a decode loop of a varying number of tokens, each with the same few
+    collectives, is one item in every step."""
+    ids: dict[tuple[int, ...], int] = {}
+    base = int(items.max()) + 1 if len(items) else 0
+    out_first: list[int] = []
+    out_items: list[int] = []
+    seq = items.tolist()
+    i, m = 0, len(seq)
+    while i < m:
+        best_u, best_reps = 0, 1
+        for u in range(2, MAX_LOOP_UNIT + 1):
+            reps = 1
+            while i + (reps + 1) * u <= m and seq[i + reps * u:i + (reps + 1) * u] == seq[i:i + u]:
+                reps += 1
+            if reps >= 2 and reps * u > best_reps * max(best_u, 1):
+                best_u, best_reps = u, reps
+        out_first.append(int(first[i]))
+        if best_u:
+            out_items.append(base + ids.setdefault(tuple(seq[i:i + best_u]), len(ids)))
+            i += best_u * best_reps
+        else:
+            out_items.append(seq[i])
+            i += 1
+    f, it = np.array(out_first, dtype=np.int64), np.array(out_items, dtype=np.int64)
+    keep = np.concatenate(([True], it[1:] != it[:-1])) if len(it) else np.zeros(0, bool)
+    return f[keep], it[keep]
+
+
+def _match(items: npt.NDArray[np.int64], max_lag: int) -> npt.NDArray[np.float64]:
+    """``match[P]``: the fraction of positions ``i`` with ``items[i] == items[i + P]``, for
+    ``P`` in 0..max_lag (on at most :data:`MATCH_SAMPLE` evenly spread positions)."""
+    m = len(items)
+    out = np.zeros(max_lag + 1)
+    n_pos = m - max_lag
+    if n_pos <= 0:
+        return out
+    pos = np.unique(np.linspace(0, n_pos - 1, min(n_pos, MATCH_SAMPLE)).astype(np.int64))
+    for lo in range(1, max_lag + 1, 2048):
+        lags = np.arange(lo, min(lo + 2048, max_lag + 1))
+        eq = items[pos[:, None]] == items[pos[:, None] + lags[None, :]]
+        out[lags] = eq.mean(axis=0)
+    return out
+
+
+def _period(items: npt.NDArray[np.int64]) -> tuple[int, float] | None:
+    """The step's length in items and its match (see :func:`find_cycle`), or None."""
+    m = len(items)
+    max_lag = min(m // MIN_RHYTHM_STEPS, MAX_PERIOD_ITEMS)
+    if max_lag < 1:
+        return None
+    match = _match(items, max_lag)
+    best = float(match[1:].max())
+    if best < MIN_MATCH:
+        return None
+    p = int(np.nonzero(match[1:] >= best - MATCH_TOL)[0][0]) + 1
+    return p, float(match[p])
 
 
 def find_cycle(tok: npt.NDArray[np.int64], idle_before_ns: npt.NDArray[np.int64],
@@ -107,44 +209,84 @@ def find_cycle(tok: npt.NDArray[np.int64], idle_before_ns: npt.NDArray[np.int64]
         loop_key: per call, (op, site) as an integer, shape (n,): a cut between two calls of
             one key would split a per-parameter loop, so such anchors come last.
     """
-    first, items = _items(tok)
-    if len(items) < MIN_RHYTHM_STEPS:
+    for with_length, collapse in ((True, False), (False, False), (False, True)):
+        first, items = _runs(tok, with_length)
+        if collapse:
+            first, items = _collapse_loops(first, items)
+        found = _period(items)
+        cyc = None if found is None else _cut(first, items, *found, idle_before_ns, loop_key)
+        if cyc is not None and _steady(cyc):
+            return cyc
+    return None
+
+
+def _steady(cyc: Cycle) -> bool:
+    """True when the steps' call counts (the last, open-ended one left out) vary by at most
+    :data:`MAX_CALLS_CV` (coefficient of variation): a random mix of two calls is periodic
+    once runs are collapsed, but its "steps" hold 1, 2, 5, ... calls."""
+    counts = np.diff(np.array(cyc.starts, dtype=np.float64))
+    if len(counts) < 2:
+        return True
+    return float(counts.std() / counts.mean()) <= MAX_CALLS_CV
+
+
+def _cut(first: npt.NDArray[np.int64], items: npt.NDArray[np.int64], period: int, match: float,
+         idle_before_ns: npt.NDArray[np.int64],
+         loop_key: npt.NDArray[np.int64] | None) -> Cycle | None:
+    """The steps of a period found in ``items``: each occurrence of the best anchor starts one
+    (see :func:`find_cycle`); None without an anchor."""
+    # Anchors: items (or pairs of an item and the one before it, for steps made of loops
+    # only) whose occurrences split the period into k nearly equal steps, k >= 1: an item of
+    # an inner loop recurs unevenly (tight in the loop, then the rest of the step).
+    pos: dict[object, list[int]] = {}
+    seq = items.tolist()
+    for i, it in enumerate(seq):
+        pos.setdefault(it, []).append(i)
+        if i:
+            pos.setdefault((seq[i - 1], it), []).append(i)
+    anchors: list[tuple[int, object]] = []
+    for key, p in pos.items():
+        if len(p) < MIN_RHYTHM_STEPS:
+            continue
+        d = np.diff(p)
+        med = float(np.median(d))
+        k = round(period / med) if med > 0 else 0
+        # k parts of about a median distance each fill the period, and the anchor occurs k
+        # times per period on average too: an inner loop's item recurs at its loop's pace
+        # (the median) but less often on average (the rest of the step), so the two differ.
+        if (k < 1 or abs(med * k - period) > 0.2 * period + 1
+                or round(period / float(np.mean(d))) != k):
+            continue
+        lo, hi = np.percentile(d, [10, 90])
+        if hi <= STEP_EVENNESS * lo + 1:
+            anchors.append((k, key))
+    if not anchors:
         return None
-    count = Counter(items)
-    calls_of = Counter[tuple[int, int]]()
-    for it in items:
-        calls_of[it] += it[1]
-    total = len(tok)
-    best: int | None = None
-    for s in sorted({c for c in count.values() if c >= MIN_RHYTHM_STEPS}, reverse=True):
-        covered = sum(n for it, n in calls_of.items() if count[it] % s == 0)
-        if covered >= MIN_COVERAGE * total:
-            best = s
-            break
-    if best is None:
-        return None
-    anchors = [it for it, c in count.items() if c == best]
-    pos: dict[tuple[int, int], list[int]] = {}
-    for i, it in enumerate(items):
-        if count[it] == best:
-            pos.setdefault(it, []).append(i)
+    k_best = max(k for k, _ in anchors)
+    cands = [key for k, key in anchors if k == k_best]
     idle = idle_before_ns[first]
 
-    def pause(it: tuple[int, int]) -> float:
-        p = pos[it]
+    def pause(key: object) -> float:
+        p = pos[key]
         return float(np.median(idle[p[1:]])) if len(p) > 1 else 0.0
 
-    def in_loop(it: tuple[int, int]) -> bool:
+    def in_loop(key: object) -> bool:
         if loop_key is None:
             return False
-        at = first[pos[it]]
+        at = first[pos[key]]
         prev = at[at > 0]
         return bool(len(prev)) and bool(np.mean(loop_key[prev - 1] == loop_key[prev]) > 0.5)
 
-    cut = max(anchors, key=lambda it: (not in_loop(it), pause(it), -pos[it][0]))
-    starts = tuple(int(first[i]) for i in pos[cut])
-    covered = sum(n for it, n in calls_of.items() if count[it] % best == 0)
-    return Cycle(best, starts, covered / total)
+    cut = max(cands, key=lambda key: (not in_loop(key), pause(key), -pos[key][0]))
+    at = list(pos[cut])
+    if isinstance(cut, tuple):
+        # A pair misses the first step, whose item follows set-up instead of a step: take the
+        # item's occurrence about a period before the pair's first.
+        earlier = [i for i in pos[cut[1]] if 0.5 * period <= at[0] - i <= 1.5 * period]
+        if earlier:
+            at.insert(0, earlier[-1])
+    starts = tuple(int(first[i]) for i in at)
+    return Cycle(len(starts), starts, match)
 
 
 def idle_before(calls: CallTable) -> npt.NDArray[np.int64]:
@@ -159,9 +301,13 @@ def idle_before(calls: CallTable) -> npt.NDArray[np.int64]:
 
 def sync_run(calls: CallTable, lo: int, hi: int) -> tuple[int, int] | None:
     """The longest run of consecutive :data:`SYNC_OPS` calls in ``[lo, hi)`` (indices, the
-    second exclusive) with at least :data:`MIN_SYNC_CALLS` calls, or None."""
-    is_sync = np.fromiter((op in SYNC_OPS for op in calls.op[lo:hi].tolist()), dtype=bool,
-                          count=hi - lo)
+    second exclusive) with at least :data:`MIN_SYNC_CALLS` calls, or None; after the last
+    reduce-scatter of the range when it has one (:data:`TRAINING_GATHER_AFTER`)."""
+    ops = calls.op[lo:hi].tolist()
+    last_rs = max((i for i, op in enumerate(ops) if op in TRAINING_GATHER_AFTER), default=-1)
+    if last_rs >= 0:
+        lo, ops = lo + last_rs + 1, ops[last_rs + 1:]
+    is_sync = np.fromiter((op in SYNC_OPS for op in ops), dtype=bool, count=len(ops))
     best: tuple[int, int] | None = None
     i = 0
     while i < len(is_sync):
