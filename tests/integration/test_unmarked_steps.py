@@ -22,10 +22,10 @@ from wsprof.analysis.run import analyze_path
 JOB = str(TARGETS / "unmarked_sync_job.py")
 
 
-def _run(tmp_path: Path, growth: int, barrier: bool) -> Analysis:
+def _run(tmp_path: Path, growth: int, barrier: bool, leak_rank: int = 0) -> Analysis:
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "GROWTH": str(growth),
-           "BARRIER": "1" if barrier else "0"}
+           "BARRIER": "1" if barrier else "0", "LEAK_RANK": str(leak_rank)}
     res = subprocess.run(
         [sys.executable, "-m", "wsprof", "run", "--out", str(out), "--", sys.executable, "-m",
          "torch.distributed.run", "--nproc-per-node", "3", "--master-addr", "127.0.0.1",
@@ -74,3 +74,14 @@ def test_healthy_twin_gets_no_warning_and_waiting_is_not_sync(tmp_path: Path,
         waits = [r.sync_wait_s for r in pa.steps[1:]]
         assert all(w is not None and w > 0.1 for w in waits), waits
         assert max(v for v in own[1:] if v is not None) < 0.1, own
+
+
+def test_leak_on_another_rank_is_named_there(tmp_path: Path) -> None:
+    # Rank 2's wrapper slows down: every rank's sync grows alike (they wait for rank 2 inside
+    # the broadcasts), but only rank 2's own time between its collectives grows.
+    a = _run(tmp_path, 12000, True, leak_rank=2)
+    sync = next(r for r in a.series if r.series.name == "weight_sync_s")
+    assert sync.verdict.accumulating
+    named = [f for f in a.findings if f.kind == "outlier_rank"]
+    assert [f.evidence["rank"] for f in named] == [2], [f.title for f in named]
+    assert "gap_growth" in named[0].evidence["reasons"]

@@ -2,13 +2,15 @@
 
 Shaped like a report from a user (issue 15): each step every rank trains (compute of uneven
 length: rank 0 is the fastest), optionally meets the others at a barrier, then rank 0 pushes
-16 parameters, one ``dist.broadcast`` each, through the user's own wrapper :func:`push`. The
-wrapper checks every earlier push for a duplicate: it scans a list that grows by ``$GROWTH``
-entries per push, so its Python overhead grows every step and sits *between* the broadcasts.
-The other ranks receive with a bare ``dist.broadcast`` and wait for rank 0.
+16 parameters, one ``dist.broadcast`` each, through the user's own wrapper :func:`push`. On
+rank ``$LEAK_RANK`` the wrapper checks every earlier push for a duplicate: it scans a list that
+grows by ``$GROWTH`` entries per push, so its Python overhead grows every step and sits
+*between* the broadcasts. The other ranks' wrapper is cheap; they wait for the slow one.
 
 Environment: ``GROWTH`` (entries per push; 0 is the healthy twin), ``STEPS`` (10),
-``BARRIER`` (1 = barrier before the sync), ``TRAIN_S`` (rank 0's compute per step, s).
+``BARRIER`` (1 = barrier before the sync), ``TRAIN_S`` (rank 0's compute per step, s),
+``LEAK_RANK`` (the rank whose wrapper scans its history, 0; every rank pushes through the
+wrapper, the others' is cheap).
 It knows nothing about wsprof: run it under ``wsprof run -- torchrun ...``.
 """
 
@@ -24,17 +26,19 @@ GROWTH = int(os.environ.get("GROWTH", "12000"))
 STEPS = int(os.environ.get("STEPS", "10"))
 BARRIER = os.environ.get("BARRIER", "1") == "1"
 TRAIN_S = float(os.environ.get("TRAIN_S", "0.15"))
+LEAK_RANK = int(os.environ.get("LEAK_RANK", "0"))
 
 _pushed: list[int] = []
 
 
-def push(t: torch.Tensor, src: int) -> None:
+def push(t: torch.Tensor, src: int, leaky: bool) -> None:
     """The user's wrapper: refuses a tensor pushed before (by scanning every earlier push)."""
-    key = id(t) & 0xFFFF
-    for k in _pushed:  # O(history): this is the bug
-        if k == key + 0x10000:
-            raise RuntimeError("pushed twice")
-    _pushed.extend([0] * GROWTH)
+    if leaky:
+        key = id(t) & 0xFFFF
+        for k in _pushed:  # O(history): this is the bug
+            if k == key + 0x10000:
+                raise RuntimeError("pushed twice")
+        _pushed.extend([0] * GROWTH)
     dist.broadcast(t, src)
 
 
@@ -57,10 +61,7 @@ def main() -> None:
         if BARRIER:
             dist.barrier()
         for p in params:
-            if rank == 0:
-                push(p, 0)
-            else:
-                dist.broadcast(p, 0)
+            push(p, 0, rank == LEAK_RANK)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -974,6 +974,15 @@ def _own_growth_s(r: RankSeries) -> float:
     return float(v.fitted[-1] - v.fitted[0])
 
 
+def _gap_growth_s(r: RankSeries) -> float:
+    """Growth of a rank's time in its weight sync outside any collective over its steps, s
+    (its fitted curve, first step to last)."""
+    v = r.gap
+    if v is None or not v.fitted:
+        return 0.0
+    return float(v.fitted[-1] - v.fitted[0])
+
+
 class OutlierRank(Rule):
     """One rank (or a few) differs from the others: its weight sync grows while theirs stays
     flat, its own time in the collectives grows while theirs does not, or its median weight-sync
@@ -1007,6 +1016,12 @@ class OutlierRank(Rule):
               if r.between is not None and r.between.accumulating
               and _own_growth_s(r) >= OUTLIER_OWN_GROWTH_SHARE * float(
                   r.median_weight_sync_s or 0.0)], "own_growth")
+        gap_grows = [r.gap is not None and r.gap.accumulating and _gap_growth_s(r)
+                     >= OUTLIER_OWN_GROWTH_SHARE * float(r.median_weight_sync_s or 0.0)
+                     for r in rows]
+        # Its own work between its collectives grows while the other ranks' does not: they
+        # wait for it inside the collectives, so every rank's sync grows alike.
+        flag([i for i in range(n) if gap_grows[i] and sum(gap_grows) <= most], "gap_growth")
         medians = [float(r.median_weight_sync_s or 0.0) for r in rows]
         z = robust_z(medians)
         med = float(np.median(medians))
@@ -1090,6 +1105,23 @@ class OutlierRank(Rule):
             parts.append(text)
             added = max(added, growth)
             if _ratio(own[0], own[-1]) >= CRITICAL_GROWTH_RATIO:
+                severity = "critical"
+        if "gap_growth" in why and r.gap is not None:
+            gaps = _finite(r.sync_gap_s)
+            growth = _gap_growth_s(r)
+            ev.update(first_sync_gap_s=gaps[0], last_sync_gap_s=gaps[-1], gap_growth_s=growth,
+                      gap_slope_s_per_step=r.gap.slope_per_step)
+            text = (f"its own work between its collectives in the weight sync grows "
+                    f"{fmt_in_unit(gaps[0], 's')} -> {fmt_in_unit(gaps[-1], 's')} per step "
+                    f"({fmt_in_unit(r.gap.slope_per_step, 's')}/step) while the other ranks' "
+                    "does not")
+            grown = sum(1 for o in others if o.sync is not None and o.sync.accumulating)
+            if grown:
+                text += (f"; the weight sync of {grown} other ranks grows with it: they wait "
+                         f"for {r.label} in the collectives")
+            parts.append(text)
+            added = max(added, growth)
+            if _ratio(gaps[0], gaps[-1]) >= CRITICAL_GROWTH_RATIO:
                 severity = "critical"
         if "level" in why:
             times = float(r.median_weight_sync_s or 0.0) / med if med > 0 else float("inf")

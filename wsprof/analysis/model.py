@@ -408,6 +408,9 @@ class RankSeries:
             its weight sync, s (aligned ranks only; across hosts within the clock skew).
         wrapper: the foreign wrapper on a collective name with the most time between layers
             in this process (``qualname (file:line)``), None when none was found.
+        sync_gap_s: per step, time inside its weight sync in no collective: the rank's own
+            work between its collectives, s (None where unknown).
+        gap: growth verdict of ``sync_gap_s`` (None when it could not be judged).
     """
 
     label: str
@@ -428,6 +431,8 @@ class RankSeries:
     median_step_s: float
     sync_lag_s: float | None = None
     wrapper: str | None = None
+    sync_gap_s: tuple[float | None, ...] = ()
+    gap: GrowthVerdict | None = None
 
     def where(self) -> str:
         """``rank 3 (host node-b, pid 4242)``: how findings name the process."""

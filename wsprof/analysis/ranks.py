@@ -152,6 +152,8 @@ def rank_series(inputs: Sequence[RankInput], judge: Judge) -> list[RankSeries]:
         sync = tuple(r.own_sync_s for r in pa.steps)
         between = tuple(r.between_layers_s for r in pa.steps)
         step_s = tuple(r.step_s for r in pa.steps)
+        gaps = tuple(r.sync_gap_s for r in pa.steps)
+        gap_series = _series("sync_gap_s", steps, gaps)
         sync_series = _series("weight_sync_s", steps, sync)
         between_series = _series("between_layers_s", steps, between)
         host = inp.host
@@ -176,6 +178,8 @@ def rank_series(inputs: Sequence[RankInput], judge: Judge) -> list[RankSeries]:
                 median_weight_sync_s=_median(sync),
                 median_step_s=float(np.median(step_s)),
                 wrapper=inp.wrapper,
+                sync_gap_s=gaps,
+                gap=judge(gap_series) if gap_series is not None else None,
             )
         )
     lags = sync_lags(rows)

@@ -224,11 +224,12 @@ class _Digest:
     index: int
     wrappers: list[WrapperFact]
 
-    def key(self) -> tuple[int, int, int, int]:
-        """Primary first: by rank (unknown last), most calls, pid, then input order."""
+    def key(self) -> tuple[int, int, int, int, int]:
+        """Primary first: a process with steps, then by rank (unknown last), most calls, pid,
+        then input order (a rank 0 whose steps cannot be found does not hide the others')."""
         rank, pid = self.trace.rank, self.trace.meta.get("pid")
-        return (rank if rank is not None else 1 << 30, -self.n_calls,
-                pid if isinstance(pid, int) else 0, self.index)
+        return (0 if self.pa.steps else 1, rank if rank is not None else 1 << 30,
+                -self.n_calls, pid if isinstance(pid, int) else 0, self.index)
 
 
 def _digest_all(traces: Iterable[ProcessTrace]) -> list[_Digest]:
@@ -354,6 +355,11 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
     if analyses and not sampled and not any(d.n_calls or d.trace.spans for d in procs):
         notes.append("nothing recorded: no collective calls and no steps in these traces (did the "
                      "process exit before the first flush, or never call a collective?)")
+    lowest = min((d.trace.rank for d in procs if d.trace.rank is not None), default=None)
+    if analyses and analyses[0].rank is not None and lowest is not None and (
+            analyses[0].rank != lowest):
+        notes.append(f"no steps found on rank {lowest}: the headline series come from "
+                     f"{analyses[0].label}, the lowest rank with steps")
     if analyses and analyses[0].step_source == "rhythm":
         notes.append("no step markers: steps were found from the job's rhythm (the same "
                      "collectives repeating each step); rollout and train times are unknown")
