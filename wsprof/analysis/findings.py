@@ -965,22 +965,29 @@ def _ratio(first: float, last: float) -> float:
     return last / first if first > 0 else float("inf")
 
 
-def _own_growth_s(r: RankSeries) -> float:
-    """Growth of a rank's time between layers over its steps, s (its fitted curve, first step
-    to last)."""
-    v = r.between
+def _fitted_rise(v: GrowthVerdict | None) -> float:
+    """What a verdict's fitted curve rises from the first step to the last (0 without one)."""
     if v is None or not v.fitted:
         return 0.0
     return float(v.fitted[-1] - v.fitted[0])
+
+
+def _own_growth_s(r: RankSeries) -> float:
+    """Growth of a rank's time between layers over its steps, s (its fitted curve)."""
+    return _fitted_rise(r.between)
+
+
+def _waiters(r: RankSeries, others: Sequence[RankSeries]) -> str:
+    """``; the weight sync of N other ranks grows with it: ...`` when others' sync grows."""
+    grown = sum(1 for o in others if o.sync is not None and o.sync.accumulating)
+    return (f"; the weight sync of {grown} other ranks grows with it: they wait for {r.label} "
+            "in the collectives") if grown else ""
 
 
 def _gap_growth_s(r: RankSeries) -> float:
     """Growth of a rank's time in its weight sync outside any collective over its steps, s
-    (its fitted curve, first step to last)."""
-    v = r.gap
-    if v is None or not v.fitted:
-        return 0.0
-    return float(v.fitted[-1] - v.fitted[0])
+    (its fitted curve)."""
+    return _fitted_rise(r.gap)
 
 
 class OutlierRank(Rule):
@@ -1098,10 +1105,7 @@ class OutlierRank(Rule):
                         f"{fmt_in_unit(own[-1], 's')} per step "
                         f"({fmt_in_unit(r.between.slope_per_step, 's')}/step) while the other "
                         f"ranks' stays near {fmt_in_unit(float(np.median(others_own)), 's')}")
-                grown = sum(1 for o in others if o.sync is not None and o.sync.accumulating)
-                if grown:
-                    text += (f"; the weight sync of {grown} other ranks grows with it: they "
-                             f"wait for {r.label} in the collectives")
+                text += _waiters(r, others)
             parts.append(text)
             added = max(added, growth)
             if _ratio(own[0], own[-1]) >= CRITICAL_GROWTH_RATIO:
@@ -1114,11 +1118,7 @@ class OutlierRank(Rule):
             text = (f"its own work between its collectives in the weight sync grows "
                     f"{fmt_in_unit(gaps[0], 's')} -> {fmt_in_unit(gaps[-1], 's')} per step "
                     f"({fmt_in_unit(r.gap.slope_per_step, 's')}/step) while the other ranks' "
-                    "does not")
-            grown = sum(1 for o in others if o.sync is not None and o.sync.accumulating)
-            if grown:
-                text += (f"; the weight sync of {grown} other ranks grows with it: they wait "
-                         f"for {r.label} in the collectives")
+                    "does not" + _waiters(r, others))
             parts.append(text)
             added = max(added, growth)
             if _ratio(gaps[0], gaps[-1]) >= CRITICAL_GROWTH_RATIO:
