@@ -103,20 +103,35 @@ class Cycle:
     coverage: float
 
 
+def _codes(col: npt.NDArray[np.generic]) -> npt.NDArray[np.int64]:
+    """Dense integer codes of a column's values (None included), shape (n,)."""
+    if col.dtype == object:
+        col = np.array(["\0" if v is None else str(v) for v in col.tolist()], dtype=object)
+    inverse: npt.NDArray[np.int64] = np.unique(col, return_inverse=True)[1]
+    return inverse.reshape(-1).astype(np.int64)
+
+
+def _combine(*codes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """One dense integer per distinct tuple of the codes, shape (n,)."""
+    key = np.zeros(len(codes[0]), dtype=np.int64)
+    for c in codes:
+        key = np.unique(key * (int(c.max(initial=0)) + 1) + c, return_inverse=True)[1].reshape(-1)
+    return key.astype(np.int64)
+
+
 def tokens(calls: CallTable) -> npt.NDArray[np.int64]:
     """One integer per call for its (op, site, group, bytes), shape (n_calls,)."""
-    ids: dict[tuple[object, int, object, int], int] = {}
-    keys = zip(calls.op.tolist(), calls.site.tolist(), calls.grp.tolist(), calls.bytes.tolist())
-    return np.fromiter((ids.setdefault(k, len(ids)) for k in keys), dtype=np.int64,
-                       count=len(calls))
+    if len(calls) == 0:
+        return np.zeros(0, np.int64)
+    return _combine(_codes(calls.op), _codes(calls.site), _codes(calls.grp),
+                    _codes(calls.bytes))
 
 
 def loop_keys(calls: CallTable) -> npt.NDArray[np.int64]:
     """One integer per call for its (op, site): the calls of one loop over parameters."""
-    ids: dict[tuple[object, int], int] = {}
-    keys = zip(calls.op.tolist(), calls.site.tolist())
-    return np.fromiter((ids.setdefault(k, len(ids)) for k in keys), dtype=np.int64,
-                       count=len(calls))
+    if len(calls) == 0:
+        return np.zeros(0, np.int64)
+    return _combine(_codes(calls.op), _codes(calls.site))
 
 
 def _runs(tok: npt.NDArray[np.int64], with_length: bool) -> tuple[
