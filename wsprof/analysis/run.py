@@ -281,14 +281,14 @@ def _run_clock(with_steps: Sequence[tuple[_Digest, ProcessAnalysis]]) -> RunCloc
     return align(inputs)
 
 
-def _with_peer_waits(procs: Sequence[_Digest],
-                     analyses: Sequence[ProcessAnalysis]) -> list[ProcessAnalysis]:
+def _with_peer_waits(analyses: Sequence[ProcessAnalysis],
+                     clock: RunClock) -> list[ProcessAnalysis]:
     """``analyses`` with each step's ``sync_wait_s`` (:func:`~wsprof.analysis.ranks.peer_waits`)
-    where two or more processes on the run clock have a weight-sync start for that step."""
+    where two or more processes on the run clock have a weight-sync start for that step.
+    ``clock`` holds the processes with steps, in order."""
     idx = [i for i, pa in enumerate(analyses) if pa.steps]
     if len(idx) < 2:
         return list(analyses)
-    clock = _run_clock([(procs[i], analyses[i]) for i in idx])
     on_clock = [(i, c) for i, c in zip(idx, clock.clocks) if c.aligned]
     steps = [[r.step for r in analyses[i].steps] for i, _ in on_clock]
     spans = [[None if r.sync_start_ns is None or r.weight_sync_s is None
@@ -298,20 +298,19 @@ def _with_peer_waits(procs: Sequence[_Digest],
     out = list(analyses)
     for (i, _), waits in zip(on_clock, peer_waits(steps, spans)):
         pa = analyses[i]
-        rows = tuple(replace(r, sync_wait_s=None if w is None or r.weight_sync_s is None
-                             else min(w, r.weight_sync_s)) for r, w in zip(pa.steps, waits))
+        rows = tuple(replace(r, sync_wait_s=w) for r, w in zip(pa.steps, waits))
         out[i] = replace(pa, steps=rows)
     return out
 
 
 def _rank_rows(procs: Sequence[_Digest], analyses: Sequence[ProcessAnalysis],
-               notes: list[str]) -> list[RankSeries]:
-    """Per-rank rows of every process with steps, on the run clock; alignment notes go to
-    ``notes`` (only when ranks are compared: a single process needs no common clock)."""
+               clock: RunClock, notes: list[str]) -> list[RankSeries]:
+    """Per-rank rows of every process with steps, on the run clock (``clock``: those
+    processes, in order); alignment notes go to ``notes`` (only when ranks are compared: a
+    single process needs no common clock)."""
     with_steps = [(d, pa) for d, pa in zip(procs, analyses) if pa.steps]
     if not with_steps:
         return []
-    clock = _run_clock(with_steps)
     if len(with_steps) > 1:
         notes.extend(clock.notes)
 
@@ -336,7 +335,8 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
         pid = d.trace.meta.get("pid")
         own = [] if d.trace.samples or not isinstance(pid, int) else samples.get(pid, [])
         analyses.append(join_samples(d.pa, d.trace.meta, own) if own else d.pa)
-    analyses = _with_peer_waits(procs, analyses)
+    clock = _run_clock([(d, pa) for d, pa in zip(procs, analyses) if pa.steps])
+    analyses = _with_peer_waits(analyses, clock)
     primary = procs[0].trace if procs else None
     series = step_series(analyses[0], primary) if primary is not None else []
     if analyses:
@@ -348,7 +348,7 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
     unattributed = _unattributed_backend(primary) if primary is not None else None
     if unattributed:
         notes.append(unattributed)
-    ranks = _rank_rows(procs, analyses, notes)
+    ranks = _rank_rows(procs, analyses, clock, notes)
     errors = [e.detail for d in procs for e in d.trace.events if e.kind == "internal_error"]
     facts = Facts({r.series.name: r for r in results}, analyses, wrappers, errors, ranks=ranks)
     sampled = any(pa.n_samples for pa in analyses)
