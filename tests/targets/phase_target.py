@@ -20,7 +20,7 @@ GENERATE_S = 0.25
 #: Seconds of weight sync in the first step.
 SYNC_START_S = 0.05
 #: Seconds the weight sync grows by every step.
-SYNC_GROWTH_S = 0.15
+SYNC_GROWTH_S = 0.25
 #: Additions between two clock reads (keeps _spin the leaf frame).
 SPIN_CHUNK = 5_000
 
