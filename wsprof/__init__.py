@@ -17,8 +17,11 @@ Nothing is patched on import. Analysis (``wsprof.analysis``) never imports torch
 from __future__ import annotations
 
 import atexit
+import math
+import numbers
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +32,21 @@ __all__ = ["__version__", "counter", "flush", "memory_snapshot", "patch", "phase
            "trace_path", "unpatch"]
 
 _recorder: Any = None
+#: Serialises :func:`patch` and :func:`unpatch` (two threads patching at once make one session).
+#: Re-entrant: ``patch()`` imports torch, and under ``wsprof run`` the bootstrap's import hook
+#: calls ``patch()`` again from inside that import, in the same thread.
+_lock = threading.RLock()
+
+
+def _new_lock_in_child() -> None:
+    """After ``fork()``: a lock another thread of the parent held stays held in the child for
+    ever; the child gets a fresh one."""
+    global _lock
+    _lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def patch(
@@ -43,12 +61,15 @@ def patch(
 ) -> str | None:
     """Hook every collective of ``torch.distributed`` and start recording.
 
-    Calling it twice is the same as calling it once. ``WSPROF_DISABLE=1`` turns it into a no-op.
+    Calling it twice, or from two threads at once, is the same as calling it once (one trace,
+    each collective hooked once). ``WSPROF_DISABLE=1`` (or ``true``/``yes``/``on``) turns it into
+    a no-op.
 
     Args:
         out: run folder; default ``$WSPROF_OUT``, else ``./wsprof-out/<timestamp>``. The trace is
             ``<out>/<host>-<pid>.wsprof``.
-        flush_interval_s: seconds between background writes (the most a SIGKILL can lose).
+        flush_interval_s: seconds between background writes (the most a SIGKILL can lose); a
+            finite number > 0.
         extra: more communicators outside ``torch.distributed`` to hook, as
             ``"module:qualname"`` or ``"module:qualname=op"`` (e.g.
             ``"mylib.sync:push_weights=broadcast"``); added to the built-in vLLM, SGLang and
@@ -69,10 +90,35 @@ def patch(
     Returns:
         The trace file path, or None when disabled or when the trace cannot be created (a one-line
         warning goes to stderr; training goes on unprofiled).
+
+    Raises:
+        ValueError: a bad argument (``flush_interval_s`` not a finite number > 0, ``layers``
+            not ``both``/``api``) or a bad ``$WSPROF_DISABLE`` / ``$WSPROF_LAYERS`` (one line
+            naming it, its value and the accepted values); raised before anything is patched.
     """
-    global _recorder
-    if os.environ.get("WSPROF_DISABLE") == "1":
+    from wsprof.capture.collectives import LAYERS
+    from wsprof.capture.settings import env_choice, env_flag
+
+    if isinstance(flush_interval_s, bool) or not isinstance(flush_interval_s, numbers.Real) or \
+            not math.isfinite(flush_interval_s) or flush_interval_s <= 0:
+        raise ValueError(f"wsprof.patch(flush_interval_s={flush_interval_s!r}): expected a "
+                         "finite number of seconds > 0, e.g. 0.5")
+    if layers is not None and layers not in LAYERS:
+        raise ValueError(f"wsprof.patch(layers={layers!r}): expected one of "
+                         f"{', '.join(LAYERS)}")
+    if env_flag("WSPROF_DISABLE"):
         return None
+    layers = layers or env_choice("WSPROF_LAYERS", LAYERS, "both")
+    with _lock:
+        return _patch_locked(out, flush_interval_s, extra, layers, device_time, keep_steps,
+                             counters)
+
+
+def _patch_locked(out: str | None, flush_interval_s: float, extra: Sequence[str] | None,
+                  layers: str, device_time: bool | None, keep_steps: int | None,
+                  counters: bool | None) -> str | None:
+    """:func:`patch`, arguments checked, under ``_lock``."""
+    global _recorder
     if _recorder is not None and getattr(_recorder, "pid", None) != os.getpid():
         _forget_parent()  # a forked child patches for itself, into its own trace
     if _recorder is not None:
@@ -101,8 +147,7 @@ def patch(
     try:
         if device_time is None:
             device_time = os.environ.get("WSPROF_DEVICE_TIME") == "1"
-        collectives.install(rec, layers or os.environ.get("WSPROF_LAYERS") or "both",
-                            device_time)
+        collectives.install(rec, layers, device_time)
     except Exception as e:  # noqa: BLE001 - never raise into training
         sys.stderr.write(f"wsprof: collectives not hooked ({type(e).__name__}: {e})\n")
         rec.internal_error("install", e)
@@ -136,7 +181,14 @@ def patch(
 
 
 def unpatch() -> None:
-    """Restore every original collective, close the open step and write everything recorded."""
+    """Restore every original collective, close the open step and write everything recorded.
+
+    Serialised with :func:`patch` (a patch() racing it in another thread waits for it)."""
+    with _lock:
+        _unpatch_locked()
+
+
+def _unpatch_locked() -> None:
     global _recorder
     from wsprof.capture import collectives
     from wsprof.capture import extra as extra_hooks

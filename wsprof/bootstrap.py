@@ -10,6 +10,10 @@ interpreter start-up. It does nothing unless ``$WSPROF_RUN`` is ``1`` (set by ``
    worker) pays nothing. Not at ``torch.distributed``'s import: torch imports it half-way
    through its own initialisation, and hooking a half-initialised torch crashes it. A launcher
    (``torchrun``) is not patched: its workers are.
+
+A bad setting never stops the program: a ``$WSPROF_DISABLE`` that is not a yes/no flag leaves
+the process unprofiled, a ``$WSPROF_LAYERS`` that is not ``both``/``api`` is replaced by
+``both``; either way one line on stderr names the variable, its value and the accepted values.
 """
 
 from __future__ import annotations
@@ -43,14 +47,40 @@ def _patch(*_: object) -> None:
     import wsprof
     from wsprof.capture import presets
 
-    wsprof.patch(os.environ.get("WSPROF_OUT") or None)
+    wsprof.patch(os.environ.get("WSPROF_OUT") or None, layers=_layers())
     presets.flush_events()
+
+
+def _disabled() -> bool:
+    """Whether ``$WSPROF_DISABLE`` says not to profile; a value that is not a yes/no flag is one
+    line on stderr and means not profiling (the user asked something about disabling)."""
+    from wsprof.capture.settings import env_flag
+
+    try:
+        return env_flag("WSPROF_DISABLE")
+    except ValueError as e:
+        sys.stderr.write(f"wsprof: not profiling: {e}\n")
+        return True
+
+
+def _layers() -> str:
+    """``$WSPROF_LAYERS``, default ``both``; a bad value is one line on stderr and ``both``.
+    Read when patching (torch is imported by then, and so may collectives be)."""
+    from wsprof.capture.collectives import LAYERS
+    from wsprof.capture.settings import env_choice
+
+    default = LAYERS[0]
+    try:
+        return env_choice("WSPROF_LAYERS", LAYERS, default)
+    except ValueError as e:
+        sys.stderr.write(f"wsprof: {e}; using {default}\n")
+        return default
 
 
 def start() -> None:
     """Install presets and patch now or at ``torch.distributed``'s import (see the module
     docstring). Never raises."""
-    if os.environ.get(ENV_RUN) != "1" or os.environ.get("WSPROF_DISABLE") == "1":
+    if os.environ.get(ENV_RUN) != "1" or _disabled():
         return
     from wsprof.capture import presets
 

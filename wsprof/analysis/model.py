@@ -170,10 +170,11 @@ class StepRow:
 
     @property
     def rollout_share(self) -> float | None:
-        """rollout_s / step_s, or None."""
+        """rollout_s / step_s, 0..1 (a rollout phase that outlasts its step's span counts as
+        the whole step), or None."""
         if self.rollout_s is None or self.step_s <= 0:
             return None
-        return self.rollout_s / self.step_s
+        return min(self.rollout_s / self.step_s, 1.0)
 
 
 @dataclass(frozen=True)

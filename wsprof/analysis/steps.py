@@ -35,19 +35,28 @@ MIN_BURST_CALLS = 3
 
 
 def _phase_totals(spans: Sequence[Span]) -> dict[tuple[int, str], float]:
-    """Seconds per (step, 'rollout' | 'train' | 'weight_sync') from phase spans, in one pass."""
+    """Seconds per (step, 'rollout' | 'train' | 'weight_sync') from phase spans: the time
+    covered by at least one phase of that kind (nested or concurrent phases of one kind, e.g.
+    ``generate`` inside ``rollout`` or two rollout threads, count once)."""
     kinds = (("rollout", ROLLOUT_PHASES), ("train", TRAIN_PHASES),
              ("weight_sync", WEIGHT_SYNC_PHASES))
-    totals: dict[tuple[int, str], float] = {}
+    found: dict[tuple[int, str], list[tuple[int, int]]] = {}
     for sp in spans:
         if sp.kind != "phase":
             continue
         name = sp.name.lower()
         for kind, names in kinds:
             if name in names:
-                key = (sp.step, kind)
-                totals[key] = totals.get(key, 0.0) + (sp.t_end_ns - sp.t_start_ns) / 1e9
-    return totals
+                found.setdefault((sp.step, kind), []).append((sp.t_start_ns, sp.t_end_ns))
+    return {key: _union_ns(intervals) / 1e9 for key, intervals in found.items()}
+
+
+def _union_ns(intervals: Sequence[tuple[int, int]]) -> int:
+    """Length of the union of ``[start, end)`` intervals, ns."""
+    ordered = sorted(intervals)
+    starts = np.array([a for a, _ in ordered], dtype=np.int64)
+    ends = np.array([b for _, b in ordered], dtype=np.int64)
+    return covered_ns(starts, ends, int(starts.min()), int(ends.max()))
 
 
 def assign_calls(
@@ -92,12 +101,15 @@ _Spec = tuple[int, int, int, float | None, float | None, float | None]
 
 
 def _rows(calls: CallTable, specs: Sequence[_Spec], by_step_number: bool,
-          totals: CallTotals | None = None) -> list[StepRow]:
+          totals: CallTotals | None = None,
+          step_s: Sequence[float] | None = None) -> list[StepRow]:
     """Step rows from (step, t0, t1, rollout_s, train_s, sync_s) with per-step call totals
-    summed in one pass over the calls, or taken from ``totals`` (by step number) when given."""
+    summed in one pass over the calls, or taken from ``totals`` (by step number) when given;
+    each step lasts ``step_s[i]`` seconds when given, else ``t1 - t0``."""
     bare = [
-        StepRow(st, t0, t1, max(t1 - t0, 0) / 1e9, r, tr, sy, 0.0, 0, 0.0, 0.0)
-        for st, t0, t1, r, tr, sy in specs
+        StepRow(st, t0, t1, max(t1 - t0, 0) / 1e9 if step_s is None else step_s[i], r, tr, sy,
+                0.0, 0, 0.0, 0.0)
+        for i, (st, t0, t1, r, tr, sy) in enumerate(specs)
     ]
     k = len(bare)
     if totals is not None and by_step_number:
@@ -187,7 +199,12 @@ def sync_gaps(calls: CallTable, spans: Sequence[Span]) -> dict[int, float]:
 
 def steps_from_markers(calls: CallTable, spans: Sequence[Span],
                        totals: CallTotals | None = None) -> list[StepRow]:
-    """One row per ``step`` span; phase times from ``phase`` spans of that step.
+    """One row per step number; phase times from ``phase`` spans of that step.
+
+    A step number marked more than once (``wsprof.step(n)`` twice with the same ``n``: a
+    retried step, a loop that numbers by epoch) is one step: its row runs from its first span's
+    start to its last span's end and lasts the time covered by its spans, so that its phases,
+    which are keyed by step number, stay a part of it (a share never exceeds 100%).
 
     Args:
         calls: the process's calls, sorted by start.
@@ -196,15 +213,22 @@ def steps_from_markers(calls: CallTable, spans: Sequence[Span],
             steps' calls, so that per-step counts and times stay exact.
 
     Returns:
-        Rows ordered by step; empty when the trace has no step spans.
+        Rows ordered by step, one per step number; empty when the trace has no step spans.
     """
     phases = _phase_totals(spans)
-    specs: list[_Spec] = [
-        (sp.step, sp.t_start_ns, sp.t_end_ns, phases.get((sp.step, "rollout")),
-         phases.get((sp.step, "train")), phases.get((sp.step, "weight_sync")))
-        for sp in sorted((sp for sp in spans if sp.kind == "step"), key=lambda sp: sp.step)
-    ]
-    rows = _rows(calls, specs, by_step_number=True, totals=totals)
+    by_step: dict[int, list[tuple[int, int]]] = {}
+    for sp in spans:
+        if sp.kind == "step":
+            by_step.setdefault(sp.step, []).append((sp.t_start_ns, sp.t_end_ns))
+    specs: list[_Spec] = []
+    lasts_s: list[float] = []
+    for number in sorted(by_step):
+        marked = by_step[number]
+        specs.append((number, min(a for a, _ in marked), max(b for _, b in marked),
+                      phases.get((number, "rollout")), phases.get((number, "train")),
+                      phases.get((number, "weight_sync"))))
+        lasts_s.append(_union_ns(marked) / 1e9)
+    rows = _rows(calls, specs, by_step_number=True, totals=totals, step_s=lasts_s)
     gaps = sync_gaps(calls, spans)
     return [replace(r, sync_gap_s=gaps.get(r.step)) for r in rows]
 

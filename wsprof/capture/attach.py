@@ -22,7 +22,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psutil
@@ -67,27 +67,85 @@ def _ancestors() -> set[int]:
     return out
 
 
+#: A file mapped by a Python process: the interpreter or its library (``python3.11``,
+#: ``libpython3.11.so.1.0``, ``python.exe``), matched in the file's base name.
+_PYTHON_FILE_RE = re.compile(r"^(lib)?python", re.IGNORECASE)
+
+
+def python_process(pid: int) -> bool | None:
+    """Whether ``pid`` runs a Python interpreter: its executable, or a file it maps
+    (``/proc/<pid>/maps``: ``libpython...``), is named ``python...``.
+
+    Args:
+        pid: the process.
+
+    Returns:
+        True or False; None when it cannot be told (maps unreadable, not Linux, gone).
+    """
+    try:
+        exe = psutil.Process(pid).exe()
+    except psutil.Error:
+        exe = ""
+    if exe and _PYTHON_FILE_RE.match(os.path.basename(exe)):
+        return True
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
+            maps = fh.read()
+    except OSError:
+        return None
+    for line in maps.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6 and _PYTHON_FILE_RE.match(os.path.basename(parts[5].strip())):
+            return True
+    return False if maps else None
+
+
+def _process_name(pid: int) -> str:
+    try:
+        return str(psutil.Process(pid).name())
+    except psutil.Error:
+        return "?"
+
+
+def _running(pid: int) -> bool:
+    """The process exists and has not exited (a zombie has)."""
+    try:
+        return bool(pid > 0 and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True
+
+
 def resolve_targets(
-    pids: Sequence[int], match: str | None = None, check_ptrace: bool = True
+    pids: Sequence[int],
+    match: str | None = None,
+    check_ptrace: bool = True,
+    say: Callable[[str], None] | None = None,
 ) -> list[int]:
-    """The processes to attach to: ``pids`` plus every process whose command line matches
-    ``match`` (wsprof itself and its parents excluded), each checked to exist and, where the
-    OS tells, to be ptrace-able.
+    """The processes to attach to: ``pids`` plus every Python process whose command line
+    matches ``match`` (wsprof itself and its parents excluded), each checked to exist and,
+    where the OS tells, to be ptrace-able.
+
+    A matched process that is not Python (a shell wrapper, ``sleep``) is skipped with one line
+    through ``say``; a pid given explicitly is never skipped (py-spy has the last word).
 
     Args:
         pids: process ids given on the command line.
         match: a regular expression searched in each process's command line (space-joined).
         check_ptrace: refuse targets this process may not ptrace (with the cause and the fix).
+        say: where the line about each skipped process goes (default: nowhere).
 
     Returns:
         Distinct pids, in the order given then found.
 
     Raises:
-        InputError: no target; a pid that does not exist; a bad regex; ptrace not allowed.
+        InputError: no target; a pid that does not exist or has exited; a bad regex; only
+            non-Python processes match; ptrace not allowed.
     """
     found: list[int] = []
     for pid in pids:
-        if pid <= 0 or not psutil.pid_exists(pid):
+        if not _running(pid):
             raise InputError(f"no such process: pid {pid}; check the pid with `ps -p {pid}`")
         found.append(pid)
     if match:
@@ -96,14 +154,26 @@ def resolve_targets(
         except re.error as e:
             raise InputError(f"--match {match!r}: bad regular expression ({e})") from e
         skip = _ancestors()
+        matched: list[int] = []
         for proc in psutil.process_iter(["pid", "cmdline"]):
             cmd = " ".join(proc.info.get("cmdline") or [])
             if proc.info["pid"] not in skip and cmd and rx.search(cmd):
-                found.append(int(proc.info["pid"]))
-        if not any(p not in pids for p in found) and not pids:
+                matched.append(int(proc.info["pid"]))
+        if not matched and not pids:
             raise InputError(
                 f"--match {match!r}: no running process's command line matches; list them with "
                 "`ps -eo pid,args`"
+            )
+        not_python = [p for p in matched if p not in pids and python_process(p) is False]
+        for pid in not_python:
+            if say is not None:
+                say(f"wsprof attach: skipping pid {pid} ({_process_name(pid)}): matches "
+                    f"--match but is not a Python process; give its pid to try it anyway")
+        found += [p for p in matched if p not in not_python]
+        if not found:
+            raise InputError(
+                f"--match {match!r}: only non-Python processes match (pid "
+                f"{', '.join(map(str, not_python))}); match the Python processes' command lines"
             )
     if not found:
         raise InputError("nothing to attach to: give a PID or --match REGEX")

@@ -579,6 +579,17 @@ class PySpySampler:
                 thread.join()
         return self.stop_reason
 
+    def request_stop(self) -> None:
+        """Ask sampling to end without waiting: every py-spy now running gets SIGINT (it writes
+        its partial window, which is kept) and no new window starts; :meth:`wait` then returns
+        :data:`STOP_CALLER`. Takes no lock and never blocks, so a signal handler may call it.
+        """
+        self._stop_requested.set()
+        for proc in list(self._procs):
+            with contextlib.suppress(OSError):
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGINT)
+
     def wait(self, timeout_s: float | None = None) -> str | None:
         """Wait until sampling ends (duration reached, target exited, stopped or failed).
 
@@ -753,6 +764,10 @@ class PySpySampler:
                     break
                 runs.append((pid, out, err, proc))
                 self._procs.append(proc)
+            if self._stop_requested.is_set():  # request_stop() ran while these started
+                for *_, proc in runs:
+                    with contextlib.suppress(OSError):
+                        proc.send_signal(signal.SIGINT)
         for *_, proc in runs:
             proc.wait()
         t_end = _now()

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
+from types import FrameType
 
 import click
 
-from wsprof.errors import EXIT_OK, EXIT_USAGE, InputError
+from wsprof.errors import EXIT_OK, InputError
 
 
 @click.command()
@@ -17,8 +20,8 @@ from wsprof.errors import EXIT_OK, EXIT_USAGE, InputError
               help="also attach to every process whose command line matches REGEX "
                    "(e.g. every Ray actor of one job)")
 @click.option("--duration", type=click.FloatRange(min=1), default=None, metavar="S",
-              help="stop after S seconds (default: until Ctrl-C); a target that exits before "
-                   "the end is reported (exit 2) with what was sampled kept")
+              help="stop after S seconds (default: until Ctrl-C or SIGTERM); a target that "
+                   "exits before the end is a normal end: what was sampled is kept and reported")
 @click.option("--rate", type=click.IntRange(1, 1000), default=100, show_default=True,
               metavar="HZ", help="samples per second per thread")
 @click.option("--window", type=click.IntRange(1, 3600), default=5, show_default=True,
@@ -41,7 +44,7 @@ from wsprof.errors import EXIT_OK, EXIT_USAGE, InputError
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="run folder (default: wsprof-out/attach-<time>)")
 @click.option("--report/--no-report", "want_report", default=True, show_default=True,
-              help="write the HTML report at the end")
+              help="write the HTML report at the end, into the run folder")
 @click.option("--pyspy", "pyspy_path", type=click.Path(dir_okay=False), default=None,
               envvar="WSPROF_PYSPY",
               help="py-spy binary (default: the one installed with wsprof, else on PATH)")
@@ -50,9 +53,10 @@ def attach(pids: tuple[int, ...], match: str | None, duration: float | None, rat
            phases: tuple[str, ...], framework: str | None, live: bool, out: str | None,
            want_report: bool, pyspy_path: str | None) -> int:
     """Sample running Python processes (PIDS and/or --match) with py-spy: no code change, no
-    restart. Ctrl-C stops sampling and keeps everything sampled so far."""
+    restart. Ctrl-C or SIGTERM stops sampling and keeps everything sampled so far."""
     from wsprof.capture.attach import ProcessPoller, parse_phase, resolve_targets
     from wsprof.capture.pyspy import PySpySampler, find_pyspy
+    from wsprof.cli.options import make_run_folder, remove_run_folder
 
     if native and not blocking:
         raise InputError("--native needs --blocking (py-spy pauses the target to unwind "
@@ -61,15 +65,21 @@ def attach(pids: tuple[int, ...], match: str | None, duration: float | None, rat
         raise InputError(f"--every {every:g} is shorter than --window {window}")
     patterns = dict(parse_phase(p) for p in phases)
     find_pyspy(pyspy_path)  # missing or too old: say so before touching any target
-    targets = resolve_targets(pids, match)
+    targets = resolve_targets(pids, match, say=lambda line: click.echo(line, err=True))
     out = out or os.path.join("wsprof-out", f"attach-{time.strftime('%Y%m%d-%H%M%S')}")
-    os.makedirs(out, exist_ok=True)
-    sampler = PySpySampler(targets, out, rate_hz=rate, window_s=window, every_s=every,
-                           duration_s=duration, blocking=blocking, native=native,
-                           subprocesses=subprocesses, pyspy_path=pyspy_path)
-    meta = {"phase_patterns": patterns, "framework": framework, "rate_hz": rate,
-            "blocking": blocking}
-    poller = ProcessPoller(targets, out, extra_meta=meta)
+    created = make_run_folder(out)
+    written: list[str] = []
+    try:
+        sampler = PySpySampler(targets, out, rate_hz=rate, window_s=window, every_s=every,
+                               duration_s=duration, blocking=blocking, native=native,
+                               subprocesses=subprocesses, pyspy_path=pyspy_path)
+        meta = {"phase_patterns": patterns, "framework": framework, "rate_hz": rate,
+                "blocking": blocking}
+        poller = ProcessPoller(targets, out, extra_meta=meta)
+        written += poller.paths.values()
+    except BaseException:
+        remove_run_folder(created, written)
+        raise
     mode = "blocking" if blocking else "non-blocking"
     until = f"for {duration:g} s" if duration else "until Ctrl-C"
     click.echo(f"wsprof attach: pid {', '.join(map(str, targets))}, {rate} Hz {mode}, windows "
@@ -78,41 +88,59 @@ def attach(pids: tuple[int, ...], match: str | None, duration: float | None, rat
                err=True)
     t0 = time.monotonic()
     interrupted = False
+    terminated = threading.Event()
     error: InputError | None = None
-    poller.start()
-    sampler.start()
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        terminated.set()
+        sampler.request_stop()  # py-spy writes its partial window and exits; never orphaned
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_sigterm) if main_thread else None
     try:
+        poller.start()
+        sampler.start()
         if live:
             from wsprof.cli.live import run_live
 
             run_live(sampler, poller, patterns, framework)
         else:
             while sampler.wait(timeout_s=0.5) is None:
-                if not poller.alive():
+                if terminated.is_set() or not poller.alive():
                     sampler.stop()
     except KeyboardInterrupt:
         interrupted = True
-    except InputError as e:  # ptrace denied or py-spy failed mid-run
+    except InputError as e:  # no such pid at start, ptrace denied or py-spy failed mid-run
         error = e
     finally:
         sampler.stop()
         poller.stop()
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    written.append(str(sampler.path))
     if error is None and sampler.error is not None:
         error = InputError(str(sampler.error))
     elapsed = time.monotonic() - t0
+    why = ("terminated" if terminated.is_set() else "interrupted" if interrupted
+           else sampler.stop_reason)
     click.echo(f"wsprof attach: {sampler.samples} samples in {sampler.windows} windows over "
-               f"{elapsed:.1f} s ({'interrupted' if interrupted else sampler.stop_reason})",
-               err=True)
+               f"{elapsed:.1f} s ({why})", err=True)
+    stopped = interrupted or terminated.is_set()
     exited = sorted(set(sampler.exited) | set(poller.exited))
+    if error is None and exited and not stopped and not sampler.samples:
+        error = InputError(
+            f"pid {', '.join(map(str, exited))} exited after {elapsed:.1f} s, before any sample "
+            "was taken; attach to a process that runs longer")
+    if error is not None and not sampler.samples:
+        remove_run_folder(created, written)  # nothing sampled: no empty run folder left
+        raise error
+    if exited and not stopped:  # every job ends: a normal end, what was sampled is kept
+        click.echo(f"wsprof attach: pid {', '.join(map(str, exited))} exited after "
+                   f"{elapsed:.1f} s; kept {sampler.samples} samples in {out}", err=True)
     if sampler.samples:  # nothing sampled: no verdict that could read as "no problem"
         _analyse(out, want_report)
     if error is not None:
         raise error
-    if exited and not interrupted:
-        sys.stderr.write(
-            f"wsprof: error: pid {', '.join(map(str, exited))} exited after {elapsed:.1f} s; "
-            f"kept {sampler.samples} samples in {out} (wsprof analyze {out})\n")
-        return EXIT_USAGE
     return EXIT_OK
 
 
@@ -123,9 +151,9 @@ def _analyse(out: str, want_report: bool) -> None:
     analysis = analyze_path(out)
     click.echo(render_text(analysis, colour=sys.stdout.isatty(), max_findings=8), nl=False)
     if want_report:
-        from wsprof.cli.options import default_report_path
+        from wsprof.cli.options import report_path_in
         from wsprof.report.html import write_html
 
-        path = write_html(analysis, default_report_path(out))
+        path = write_html(analysis, report_path_in(out))
         click.echo(f"report: {os.path.abspath(path)}")
     click.echo(f"trace:  {os.path.abspath(out)}  (wsprof analyze {out})")

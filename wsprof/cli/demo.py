@@ -33,13 +33,14 @@ def demo(steps: int, world_size: int, params: int, out: str | None, fault: str, 
          pyspy: bool, report_path: str | None) -> int:
     """Run a small RL weight-sync loop (gloo, CPU), profile it and write the report."""
     from wsprof.analysis.run import analyze_path
-    from wsprof.cli.options import default_report_path
+    from wsprof.cli.options import default_report_path, make_run_folder
     from wsprof.demo.run import run_job
     from wsprof.demo.workload import DemoConfig
     from wsprof.report.html import write_html
     from wsprof.report.text import render_text
 
     out = out or os.path.join("wsprof-out", f"demo-{time.strftime('%Y%m%d-%H%M%S')}")
+    make_run_folder(out)  # before any rank starts: each would only warn and run unprofiled
     cfg = DemoConfig(steps=steps, world_size=world_size, params=params, out=out, fault=fault,
                      markers=markers)
     click.echo(f"wsprof demo: {world_size} ranks, {steps} steps, fault={fault}, trace in {out}")

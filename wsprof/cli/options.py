@@ -2,18 +2,87 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import tempfile
 import time
+from collections.abc import Sequence
 
 from wsprof.analysis.model import SEVERITIES, Analysis
+from wsprof.errors import InputError
 
 
 def default_report_path(source: str) -> str:
     """``reports/wsprof-<host>-<run name>-<time>.html`` under the current folder."""
+    return os.path.join("reports", _report_name(source))
+
+
+def report_path_in(folder: str) -> str:
+    """``<folder>/wsprof-<host>-<folder name>-<time>.html``: the report of a run that wsprof
+    wrote itself (``wsprof attach``), kept with the traces it reads."""
+    return os.path.join(folder, _report_name(folder))
+
+
+def _report_name(source: str) -> str:
     name = os.path.basename(os.path.normpath(source)).replace(".wsprof", "") or "run"
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return os.path.join("reports", f"wsprof-{socket.gethostname()}-{name}-{stamp}.html")
+    return f"wsprof-{socket.gethostname()}-{name}-{stamp}.html"
+
+
+def make_run_folder(path: str, option: str = "--out") -> list[str]:
+    """Create the run folder ``path`` (and its missing parents) and check that a file can be
+    written in it, before any process is started or attached to.
+
+    Args:
+        path: the run folder.
+        option: the option that names it, for the error.
+
+    Returns:
+        The folders created, deepest first (for :func:`remove_run_folder`); empty when ``path``
+        existed.
+
+    Raises:
+        InputError: it cannot be created or written (one line: which, why, what to do).
+    """
+    missing: list[str] = []
+    here = os.path.abspath(path)
+    while not os.path.lexists(here):
+        missing.append(here)
+        parent = os.path.dirname(here)
+        if parent == here:
+            break
+        here = parent
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".wsprof-probe-"):
+            pass
+    except OSError as e:
+        remove_run_folder(missing)
+        raise InputError(f"{path}: cannot write the run folder ({e.strerror or e}); choose a "
+                         f"writable folder with {option}") from e
+    return missing
+
+
+def remove_run_folder(created: Sequence[str], files: Sequence[str] = ()) -> None:
+    """Remove ``files``, then each folder of ``created`` (deepest first) that is empty: what a
+    run that failed before sampling anything leaves. Never raises.
+
+    Args:
+        created: folders from :func:`make_run_folder`.
+        files: files the run wrote in them.
+    """
+    for f in files:
+        with contextlib.suppress(OSError):
+            os.remove(f)
+        for extra in ("-journal", "-wal", "-shm"):  # SQLite's side files, if any were left
+            with contextlib.suppress(OSError):
+                os.remove(f + extra)
+    for d in created:
+        try:
+            os.rmdir(d)
+        except OSError:
+            return
 
 
 #: ``--fail-on`` values: a finding severity, or ``inconclusive`` (fails on a warning or worse
