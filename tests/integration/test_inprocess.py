@@ -144,23 +144,31 @@ def test_layers_option_hooks_only_what_it_names(tmp_path: Path) -> None:
         collectives.install(None, "backend")  # type: ignore[arg-type]
 
 
-def test_a_full_queue_drops_rows_and_says_how_many(
+def test_a_full_capture_buffer_drops_calls_and_says_how_many_in_which_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from wsprof.analysis.run import analyze_path
 
-    monkeypatch.setenv("WSPROF_MAX_PENDING", "10")
+    monkeypatch.setenv("WSPROF_RING_RECORDS", "1024")  # the smallest ring; no drain for 60 s
     path = wsprof.patch(str(tmp_path), flush_interval_s=60)
     try:
-        for _ in range(50):
-            dist.broadcast(torch.ones(2), 0)
+        for _ in range(2):
+            wsprof.step()
+            for _ in range(600):
+                dist.broadcast(torch.ones(2), 0)
     finally:
         wsprof.unpatch()
     trace = read_trace(str(path))
-    assert len(trace.calls) == 10
-    assert trace.meta["self"]["dropped_calls"] == 40
-    over = [f for f in analyze_path(str(tmp_path)).findings if f.kind == "self_overhead"]
-    assert over[0].severity == "warning" and "dropped 40 calls" in over[0].title
+    own = trace.meta["self"]
+    assert own["ring_records"] == 1024
+    dropped = own["dropped_calls"]
+    assert 0 < dropped < 600 and len(trace.calls) + dropped == 1200  # every call accounted for
+    assert own["dropped_by_step"] == {"1": dropped}  # the ring filled during step 1
+    a = analyze_path(str(tmp_path))
+    over = [f for f in a.findings if f.kind == "self_overhead"]
+    assert over[0].severity == "warning" and f"dropped {dropped} calls" in over[0].title
+    assert any("capture buffer was full" in n and "step(s) 1" in n for n in a.notes)
+    assert any("dropped by a full capture buffer" in r for r in a.verdict.reasons)
 
 
 def test_p2p_names_taken_before_patch_still_work(tmp_path: Path) -> None:
@@ -195,3 +203,32 @@ def test_exit_line_from_rank_0_only_after_the_group_is_gone(tmp_path: Path) -> N
     quiet = run_ranks(TARGETS / "exit_line.py", 3, str(tmp_path / "run"),
                       env={"WSPROF_RUN": "1"})
     assert not any("wsprof: trace " in o for o in quiet), "wsprof run names the folder itself"
+
+
+def test_a_name_captured_in_one_session_records_in_the_next(tmp_path: Path) -> None:
+    """``patch()`` -> ``unpatch()`` -> ``patch()``: a hook a framework captured in the first
+    session (``from torch.distributed import broadcast``) records into the second session's
+    trace with that trace's own strings and sites, never into the closed first one."""
+    wsprof.patch(str(tmp_path / "one"))
+    captured = dist.broadcast  # session 1's hook, as a module-level import would keep it
+    dist.all_reduce(torch.ones(3, dtype=torch.float64))  # interns dtype and site in session 1
+    wsprof.unpatch()
+    second = wsprof.patch(str(tmp_path / "two"))
+    try:
+        with wsprof.phase("weight_sync"):
+            captured(torch.ones(4, dtype=torch.float16), 0)
+            dist.broadcast(torch.ones(8), 0)
+    finally:
+        wsprof.unpatch()
+    assert captured is not dist.broadcast  # the original is back on the name
+    calls = read_trace(str(second)).calls
+    trace = read_trace(str(second))
+    assert calls.op.tolist() == ["broadcast", "broadcast"]
+    assert calls.dtype.tolist() == ["float16", "float32"]
+    assert calls.bytes.tolist() == [8, 32]
+    assert calls.phase.tolist() == ["weight_sync", "weight_sync"]
+    lines = [trace.sites[s].line for s in calls.site.tolist()]
+    assert all(trace.sites[s].file == __file__ for s in calls.site.tolist())
+    assert lines[1] == lines[0] + 1
+    first = read_trace(str(next((tmp_path / "one").glob("*.wsprof"))))
+    assert first.calls.op.tolist() == ["all_reduce"]

@@ -28,6 +28,9 @@ class _Recorder:
     def event(self, kind: str, detail: str) -> None:
         self.events.append((kind, detail))
 
+    def written(self) -> int:
+        return len(self.calls)
+
     def internal_error(self, where: str, exc: BaseException) -> None:
         self.errors.append(f"{where}: {exc}")
 

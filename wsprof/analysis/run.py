@@ -11,6 +11,7 @@ import numpy as np
 
 from wsprof.analysis.align import ClockInput, RunClock, align, anchor_of
 from wsprof.analysis.coverage import audit_run
+from wsprof.analysis.ending import end_notes
 from wsprof.analysis.findings import TIME_BUDGETS_S, Facts, run_rules
 from wsprof.analysis.growth import classify
 from wsprof.analysis.model import (
@@ -165,13 +166,21 @@ def _sampler_trouble(samplers: Iterable[ProcessTrace]) -> list[str]:
     return notes
 
 
+def _last_step(t: ProcessTrace) -> int | None:
+    """The step the process was in at the end of its trace (None without any step)."""
+    steps = [int(t.calls.step.max())] if len(t.calls) else []
+    steps += [s.step for s in t.spans]
+    return max(steps) if steps and max(steps) >= 0 else None
+
+
 def _capture_notes(traces: Iterable[ProcessTrace]) -> list[str]:
     """What capture could not do, once per kind: extra targets not hooked, device time off."""
     missing: list[str] = []
     device: list[str] = []
     thinned: list[str] = []
     probes: list[str] = []
-    for t in traces:
+    traces_seen = list(traces)
+    for t in traces_seen:
         r = t.meta.get("retention")
         if t.thinned and isinstance(r, dict):
             thinned.append(
@@ -186,6 +195,8 @@ def _capture_notes(traces: Iterable[ProcessTrace]) -> list[str]:
             elif e.kind in ("probe_error", "probe_off") and e.detail not in probes:
                 probes.append(e.detail)
     notes = [f"device time: {d}" for d in device[:2]]
+    for t in traces_seen:
+        notes += end_notes(t.meta, t.label, _last_step(t))
     if thinned:
         notes.append(f"retention: {thinned[0]}"
                      + (f" (and {len(thinned) - 1} more processes)" if len(thinned) > 1 else ""))

@@ -7,6 +7,8 @@ have shown one. :func:`judge` returns ``inconclusive`` (with the reason and what
   windows that stand in for them;
 - there are fewer than :data:`MIN_STEPS_FOR_VERDICT` steps (or windows, or series points);
 - the coverage audit found collectives that were issued but not recorded;
+- a process lost records at its end (a damaged capture buffer) or a full capture buffer
+  dropped calls (:mod:`wsprof.analysis.ending`);
 - a series input has no series that can accumulate.
 
 With problems found, the same limits are kept as ``reasons``: a problem seen on part of the
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from wsprof.analysis.ending import end_limits
 from wsprof.analysis.model import Analysis, Verdict
 
 #: Fewest steps (points of a series) for a "no problem" verdict: below 5 a rank trend test
@@ -53,6 +56,8 @@ def _reasons(a: Analysis) -> list[str]:
     elif len(pa.steps) < MIN_STEPS_FOR_VERDICT:
         out.append(f"only {len(pa.steps)} step(s) of {pa.label} (from {pa.step_source}): a curve "
                    f"needs at least {MIN_STEPS_FOR_VERDICT}; run longer")
+    for p in a.processes:
+        out += end_limits(p.meta, p.label)
     cov = a.coverage
     if cov is not None and cov.incomplete:
         missing = sum(g.missing or 0 for g in cov.incomplete)

@@ -21,7 +21,6 @@ import contextlib
 import functools
 import json
 import os
-import struct
 import sys
 import sysconfig
 import threading
@@ -32,25 +31,50 @@ from collections.abc import Callable
 from types import CodeType, TracebackType
 from typing import Any
 
-from wsprof.capture import aliases
+from wsprof.capture import aliases, buffer
 from wsprof.capture.audit import seq_of
 from wsprof.capture.markers import STATE
 from wsprof.capture.recorder import Recorder
 from wsprof.capture.sites import SiteTable
+from wsprof.trace import ring as fmt
 
 _now = time.monotonic_ns
 _get_ident = threading.get_ident
 _getframe = sys._getframe
-#: A call row: 14 little-endian int64 in RAW_CALL_COLUMNS order (``bytes`` objects are not
-#: tracked by the garbage collector, and the writer reads a batch with one ``numpy.frombuffer``).
-_pack_row = struct.Struct("<14q").pack
+
+#: Hook ids of this process -> (op, api, layer), and back. Ids are stable across sessions, so
+#: that a hook a name captured in one ``patch()`` session (``from torch.distributed import
+#: broadcast``) records correctly in the next one; each session's recorder is told them all.
+_HOOK_NAMES: list[tuple[str, str, str]] = []
+_HOOK_IDS: dict[tuple[str, str, str], int] = {}
+
+
+def _hook_word(op: str, api: str, layer: str) -> int:
+    """Word 1 of a call record for the hook (op, api, layer): kind and hook id."""
+    key = (op, api, layer)
+    i = _HOOK_IDS.get(key)
+    if i is None:
+        i = _HOOK_IDS[key] = len(_HOOK_NAMES)
+        _HOOK_NAMES.append(key)
+    rec = _STATE.recorder
+    if rec is not None:
+        rec.register_hook(i, op, api, layer)
+    return fmt.CALL | (i << 8)
+
+
+def _put_nothing(*words: int) -> bool:
+    return False
 
 
 class _Local(threading.local):
     call: list[Any] | None = None  # the open API call of this thread
 
 
-_TLS = _Local()
+#: The compiled recording path (:mod:`wsprof.capture.buffer`), or None: pure Python.
+_NATIVE: Any = buffer.native_module()
+#: The open-call slot of each thread: the compiled hooks' own where they exist, so that the
+#: Python hooks (rare paths) and the compiled ones see the same open call.
+_TLS: Any = _NATIVE.Tls() if _NATIVE is not None else _Local()
 
 # Open-call record layout (a list, for speed): [backend_ns, n_backend, inside_backend, pg]
 _BACKEND_NS, _N_BACKEND, _INSIDE, _PG = 0, 1, 2, 3
@@ -65,8 +89,13 @@ class _Installed:
 
     def __init__(self) -> None:
         self.active = False
+        #: The hooks of this session are compiled ones (:data:`_NATIVE`; not with device time).
+        self.native = False
         self.recorder: Recorder | None = None
-        self.sites: SiteTable | None = None
+        #: ``put`` of the recorder's ring (:mod:`wsprof.capture.buffer`): where hooks write
+        self.put: Any = _put_nothing
+        #: One per process, reset by each install (hooks of every session share it).
+        self.sites: SiteTable = SiteTable()
         # (owner, attribute name, original value as stored on the owner, our wrapper)
         self.patches: list[tuple[Any, str, Any, Any]] = []
         self.tensor_type: Any = None
@@ -194,8 +223,11 @@ def _audit_group_class(rec: Recorder, cls: type) -> None:
 
 
 def _phase_id(ident: int) -> int:
-    phases = STATE.phases
-    stack = phases.get(ident) or phases.get(STATE.main_ident or -1)
+    """String id of the innermost phase of the calling context, else of the main thread's
+    (:func:`wsprof.capture.markers.current_phase`, inlined: per call); -1 if none. Runs on the
+    calling thread: ``ident`` is that thread's id (the phase is the context's, not the thread's).
+    """
+    stack = STATE.phase_var.get(()) or STATE.main_stack
     if not stack:
         return -1
     name = stack[-1]
@@ -261,7 +293,7 @@ def _device_end(device: Any, ev: Any, t0: int) -> None:
 
 
 def _record_slow(
-    rec: Recorder,
+    rec: Recorder | None,
     hook: int,
     t0: int,
     t1: int,
@@ -272,20 +304,21 @@ def _record_slow(
     error: BaseException | None,
     depth: int,
 ) -> None:
-    """The general recording path: errors, and rows of the backend layer."""
+    """The general recording path: errors, and rows of the backend layer.
+
+    ``rec`` is unused (the current session's recorder is); ``hook`` is the hook's record word
+    (:func:`_hook_word`)."""
+    rec = _STATE.recorder
+    if rec is None:
+        return
     try:
-        if len(rec.calls) >= rec.max_pending:
-            rec.dropped_calls += 1
-            return
         ident = _get_ident()
         nbytes, dt = _payload_slow(args, kwargs)
-        sites = _STATE.sites
-        site = sites.site_of(_getframe(depth)) if sites is not None else -1
+        site = _STATE.sites.site_of(_getframe(depth))
         err = rec.strings.intern(type(error).__name__) if error is not None else -1
         asy = _async_flag(ret, t0, ident) if ret is not None else 0
-        rec.calls.append(_pack_row(t0, t1, c[_BACKEND_NS], c[_N_BACKEND], ident, hook, nbytes, dt,
-                                   _group_id(c[_PG]), asy, site, STATE.step, _phase_id(ident),
-                                   err))
+        _STATE.put(hook, t0, t1, c[_BACKEND_NS], c[_N_BACKEND], ident, nbytes, dt,
+                   _group_id(c[_PG]), asy, site, STATE.step, _phase_id(ident), err)
     except Exception as e:  # noqa: BLE001 - never raise into training
         rec.internal_error("record", e)
 
@@ -294,32 +327,29 @@ def _api_wrapper(orig: Callable[..., Any], op: str, api: str, layer: str = "api"
     """The API-layer hook for ``orig``: times the call, records one row when it returns."""
     inst = _STATE
     tls = _TLS
-    rec = inst.recorder
-    sites = inst.sites
-    if rec is None or sites is None:
+    if inst.recorder is None:
         raise RuntimeError("wsprof hooks are created by install()")
-    hook = rec.hook_id(op, api, layer)
-    calls = rec.calls
-    max_pending = rec.max_pending
+    hook = _hook_word(op, api, layer)
+    if inst.native:
+        return _native_api_wrapper(orig, hook)
+    sites = inst.sites
     fast_sites = sites.fast
     site_of = sites.site_of
     tensor_type = inst.tensor_type
     dtype_ids = inst.dtype_ids
     group_ids = inst.group_ids
     markers = STATE
-    phases = markers.phases
-    device = inst.device
-    pack_row = _pack_row
-    coalescing = inst.coalescing
-    last_site: tuple[Any, int, int] = (None, -1, -1)
+    # [code, f_lasti, site id] of this hook's last caller; cleared by each install (site ids
+    # are per trace)
+    last_site: list[Any] = sites.new_last()
 
     @functools.wraps(orig)
     def wsprof_api_hook(*args: Any, **kwargs: Any) -> Any:
-        nonlocal last_site
         if tls.call is not None or not inst.active:
             return orig(*args, **kwargs)
         c: list[Any] = [0, 0, False, None]
         tls.call = c
+        device = inst.device
         ev = _device_start(device) if device is not None else None
         t0 = _now()
         try:
@@ -327,7 +357,7 @@ def _api_wrapper(orig: Callable[..., Any], op: str, api: str, layer: str = "api"
         except BaseException as e:
             t1 = _now()
             tls.call = None
-            _record_slow(rec, hook, t0, t1, c, args, kwargs, None, e, 2)
+            _record_slow(None, hook, t0, t1, c, args, kwargs, None, e, 2)
             raise
         t1 = _now()
         tls.call = None
@@ -335,45 +365,43 @@ def _api_wrapper(orig: Callable[..., Any], op: str, api: str, layer: str = "api"
             _device_end(device, ev, t0)
         # The fast recording path: plain-tensor first argument, known caller site and group.
         try:
-            if coalescing and c[1] == 0:
+            if inst.coalescing and c[1] == 0:
                 return ret  # deferred into a coalescing block: its backend call is recorded
-            if len(calls) < max_pending:
-                ident = _get_ident()
-                a: Any = args[0] if args else None
-                if type(a) is tensor_type:
-                    try:
-                        nbytes = a.nbytes
-                    except Exception:  # noqa: BLE001 - sparse: unknown bytes, still a call
-                        nbytes = -1
-                    dt = dtype_ids.get(a.dtype)
-                    if dt is None:
-                        dt = _intern_dtype(a.dtype)
-                else:
-                    nbytes, dt = _payload_slow(args, kwargs)
-                f = _getframe(1)
-                code = f.f_code
-                lasti = f.f_lasti
-                # Most calls come from the call site of the previous one: compare identities
-                # first (hashing a code object costs more than the rest of this lookup).
-                if code is last_site[0] and lasti == last_site[1]:
-                    site = last_site[2]
-                else:
-                    cached = fast_sites.get((code, lasti))
-                    site = site_of(f) if cached is None else cached
-                    last_site = (code, lasti, site)
-                pg = c[3]
-                if pg is None:
-                    grp = -1
-                else:
-                    g = group_ids.get(id(pg))
-                    grp = g[1] if g is not None and g[0]() is pg else _group_id(pg)
-                calls.append(pack_row(t0, t1, c[0], c[1], ident, hook, nbytes, dt, grp,
-                                      0 if ret is None else _async_flag(ret, t0, ident), site,
-                                      markers.step, _phase_id(ident) if phases else -1, -1))
+            ident = _get_ident()
+            a: Any = args[0] if args else None
+            if type(a) is tensor_type:
+                try:
+                    nbytes = a.nbytes
+                except Exception:  # noqa: BLE001 - sparse: unknown bytes, still a call
+                    nbytes = -1
+                dt = dtype_ids.get(a.dtype)
+                if dt is None:
+                    dt = _intern_dtype(a.dtype)
             else:
-                rec.dropped_calls += 1
+                nbytes, dt = _payload_slow(args, kwargs)
+            f = _getframe(1)
+            code = f.f_code
+            lasti = f.f_lasti
+            # Most calls come from the call site of the previous one: compare identities
+            # first (hashing a code object costs more than the rest of this lookup).
+            if code is last_site[0] and lasti == last_site[1]:
+                site = last_site[2]
+            else:
+                cached = fast_sites.get((code, lasti))
+                site = site_of(f) if cached is None else cached
+                last_site[0], last_site[1], last_site[2] = code, lasti, site
+            pg = c[3]
+            if pg is None:
+                grp = -1
+            else:
+                g = group_ids.get(id(pg))
+                grp = g[1] if g is not None and g[0]() is pg else _group_id(pg)
+            inst.put(hook, t0, t1, c[0], c[1], ident, nbytes, dt, grp,
+                     0 if ret is None else _async_flag(ret, t0, ident), site,
+                     markers.step, _phase_id(ident), -1)
         except Exception as e:  # noqa: BLE001 - never raise into training
-            rec.internal_error("record", e)
+            if inst.recorder is not None:
+                inst.recorder.internal_error("record", e)
         return ret
 
     return wsprof_api_hook
@@ -418,7 +446,8 @@ def _named_like(fn: Any, method: str) -> Any:
 
 
 def _backend_wrapper(orig: Callable[..., Any], op: str, api: str,
-                     method: str | None = None, counted: bool = False) -> Any:
+                     method: str | None = None, counted: bool = False,
+                     classify: Callable[[type], bool] | None = None) -> Any:
     """The backend-layer hook for a ``ProcessGroup`` (or ``Backend``) method: adds its time to
     the open API call, or records a row of its own (layer 'backend') when no API call is open.
 
@@ -428,13 +457,14 @@ def _backend_wrapper(orig: Callable[..., Any], op: str, api: str,
         method: the attribute name it replaces (see :func:`_named_like`).
         counted: the method issues a number of collectives known only to c10d
             (``monitored_barrier``): read the group's count before and after.
+        classify: which classes' instances the compiled hook takes (default
+            :func:`_native_class`).
     """
     inst = _STATE
     tls = _TLS
-    rec = inst.recorder
-    if rec is None:
+    if inst.recorder is None:
         raise RuntimeError("wsprof hooks are created by install()")
-    hook = rec.hook_id(op, api, "backend")
+    hook = _hook_word(op, api, "backend")
 
     @functools.wraps(orig)
     def wsprof_backend_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -456,14 +486,14 @@ def _backend_wrapper(orig: Callable[..., Any], op: str, api: str,
                 tls.call = None
                 c[_BACKEND_NS] = t1 - t0
                 c[_N_BACKEND] = 0  # raised: counted as issuing nothing (the audit's side)
-                _record_slow(rec, hook, t0, t1, c, args, kwargs, None, e, 2)
+                _record_slow(None, hook, t0, t1, c, args, kwargs, None, e, 2)
                 raise
             t1 = _now()
             tls.call = None
             c[_BACKEND_NS] = t1 - t0
             if s0 >= 0:
                 c[_N_BACKEND] = max(seq_of(self) - s0, 1)
-            _record_slow(rec, hook, t0, t1, c, args, kwargs, ret, None, 2)
+            _record_slow(None, hook, t0, t1, c, args, kwargs, ret, None, 2)
             return ret
         if c[2]:
             return orig(self, *args, **kwargs)
@@ -478,7 +508,33 @@ def _backend_wrapper(orig: Callable[..., Any], op: str, api: str,
             c[1] += max(seq_of(self) - s0, 1) if s0 >= 0 else 1
             c[2] = False
 
-    return _named_like(wsprof_backend_hook, method) if method else wsprof_backend_hook
+    py_hook = _named_like(wsprof_backend_hook, method) if method else wsprof_backend_hook
+    if inst.native and not counted:
+        # The compiled hook takes the common case (an open API call, a C++ group); the
+        # Python one above every other.
+        return functools.update_wrapper(
+            _NATIVE.MethodHook(orig, py_hook, classify or _native_class, False), orig)
+    return py_hook
+
+
+def _native_class(cls: type) -> bool:
+    """Instances of ``cls`` go through the compiled method hooks: torch's own C++ classes. A
+    Python subclass goes through the Python hook, whose code name pybind11's trampoline
+    recognises (:func:`_named_like`)."""
+    return str(getattr(cls, "__module__", "")).startswith("torch._C")
+
+
+def _native_api_wrapper(orig: Callable[..., Any], hook: int) -> Any:
+    """The API-layer hook with its work in C (:data:`_NATIVE`): a Python function still, so
+    that ``torch.compile`` finds it in its remap table (:func:`_compiler_remaps`) and callers
+    see a function."""
+    core = _NATIVE.ApiCore(orig, hook)
+
+    @functools.wraps(orig)
+    def wsprof_api_hook(*args: Any, **kwargs: Any) -> Any:
+        return core(args, kwargs)
+
+    return wsprof_api_hook
 
 
 def _helper_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
@@ -487,10 +543,9 @@ def _helper_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
     of collectives c10d counted during the call, all of its time backend time."""
     inst = _STATE
     tls = _TLS
-    rec = inst.recorder
-    if rec is None:
+    if inst.recorder is None:
         raise RuntimeError("wsprof hooks are created by install()")
-    hook = rec.hook_id(op, api, "api")
+    hook = _hook_word(op, api, "api")
 
     @functools.wraps(orig)
     def wsprof_helper_hook(*args: Any, **kwargs: Any) -> Any:
@@ -513,7 +568,7 @@ def _helper_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
             tls.call = None
             c[_BACKEND_NS] = t1 - t0
             c[_N_BACKEND] = max(seq_of(pg) - s0, 0) if s0 >= 0 else 1
-            _record_slow(rec, hook, t0, t1, c, args[1:], kwargs, ret, error, 2)
+            _record_slow(None, hook, t0, t1, c, args[1:], kwargs, ret, error, 2)
         return ret
 
     return wsprof_helper_hook
@@ -537,7 +592,8 @@ def _lifecycle_wrapper(orig: Callable[..., Any]) -> Any:
     return wsprof_lifecycle_hook
 
 
-def _wait_wrapper(orig: Callable[..., Any]) -> Any:
+def _wait_wrapper(orig: Callable[..., Any],
+                  classify: Callable[[type], bool] | None = None) -> Any:
     """``Work.wait``: backend time of the open call; else the completion of an async call."""
     tls = _TLS
     inst = _STATE
@@ -566,7 +622,11 @@ def _wait_wrapper(orig: Callable[..., Any]) -> Any:
             c[0] += _now() - t0
             c[2] = False
 
-    return _named_like(wsprof_wait_hook, "wait")
+    py_hook = _named_like(wsprof_wait_hook, "wait")
+    if inst.native:
+        return functools.update_wrapper(
+            _NATIVE.MethodHook(orig, py_hook, classify or _native_class, True), orig)
+    return py_hook
 
 
 def _is_completed_wrapper(orig: Callable[..., Any]) -> Any:
@@ -605,9 +665,8 @@ class _CoalescingCall:
     """Wraps the context manager ``_coalescing_manager`` returns: the block is one logical call
     (op ``coalesced``), the collectives issued inside it are attributed to it."""
 
-    def __init__(self, inner: Any, rec: Recorder, hook: int) -> None:
+    def __init__(self, inner: Any, hook: int) -> None:
         self._inner = inner
-        self._rec = rec
         self._hook = hook
         self._c: list[Any] = [0, 0, False, None]
         self._t0 = 0
@@ -639,22 +698,21 @@ class _CoalescingCall:
             t1 = _now()
             _TLS.call = None
             works = getattr(self._cm, "works", None) or None
-            _record_slow(self._rec, self._hook, self._t0, t1, self._c, (), None, works, error, 2)
+            _record_slow(None, self._hook, self._t0, t1, self._c, (), None, works, error, 2)
 
 
 def _coalescing_wrapper(orig: Callable[..., Any], api: str) -> Any:
     inst = _STATE
-    rec = inst.recorder
-    if rec is None:
+    if inst.recorder is None:
         raise RuntimeError("wsprof hooks are created by install()")
-    hook = rec.hook_id("coalesced", api, "api")
+    hook = _hook_word("coalesced", api, "api")
 
     @functools.wraps(orig)
     def wsprof_coalescing_hook(*args: Any, **kwargs: Any) -> Any:
         cm = orig(*args, **kwargs)
         if _TLS.call is not None or not inst.active:
             return cm
-        return _CoalescingCall(cm, rec, hook)
+        return _CoalescingCall(cm, hook)
 
     return wsprof_coalescing_hook
 
@@ -670,6 +728,7 @@ def _inner_code(factory: Callable[..., Any], name: str) -> CodeType:
 _HOOK_CODES = frozenset(
     {
         _inner_code(_api_wrapper, "wsprof_api_hook"),
+        _inner_code(_native_api_wrapper, "wsprof_api_hook"),
         _inner_code(_backend_wrapper, "wsprof_backend_hook"),
         _inner_code(_wait_wrapper, "wsprof_wait_hook"),
         _inner_code(_is_completed_wrapper, "wsprof_is_completed_hook"),
@@ -723,6 +782,8 @@ def is_hook(obj: Any) -> bool:
     Decided by code object, not by an attribute: ``functools.wraps`` copies attributes onto a
     framework's wrapper of our hook, and that wrapper must not pass for ours.
     """
+    if _NATIVE is not None and isinstance(obj, (_NATIVE.MethodHook, _NATIVE.OpHook)):
+        return True
     code = getattr(obj, "__code__", None)
     return code in _HOOK_CODES or code in _RENAMED_CODES
 
@@ -766,8 +827,11 @@ def _calibrate(rec: Recorder, layers: str) -> int:
     def backend_noop(self: Any, t: Any) -> None:
         return None
 
-    backend = _backend_wrapper(backend_noop, "calibration", "calibration")
-    wait = _wait_wrapper(wait_noop)
+    def anything(cls: type) -> bool:
+        return True  # the calibration's "group" is None: timed as a C++ group would be
+
+    backend = _backend_wrapper(backend_noop, "calibration", "calibration", classify=anything)
+    wait = _wait_wrapper(wait_noop, classify=anything)
 
     def bare(t: Any, src: int = 0) -> None:
         if layers == "both":
@@ -779,16 +843,19 @@ def _calibrate(rec: Recorder, layers: str) -> int:
             backend(None, t)
             wait(None)
 
-    saved_max, saved_dropped = rec.max_pending, rec.dropped_calls
-    rec.max_pending = 1 << 62  # the calibration hook measures the recording path
     hook = _api_wrapper(collective, "calibration", "calibration")
-    rec.max_pending = saved_max
     import statistics
 
+    from wsprof.capture import buffer
+
+    # Into a scratch ring of the same kind (anonymous memory): the calibration's records are
+    # not the job's.
+    scratch = buffer.scratch_ring(rec.ring, CALIBRATION_CALLS * CALIBRATION_REPEATS)
     with rec.lock:
-        n0 = len(rec.calls)
-        was = _STATE.active
-        _STATE.active = True
+        was, put = _STATE.active, _STATE.put
+        _STATE.active, _STATE.put = True, scratch.put
+        if _STATE.native:
+            _NATIVE.set_ring(scratch)
         try:
             added: list[float] = []
             for _ in range(CALIBRATION_REPEATS):
@@ -801,10 +868,10 @@ def _calibrate(rec: Recorder, layers: str) -> int:
                 t2 = _now()
                 added.append(((t2 - t1) - (t1 - t0)) / CALIBRATION_CALLS)
         finally:
-            _STATE.active = was
-            while len(rec.calls) > n0:
-                rec.calls.pop()
-            rec.dropped_calls = saved_dropped
+            _STATE.active, _STATE.put = was, put
+            if _STATE.native:
+                _NATIVE.set_ring(rec.ring)
+            scratch.close()
     return max(0, int(statistics.median(added)))
 
 
@@ -833,20 +900,30 @@ def install(recorder: Recorder, layers: str = "both", device_time: bool = False)
 
     _STATE.tensor_type = torch.Tensor
     _STATE.parameter_type = torch.nn.Parameter
-    _STATE.group_name_ids = {}
+    # String ids are per trace: every cache of them is emptied in place (hooks of earlier
+    # sessions hold these very objects).
+    _STATE.group_name_ids.clear()
     _STATE.work_type = getattr(dist, "Work", None)
     try:
         _STATE.coalescing = c10d._world.pg_coalesce_state if layers == "both" else None
     except AttributeError:  # a torch without coalescing state
         _STATE.coalescing = None
-    _STATE.dtype_ids = {}
-    _STATE.group_ids = {}
-    _STATE.phase_ids = {}
+    _STATE.dtype_ids.clear()
+    _STATE.group_ids.clear()
+    _STATE.phase_ids.clear()
     _STATE.pending = weakref.WeakKeyDictionary()
     _STATE.pending_order = deque()
     table = aliases.build(dist)
     _STATE.recorder = recorder
-    sites = _STATE.sites = SiteTable(recorder.sites)
+    _STATE.put = recorder.ring.put
+    _STATE.native = (_NATIVE is not None and not device_time
+                     and getattr(recorder.ring, "native", False))
+    for i, (op_name, api_name, layer_name) in enumerate(_HOOK_NAMES):
+        recorder.register_hook(i, op_name, api_name, layer_name)  # hooks of earlier sessions
+    sites = _STATE.sites
+    sites.reset(recorder.sites)
+    if _STATE.native:
+        _configure_native(recorder)
     _STATE.device = None
     if device_time:
         from wsprof.capture.device import DeviceTimer
@@ -943,6 +1020,29 @@ def install(recorder: Recorder, layers: str = "both", device_time: bool = False)
     }))
 
 
+def _configure_native(recorder: Recorder) -> None:
+    """Hand the compiled hooks the caches, fallbacks and ring of this session."""
+    from wsprof.capture import functional
+
+    def internal_error(where: str, exc: BaseException) -> None:
+        rec = _STATE.recorder
+        if rec is not None:
+            rec.internal_error(where, exc)
+
+    _NATIVE.configure(
+        tensor_type=_STATE.tensor_type, parameter_type=_STATE.parameter_type,
+        dtype_ids=_STATE.dtype_ids, group_ids=_STATE.group_ids,
+        group_name_ids=_STATE.group_name_ids, fast_sites=_STATE.sites.fast,
+        phase_ids=_STATE.phase_ids, markers=STATE, phase_var=STATE.phase_var,
+        coalescing=_STATE.coalescing, pending_by_id=functional._PENDING.by_id,
+        record_slow=_record_slow, intern_dtype=_intern_dtype, site_of=_STATE.sites.site_of,
+        group_id=_group_id, async_flag=_async_flag, payload_slow=_payload_slow,
+        phase_id=_phase_id, internal_error=internal_error, completed=_completed,
+        register_outputs=functional._register_outputs, intern_group=functional.intern_group,
+        max_async=MAX_PENDING_ASYNC)
+    _NATIVE.set_ring(recorder.ring)
+
+
 def _compiler_remaps(patches: list[tuple[Any, str, Any, Any]]) -> None:
     """Let ``torch.compile`` trace a hooked name as the collective it replaces.
 
@@ -1004,8 +1104,7 @@ def _reaudit() -> None:
         fact = foreign_wrapper(current, torch.__file__) or {"qualname": repr(current)}
         prefix = "dist." if owner.__name__ == "torch.distributed" else "distributed_c10d."
         rec.event("wrapper", json.dumps({"api": prefix + name, "after_patch": True, **fact}))
-        if _STATE.sites is not None:
-            _STATE.sites.mark_internal(_wrapper_codes(current))
+        _STATE.sites.mark_internal(_wrapper_codes(current))
 
 
 def uninstall() -> None:
@@ -1033,7 +1132,11 @@ def uninstall() -> None:
     _restore_remaps()
     _STATE.patches = []
     _STATE.recorder = None
-    _STATE.sites = None
+    _STATE.put = _put_nothing
+    if _NATIVE is not None:
+        _NATIVE.set_ring(None)
+    _STATE.native = False
+    _STATE.sites.reset(None)
     _STATE.rewraps = set()
     _STATE.group_classes = set()
     _STATE.device = None

@@ -214,9 +214,9 @@ class CounterSampler:
             self.tick()
 
     def _in_burst(self) -> bool:
-        calls = self.recorder.calls
-        last = calls[-1] if calls else None
-        burst = last is not None and last is not self._last_call
+        """Records were written since the last round (collectives are being issued)."""
+        last = self.recorder.written()
+        burst = bool(last != self._last_call)
         self._last_call = last
         return burst
 

@@ -69,6 +69,16 @@ def _register_outputs(ret: Any, t0: int, ident: int) -> int:
     return 0
 
 
+def intern_group(name: Any) -> int:
+    """String id of a process group's name (cached in ``group_name_ids``); -1 when not
+    recording."""
+    rec = col._STATE.recorder
+    if rec is None:
+        return -1
+    i = col._STATE.group_name_ids[name] = rec.strings.intern(str(name))
+    return i
+
+
 def _tensor_arg(args: tuple[Any, ...]) -> Any:
     """The first argument that is a tensor or a non-empty list of tensors; None if none."""
     tensor = col._STATE.tensor_type
@@ -91,12 +101,10 @@ def op_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
     """
     inst = col._STATE
     tls = col._TLS
-    rec = inst.recorder
     sites = inst.sites
-    if rec is None or sites is None:
+    if inst.recorder is None:
         raise RuntimeError("wsprof hooks are created by install()")
-    hook = rec.hook_id(op, api, "functional")
-    calls = rec.calls
+    hook = col._hook_word(op, api, "functional")
     plain = (inst.tensor_type, inst.parameter_type)
     markers = MARKERS
     group_ids: dict[str, int] = inst.group_name_ids
@@ -132,57 +140,58 @@ def op_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
             t1 = now()
             tls.call = None
             c[0], c[1] = t1 - t0, 0  # raised: counted as issuing nothing (the audit's side)
-            col._record_slow(rec, hook, t0, t1, c, args, kwargs, None, e, 2)
+            col._record_slow(None, hook, t0, t1, c, args, kwargs, None, e, 2)
             raise
         t1 = now()
         tls.call = None
         try:
-            if len(calls) < rec.max_pending:
-                ident = get_ident()
-                if type(a) is tensor_type:
-                    try:
-                        nbytes = a.nbytes
-                    except Exception:  # noqa: BLE001 - sparse: unknown bytes, still a call
-                        nbytes = -1
-                    dt = dtype_ids.get(a.dtype)
-                    if dt is None:
-                        dt = col._intern_dtype(a.dtype)
-                else:
-                    nbytes, dt = col._payload_slow((a,), None)  # a list, or sparse
-                g = kwargs.get("group_name") if kwargs else None
-                if g is None and type(args[-1]) is str:
-                    g = args[-1]
-                if g is None:
-                    grp = -1
-                else:
-                    grp = group_ids.get(g, -2)
-                    if grp == -2:
-                        grp = group_ids[g] = rec.strings.intern(str(g))
-                # The caller is OpOverload(Packet).__call__ (torch): start above it, and look
-                # the site up by that frame when it is the user's (one dict lookup).
+            ident = get_ident()
+            if type(a) is tensor_type:
                 try:
-                    f = getframe(2)
-                except ValueError:  # called from the bottom of the stack
-                    f = getframe(1)
-                site = fast_sites.get((f.f_code, f.f_lasti))
-                if site is None:
-                    site = site_of(f)
-                if type(ret) is tensor_type:
-                    pending[id(ret)] = (t0, ident)
-                    if len(pending) > max_async:
-                        _PENDING.add(ret, t0, ident)  # trims the oldest, counted
-                    asy = 1
-                else:
-                    asy = _register_outputs(ret, t0, ident)
-                calls.append(col._pack_row(
-                    t0, t1, t1 - t0, len(args[0]) if p2p else 1, ident, hook, nbytes, dt, grp,
-                    asy, site, markers.step, col._phase_id(ident) if markers.phases else -1, -1))
+                    nbytes = a.nbytes
+                except Exception:  # noqa: BLE001 - sparse: unknown bytes, still a call
+                    nbytes = -1
+                dt = dtype_ids.get(a.dtype)
+                if dt is None:
+                    dt = col._intern_dtype(a.dtype)
             else:
-                rec.dropped_calls += 1
+                nbytes, dt = col._payload_slow((a,), None)  # a list, or sparse
+            g = kwargs.get("group_name") if kwargs else None
+            if g is None and type(args[-1]) is str:
+                g = args[-1]
+            if g is None:
+                grp = -1
+            else:
+                grp = group_ids.get(g, -2)
+                if grp == -2:
+                    rec = inst.recorder
+                    grp = group_ids[g] = rec.strings.intern(str(g)) if rec else -1
+            # The caller is OpOverload(Packet).__call__ (torch): start above it, and look
+            # the site up by that frame when it is the user's (one dict lookup).
+            try:
+                f = getframe(2)
+            except ValueError:  # called from the bottom of the stack
+                f = getframe(1)
+            site = fast_sites.get((f.f_code, f.f_lasti))
+            if site is None:
+                site = site_of(f)
+            if type(ret) is tensor_type:
+                pending[id(ret)] = (t0, ident)
+                if len(pending) > max_async:
+                    _PENDING.add(ret, t0, ident)  # trims the oldest, counted
+                asy = 1
+            else:
+                asy = _register_outputs(ret, t0, ident)
+            inst.put(hook, t0, t1, t1 - t0, len(args[0]) if p2p else 1, ident, nbytes, dt,
+                     grp, asy, site, markers.step, col._phase_id(ident), -1)
         except Exception as e:  # noqa: BLE001 - never raise into training
-            rec.internal_error("record", e)
+            if inst.recorder is not None:
+                inst.recorder.internal_error("record", e)
         return ret
 
+    if inst.native:
+        return functools.update_wrapper(col._NATIVE.OpHook(orig, wsprof_op_hook, hook, p2p, False),
+                                        orig)
     return wsprof_op_hook
 
 
@@ -206,6 +215,9 @@ def wait_wrapper(orig: Callable[..., Any]) -> Any:
                     inst.recorder.internal_error("wait_tensor", err)
         return ret
 
+    if inst.native:
+        return functools.update_wrapper(
+            col._NATIVE.OpHook(orig, wsprof_wait_tensor_hook, 0, False, True), orig)
     return wsprof_wait_tensor_hook
 
 
@@ -241,7 +253,8 @@ def patches(torch: Any) -> list[Patch]:
             owners = [packet] + [getattr(packet, o) for o in packet.overloads()]
             for owner in owners:
                 orig = owner.__dict__.get("_op")
-                if orig is None or getattr(orig, "__code__", None) in HOOK_CODES:
+                if orig is None or getattr(orig, "__code__", None) in HOOK_CODES or col.is_hook(
+                        orig):
                     continue
                 hook = wait_wrapper(orig) if op == aliases.COMPLETION else op_wrapper(
                     orig, op, api)

@@ -1,12 +1,23 @@
 """Step and phase markers and user counters: ``wsprof.step()``, ``wsprof.phase()``,
 ``wsprof.counter()``.
 
-The current step and phase live in one module-level object read by the hooks (two attribute
-reads per call). Markers are no-ops costing a function call while wsprof is not patched.
+The current step and phase are read by the hooks on every call (a few attribute reads).
+Markers are no-ops costing a function call while wsprof is not patched.
+
+Phases are per context (:mod:`contextvars`), not per thread: the phase stack of the current
+context is :data:`PHASE_VAR`. Threads each have their own context, and asyncio tasks copy the
+context they are created in, so a task inherits the phases open where it was created and the
+phases it enters stay its own (two tasks interleaving on one thread, one in ``rollout`` and one
+in ``weight_sync``, each stamp their own phase). A context with no phase of its own (a thread
+that never entered one) inherits the main thread's innermost phase (:func:`current_phase`).
+
+The step is process-wide, not per context: steps are the trainer's loop boundaries, and the step
+spans of one process never overlap.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 import time
@@ -19,31 +30,40 @@ if TYPE_CHECKING:
 _now = time.monotonic_ns
 
 
+#: The phase stack of the current context, innermost last (an immutable tuple; ``()``: none).
+PHASE_VAR: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("wsprof_phases")
+
+
 class MarkerState:
     """What the hooks stamp on every call: the step number and the innermost phase.
 
-    Phases are per thread (a rollout thread and the weight-sync thread of an async trainer
-    each have their own); a thread that never entered a phase inherits the main thread's.
+    The step is process-wide. Phases are per context (:data:`PHASE_VAR`); a context that has no
+    phase of its own inherits the main thread's (:attr:`main_stack`): see :func:`current_phase`.
     """
 
     def __init__(self) -> None:
         self.recorder: Recorder | None = None
         self.step = -1
         self.step_start_ns: int | None = None
-        self.phases: dict[int, list[str]] = {}
+        #: :data:`PHASE_VAR`, here for the hooks (an attribute read, no import).
+        self.phase_var = PHASE_VAR
+        #: The phase stack of the main thread's current context, after its latest phase entry
+        #: or exit: what a context with no phase of its own inherits.
+        self.main_stack: tuple[str, ...] = ()
         #: Bumped at every step and phase boundary (the counter sampler watches it).
         self.boundaries = 0
         #: Bumped at every step start.
         self.steps_started = 0
-        self.main_ident = threading.main_thread().ident
-
-    def phase_of(self, ident: int) -> str | None:
-        """Innermost phase of thread ``ident`` (else of the main thread), or None."""
-        stack = self.phases.get(ident) or self.phases.get(self.main_ident or -1)
-        return stack[-1] if stack else None
 
 
 STATE = MarkerState()
+
+
+def current_phase() -> str | None:
+    """The innermost phase of the current context, else of the main thread's; None if neither
+    has one."""
+    stack = PHASE_VAR.get(()) or STATE.main_stack
+    return stack[-1] if stack else None
 
 
 def _recorder() -> Recorder | None:
@@ -125,9 +145,15 @@ class phase:  # used like a function: ``with wsprof.phase("rollout"):``
     def __init__(self, name: str) -> None:
         self.name = str(name)  # an enum or other object would poison the trace's strings
         self._t0 = 0
+        self._token: contextvars.Token[tuple[str, ...]] | None = None
+        self._stack: tuple[str, ...] = ()
 
     def __enter__(self) -> phase:
-        STATE.phases.setdefault(threading.get_ident(), []).append(self.name)
+        stack = (*PHASE_VAR.get(()), self.name)
+        self._token = PHASE_VAR.set(stack)
+        self._stack = stack
+        if threading.get_ident() == threading.main_thread().ident:
+            STATE.main_stack = stack
         STATE.boundaries += 1
         self._t0 = _now()
         return self
@@ -140,18 +166,29 @@ class phase:  # used like a function: ``with wsprof.phase("rollout"):``
     ) -> None:
         t = _now()
         STATE.boundaries += 1
+        token, self._token = self._token, None
+        stack = PHASE_VAR.get(())
+        done = False
+        if token is not None and stack is self._stack:
+            try:
+                PHASE_VAR.reset(token)
+                done = True
+            except (ValueError, RuntimeError):  # entered in another context, or reset already
+                pass
+        if not done:
+            # Not nested as entered (phases exited out of order, or this instance entered
+            # twice at once): drop this phase's name from the current stack.
+            if stack and stack[-1] == self.name:
+                PHASE_VAR.set(stack[:-1])
+            elif self.name in stack:
+                i = stack.index(self.name)
+                PHASE_VAR.set(stack[:i] + stack[i + 1:])
         ident = threading.get_ident()
-        stack = STATE.phases.get(ident, [])
-        if stack and stack[-1] == self.name:
-            stack.pop()
-        elif self.name in stack:
-            stack.remove(self.name)
-        if not stack:
-            # A thread that left its last phase holds no entry (threads come and go).
-            STATE.phases.pop(ident, None)
+        if ident == threading.main_thread().ident:
+            STATE.main_stack = PHASE_VAR.get(())
         rec = _recorder()
         if rec is not None:
-            rec.spans.append(("phase", self.name, self._t0, t, STATE.step, threading.get_ident()))
+            rec.spans.append(("phase", self.name, self._t0, t, STATE.step, ident))
 
 
 def counter(name: str, value: float) -> None:

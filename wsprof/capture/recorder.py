@@ -1,31 +1,38 @@
-"""The recorder: bounded in-memory queues drained to the trace file by a background thread.
+"""The recorder: a crash-safe capture buffer drained into the trace file by a writer thread.
 
-Hooks append rows to ``collections.deque`` objects (``append`` and ``popleft`` are atomic under
-the GIL, so producers never take a lock). A call row is 14 integers in
-:data:`RAW_CALL_COLUMNS` order packed into one ``bytes`` object (not tracked by the garbage
-collector; about 145 bytes queued): strings are interned ids
-(:class:`~wsprof.trace.writer.StringTable`) and the (op, api, layer) triple is one hook id, so
-the writer turns a batch into a matrix with one ``numpy.frombuffer``. A daemon thread drains
-the queues every ``flush_interval_s`` into :class:`~wsprof.trace.writer.TraceWriter` in one
-transaction, so a killed process loses at most one interval. When the queue of calls holds
-``max_pending`` rows, new rows are dropped and counted (``dropped_calls``), never silently.
+Hooks write each call, async completion, span, counter sample and issued-collective reading as
+one fixed-size record into the ring (:mod:`wsprof.capture.buffer`, format in
+:mod:`wsprof.trace.ring`), a shared mapping of ``<trace>.ring``; strings, caller sites, hook
+ids and events go to the journal (:mod:`wsprof.trace.journal`) the moment they are made. Both
+files survive any death of the process, so a call that returned is never lost: the reader
+recovers what the trace had not received (:mod:`wsprof.trace.salvage`). A daemon thread drains
+the ring every ``flush_interval_s`` into :class:`~wsprof.trace.writer.TraceWriter` in one
+transaction, with the last sequence number drained; a clean close removes both files. When
+the ring is full (the writer fell behind), new records are dropped and counted per step
+(``dropped_calls``, ``meta['self']['dropped_by_step']``), never silently; the ring's size is
+fixed (:data:`~wsprof.trace.ring.DEFAULT_CAPACITY` records, ``$WSPROF_RING_RECORDS``).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import socket
 import sys
 import threading
 import time
-from collections import deque
+import weakref
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from wsprof.capture import buffer
 from wsprof.capture.settings import env_int
+from wsprof.trace import journal as jfmt
+from wsprof.trace import ring as fmt
 from wsprof.trace.model import TRACE_SUFFIX
 from wsprof.trace.retention import Retention
 from wsprof.trace.writer import TraceWriter
@@ -35,7 +42,8 @@ _now = time.monotonic_ns
 #: Most call rows written per transaction (bounds a flush's transient memory to ~10 MiB).
 FLUSH_CHUNK_ROWS = 32_768
 
-#: Column order of a call row as hooks append it (all ints; -1 for none/unknown).
+#: Column order of a raw call row (all ints; -1 for none/unknown): the ring's call payload
+#: with the hook id (standing for op, api, layer) at index 5.
 RAW_CALL_COLUMNS = (
     "t_start_ns", "t_end_ns", "backend_ns", "n_backend", "thread", "hook", "bytes", "dtype",
     "grp", "is_async", "site", "step", "phase", "error",
@@ -96,22 +104,59 @@ def _identity_from_env() -> dict[str, Any]:
         return {}
 
 
+class _Sink:
+    """What hooks, markers, the audit and the counter sampler append rows to: each row becomes
+    one ring record (``encode`` -> kind word and 13 payload words) or one journal entry. An
+    error is counted, never raised; in a forked child nothing is written (the ring is the
+    parent's)."""
+
+    def __init__(self, rec: Recorder, encode: Any) -> None:
+        self._rec = rec
+        self._encode = encode
+
+    def append(self, row: tuple[Any, ...]) -> None:
+        rec = self._rec
+        if rec.pid != os.getpid():
+            return
+        try:
+            self._encode(row)
+        except Exception as e:  # noqa: BLE001 - never raise into training
+            rec.internal_error("record", e)
+
+
+def _disable_in_child(ref: weakref.ReferenceType[Recorder]) -> None:
+    """A forked child (DataLoader workers, ...) shares the parent's ring mapping: it must never
+    write there."""
+    rec = ref()
+    if rec is not None:
+        rec.ring.disable_in_child()
+
+
+def _zeros(n: int) -> tuple[int, ...]:
+    return (0,) * n
+
+
 class Recorder:
-    """Owns the queues, the trace writer and the writer thread of one process.
+    """Owns the capture buffer (ring and journal), the trace writer and the writer thread of
+    one process.
 
     Args:
-        out_dir: run folder; the trace is ``<out_dir>/<host>-<pid>.wsprof``.
+        out_dir: run folder; the trace is ``<out_dir>/<host>-<pid>.wsprof``, with
+            ``.wsprof.ring`` and ``.wsprof.journal`` beside it until a clean close.
         source: how records are captured: 'patch' | 'attach' | 'run'.
-        flush_interval_s: seconds between background flushes.
-        max_pending: most call rows held in memory before new ones are dropped (a queued row
-            takes about 145 bytes, so the default, 131,072 or ``$WSPROF_MAX_PENDING``, bounds the
-            queue near 18 MiB). When a flush
-            finds the queue over a quarter full, the next one comes sooner (bursts).
+        flush_interval_s: seconds between drains of the ring into the trace (> 0).
+        ring_records: the ring's capacity in records (rounded up to a power of two; 128 bytes
+            each, so the default :data:`~wsprof.trace.ring.DEFAULT_CAPACITY` or
+            ``$WSPROF_RING_RECORDS`` is a 16 MiB sparse file). When a drain finds the ring over
+            a quarter full, the next one comes sooner (bursts); when it is full, records are
+            dropped and counted per step.
         retention: which steps keep full call detail (:mod:`wsprof.trace.retention`); None
             keeps every call.
 
     Raises:
-        OSError: the trace file cannot be created.
+        OSError: the trace, ring or journal file cannot be created.
+        ValueError: ``flush_interval_s`` is not a positive number of seconds, or
+            ``ring_records`` is not positive.
     """
 
     def __init__(
@@ -119,25 +164,23 @@ class Recorder:
         out_dir: str,
         source: str = "patch",
         flush_interval_s: float = 0.5,
-        max_pending: int | None = None,
+        ring_records: int | None = None,
         retention: Retention | None = None,
     ) -> None:
+        if not (isinstance(flush_interval_s, (int, float)) and flush_interval_s > 0
+                and flush_interval_s < float("inf")):
+            raise ValueError(f"flush_interval_s must be a positive number of seconds, not "
+                             f"{flush_interval_s!r}")
         self.out_dir = out_dir
         self.path = new_trace_path(out_dir)
         self.pid = os.getpid()
-        self.flush_interval_s = flush_interval_s
-        self.max_pending = max_pending or env_int("WSPROF_MAX_PENDING", 131_072, minimum=1)
-        self.calls: deque[bytes] = deque()
-        self.updates: deque[tuple[int, int, int, int]] = deque()
-        self.spans: deque[tuple[Any, ...]] = deque()
-        self.counters: deque[tuple[Any, ...]] = deque()
-        self.events: deque[tuple[Any, ...]] = deque()
-        self.sites: deque[tuple[Any, ...]] = deque()
-        #: c10d's issued-collective readings (:mod:`wsprof.capture.audit`)
-        self.issued: deque[tuple[Any, ...]] = deque()
-        self.dropped_calls = 0
-        #: call rows taken from the queue whose write failed (disk full, read-only folder)
-        self.lost_calls = 0
+        self.flush_interval_s = float(flush_interval_s)
+        # WSPROF_MAX_PENDING: the older name of the same bound (most records held in memory)
+        records = ring_records or env_int("WSPROF_RING_RECORDS", env_int(
+            "WSPROF_MAX_PENDING", fmt.DEFAULT_CAPACITY, minimum=1), minimum=1)
+        self.capacity = fmt.capacity_for(records)
+        #: c10d's issued-collective readings are appended here (:mod:`wsprof.capture.audit`)
+        self.lost_calls = 0  # records found torn or damaged at a drain (should stay 0)
         #: async work handles forgotten before completion was seen (bounded table)
         self.forgotten_async = 0
         #: host ns a hooked call pays, measured at install (-1: not measured)
@@ -147,24 +190,49 @@ class Recorder:
         self.flush_ns_total = 0
         self._rank_known = False
         self._remembered: dict[str, Any] = {}  # identity taken while the group was up
-        self.lock = threading.Lock()  # held by flush; the calibration holds it too
+        self.lock = threading.Lock()  # held by a drain
         self._flushing_here = threading.local()
         self._stop = threading.Event()
         self._writer = TraceWriter(self.path, retention=retention)
-        self._writer.set_meta(self._static_meta(source))
+        self.journal = jfmt.Journal(jfmt.journal_path(self.path))
         self.strings = self._writer.strings
+        self.strings.journal = self.journal
+        self.ring, self._mm = buffer.open_ring(fmt.ring_path(self.path), self.capacity, self.pid)
+        self._view: npt.NDArray[np.int64] = np.frombuffer(
+            self._mm, dtype="<i8", count=self.capacity * fmt.RECORD_WORDS,
+            offset=fmt.HEADER_BYTES).reshape(self.capacity, fmt.RECORD_WORDS)
+        self._writer.set_meta(self._static_meta(source))
+        intern = self.strings.intern
+        put = self.ring.put
+        span_w, counter_w, update_w, issued_w = fmt.SPAN, fmt.COUNTER, fmt.UPDATE, fmt.ISSUED
+        z7, z9, z10 = _zeros(7), _zeros(9), _zeros(10)
+        self.spans = _Sink(self, lambda r: put(span_w, intern(r[0]), intern(r[1]), r[2], r[3],
+                                               r[4], r[5], *z7))
+        self.counters = _Sink(self, lambda r: put(counter_w, r[0], intern(r[1]),
+                                                  fmt.float_word(float(r[2])), *z10))
+        self.updates = _Sink(self, lambda r: put(update_w, r[0], r[1], r[2], r[3], *z9))
+        self.issued = _Sink(self, lambda r: put(issued_w, r[0], r[1], intern(r[2]),
+                                                intern(r[3]), r[4], intern(r[5]), *z7))
+        add = self.journal.add
+        self.events = _Sink(self, lambda r: add(["e", r[0], r[1], r[2]]))
+        self.sites = _Sink(self, lambda r: add(["site", r[0], r[1], r[2], r[3]]))
         #: Called by the writer thread before each flush (the hooks' re-wrap audit).
         self.on_flush: list[Any] = []
         #: The counter sampler (:mod:`wsprof.capture.counters`), stopped before the last flush.
         self.sampler: Any = None
         # hook id -> (op, api, layer) string ids
-        self._hooks: list[tuple[int, int, int]] = []
+        self._hooks: dict[int, tuple[int, int, int]] = {}
+        self._hook_lookup = np.full((0, 3), -1, dtype=np.int64)
+        self.closed_cleanly = False
+        self._last_write_ok = True  # the last drain reached the trace
+        if hasattr(os, "register_at_fork"):
+            me = weakref.ref(self)
+            os.register_at_fork(after_in_child=lambda: _disable_in_child(me))
         self._thread = threading.Thread(target=self._run, name="wsprof-writer", daemon=True)
         self._thread.start()
         atexit.register(self.close)
 
-    @staticmethod
-    def _static_meta(source: str) -> dict[str, Any]:
+    def _static_meta(self, source: str) -> dict[str, Any]:
         torch_mod = sys.modules.get("torch")
         alloc_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
         return {
@@ -175,27 +243,30 @@ class Recorder:
             # no other environment value is ever recorded.
             "pytorch_cuda_alloc_conf": alloc_conf,
             "expandable_segments": "expandable_segments:true" in alloc_conf.lower(),
+            # Until a drain writes meta['ring'], nothing is drained: a reader of a trace whose
+            # process died before its first drain recovers everything from the ring.
+            "ring": {"drained": 0, "journal_bytes": 0, "capacity": self.capacity,
+                     "native": bool(getattr(self.ring, "native", False))},
         }
 
-    def hook_id(self, op: str, api: str, layer: str) -> int:
-        """The id call rows carry for (canonical op, name called, layer)."""
-        self._hooks.append((self.strings.intern(op), self.strings.intern(api),
-                            self.strings.intern(layer)))
-        return len(self._hooks) - 1
+    def written(self) -> int:
+        """Call records written to the ring so far (collectives recorded)."""
+        return int(self.ring.calls)
 
-    def _call_matrix(self, rows: list[bytes]) -> np.ndarray[Any, np.dtype[np.int64]]:
-        """Packed call rows (14 little-endian int64 each) -> ``(n, 16)`` matrix in
-        :data:`~wsprof.trace.model.CALL_COLUMNS` order."""
-        raw = np.frombuffer(b"".join(rows), dtype="<i8").astype(np.int64).reshape(
-            -1, len(RAW_CALL_COLUMNS))
-        hooks = np.array(self._hooks, dtype=np.int64).reshape(-1, 3)[raw[:, 5]]
-        return np.concatenate([raw[:, :5], hooks, raw[:, 6:]], axis=1)
+    def register_hook(self, hook: int, op: str, api: str, layer: str) -> None:
+        """Name hook id ``hook`` as (canonical op, name called, layer) for this trace (call
+        records carry the hook id only). Ids are the process's, stable across sessions."""
+        ids = (self.strings.intern(op), self.strings.intern(api), self.strings.intern(layer))
+        if self._hooks.get(hook) == ids:
+            return
+        self._hooks[hook] = ids
+        self.journal.add(["hook", hook, *ids])
 
     def internal_error(self, where: str, exc: BaseException) -> None:
         """Count an error inside wsprof and keep the first of each kind as an event."""
         self.internal_errors += 1
         if self.internal_errors <= 100:
-            self.events.append((_now(), "internal_error", f"{where}: {type(exc).__name__}: {exc}"))
+            self.event("internal_error", f"{where}: {type(exc).__name__}: {exc}")
 
     def event(self, kind: str, detail: str) -> None:
         """Record a fact (wrapper found, sampler status, warning)."""
@@ -204,7 +275,7 @@ class Recorder:
     def _run(self) -> None:
         wait_s = self.flush_interval_s
         while not self._stop.wait(wait_s):
-            busy = len(self.calls) > self.max_pending // 4
+            busy = self.ring.head - self.ring.drained > self.capacity // 4
             self.flush()
             wait_s = min(0.05, self.flush_interval_s) if busy else self.flush_interval_s
 
@@ -230,9 +301,10 @@ class Recorder:
             return dict(self._remembered)
 
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Write everything queued so far. Never raises: failures are counted and recorded.
+        """Drain the ring and the journal into the trace. Never raises: failures are counted
+        and recorded, and what failed stays in the ring for the next drain.
 
-        In a forked child (DataLoader workers, ...) this does nothing: the queues and the
+        In a forked child (DataLoader workers, ...) this does nothing: the ring and the
         connection are the parent's.
 
         Args:
@@ -257,6 +329,35 @@ class Recorder:
             self.lock.release()
         return True
 
+    def _records(self, lo: int, hi: int) -> npt.NDArray[np.int64]:
+        """Ring records with sequence numbers ``lo + 1 .. hi`` that check; the others (torn or
+        damaged: never expected) are counted in :attr:`lost_calls`."""
+        seqs = np.arange(lo + 1, hi + 1, dtype=np.int64)
+        start, n = (lo + 1) & (self.capacity - 1), hi - lo
+        # One or two contiguous runs of slots (the ring wraps once at most), copied out.
+        first = self._view[start:start + n]
+        m: npt.NDArray[np.int64] = (np.concatenate([first, self._view[:n - len(first)]])
+                                    if len(first) < n else first.copy()).astype(np.int64,
+                                                                                copy=False)
+        ok = (m[:, 0] == seqs) & fmt.checks(m)
+        if not bool(ok.all()):
+            self.lost_calls += int((~ok).sum())
+            m = m[ok]
+        return m
+
+    def _call_matrix(self, raw: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Raw call rows (:data:`RAW_CALL_COLUMNS`) -> ``(n, 16)`` matrix in
+        :data:`~wsprof.trace.model.CALL_COLUMNS` order."""
+        if len(self._hook_lookup) != len(self._hooks):
+            top = max(self._hooks, default=-1) + 1
+            lookup = np.full((top, 3), -1, dtype=np.int64)
+            for h, ids in self._hooks.items():
+                lookup[h] = ids
+            self._hook_lookup = lookup
+        hooks = self._hook_lookup[raw[:, 5]]
+        out: npt.NDArray[np.int64] = np.concatenate([raw[:, :5], hooks, raw[:, 6:]], axis=1)
+        return out
+
     def _flush_locked(self) -> None:
         t0 = _now()
         from wsprof.capture import audit
@@ -267,53 +368,77 @@ class Recorder:
                 fn()
             except Exception as e:  # noqa: BLE001 - never raise into training
                 self.internal_error("on_flush", e)
-        batches: dict[str, list[tuple[Any, ...]]] = {}
-        for name in ("sites", "updates", "spans", "counters", "events", "issued"):
-            q: deque[tuple[Any, ...]] = getattr(self, name)
-            n = len(q)
-            batches[name] = [q.popleft() for _ in range(n)]
-        batches["call_updates"] = batches.pop("updates")
-        pending = len(self.calls)
+        ring = self.ring
+        # The head first, then the journal: every string a record up to the head names was
+        # journaled before that record was written.
+        lo, hi = int(ring.drained), int(ring.head)
+        entries, journal_bytes = self.journal.take()
+        jrows = jfmt.rows(entries)
         try:
             meta: dict[str, Any] = {}
             if not self._rank_known:
                 meta.update(self._identity())
                 self._rank_known = "backend" in meta  # from the live group: final
-            # Calls go in chunks of at most FLUSH_CHUNK_ROWS, so that the transient copies a
-            # flush makes stay small however long the queue is.
+            batches: dict[str, list[tuple[Any, ...]]] = {
+                "strings": list(jrows.strings), "sites": list(jrows.sites),
+                "events": list(jrows.events)}
+            # At most FLUSH_CHUNK_ROWS records per transaction, so that the transient copies a
+            # drain makes stay small however far behind it is.
+            start = lo
             while True:
-                k = min(pending, FLUSH_CHUNK_ROWS)
-                pending -= k
-                calls = [self.calls.popleft() for _ in range(k)]
-                try:
-                    self._writer.write(batches, self._call_matrix(calls) if calls else None)
-                except Exception:
-                    self.lost_calls += len(calls)
-                    raise
+                end = min(hi, start + FLUSH_CHUNK_ROWS)
+                dec = fmt.decode(self._records(start, end), self.strings.values)
+                batches.update(spans=dec.spans, counters=dec.counters,
+                               call_updates=dec.updates, issued=dec.issued)
+                batches["meta"] = [("ring", json.dumps({
+                    "drained": end, "journal_bytes": journal_bytes, "capacity": self.capacity,
+                    "native": bool(getattr(ring, "native", False))}))]
+                self._writer.write(batches, self._call_matrix(dec.calls) if len(dec.calls)
+                                   else None)
+                ring.drained = end
                 batches = {}
-                if pending <= 0:
+                start = end
+                if start >= hi:
                     break
+            fmt.write_header_counts(self._mm, drained=hi, dropped=int(ring.dropped))
             meta["self"] = {
-                "dropped_calls": self.dropped_calls,
+                "dropped_calls": int(sum(ring.dropped_by_step.values())),
+                "dropped_records": int(ring.dropped),
+                "dropped_by_step": {str(k): int(v) for k, v in
+                                    sorted(ring.dropped_by_step.items())},
                 "lost_calls": self.lost_calls,
                 "forgotten_async": self.forgotten_async,
                 "internal_errors": self.internal_errors,
                 "write_errors": self.write_errors,
+                "journal_write_errors": self.journal.write_errors,
                 # this flush included, up to its last write
                 "flush_ns_total": self.flush_ns_total + (_now() - t0),
                 "hook_ns_per_call": self.hook_ns_per_call,
+                "ring_records": self.capacity,
+                "native_hooks": bool(getattr(ring, "native", False)),
             }
             if self.sampler is not None:
                 meta["self"]["probes"] = self.sampler.stats()
             self._writer.set_meta(meta)
+            self._last_write_ok = True
         except Exception as e:  # noqa: BLE001 - never raise into training
+            self._last_write_ok = False
+            if batches:  # this transaction's journal entries were not stored: next time
+                self.journal.put_back(entries if start == lo else [])
             self.write_errors += 1
             if self.write_errors == 1:
-                sys.stderr.write(f"wsprof: cannot write {self.path}: {e}\n")
+                sys.stderr.write(f"wsprof: cannot write {self.path}: {e}; records stay in "
+                                 f"{fmt.ring_path(self.path)} until it can\n")
         self.flush_ns_total += _now() - t0
 
+    @property
+    def dropped_calls(self) -> int:
+        """Call records a full ring refused."""
+        return int(sum(self.ring.dropped_by_step.values()))
+
     def close(self) -> None:
-        """Stop the writer thread, flush what is left and close the file. Idempotent."""
+        """Stop the writer thread, drain what is left, mark the trace closed and remove the
+        ring and journal when everything is in the trace. Idempotent."""
         if self._stop.is_set() or os.getpid() != self.pid:
             return
         if self.sampler is not None:
@@ -322,6 +447,25 @@ class Recorder:
         self._stop.set()
         self._thread.join(timeout=10)
         self.flush()
-        with contextlib.suppress(Exception):
-            self._writer.close()
+        with self.lock:
+            complete = int(self.ring.drained) >= int(self.ring.head) and self._last_write_ok
+            with contextlib.suppress(Exception):
+                self._writer.set_meta({"closed": {"t_ns": _now(), "unix_ns": time.time_ns(),
+                                                  "complete": complete}})
+            self.closed_cleanly = complete
+            with contextlib.suppress(Exception):
+                self._writer.close()
+            if complete:
+                fmt.write_header_counts(self._mm, drained=int(self.ring.drained),
+                                        dropped=int(self.ring.dropped), closed=True)
+            self.ring.close()
+            self.journal.close()
+            # Unmapped, so that many sessions in one process do not keep their rings mapped.
+            self._view = np.zeros((0, fmt.RECORD_WORDS), dtype=np.int64)
+            with contextlib.suppress(BufferError, ValueError):
+                self._mm.close()
+            if complete:
+                for p in (fmt.ring_path(self.path), jfmt.journal_path(self.path)):
+                    with contextlib.suppress(OSError):
+                        os.unlink(p)
         atexit.unregister(self.close)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections import deque
 from types import CodeType, FrameType
 from typing import Any
 
@@ -25,13 +24,18 @@ def _torch_dirs() -> tuple[str, ...]:
 
 
 class SiteTable:
-    """Interns caller sites; new sites are queued as rows for the ``sites`` table.
+    """Interns caller sites; new sites are appended as rows for the ``sites`` table.
+
+    One per process: hooks keep references to :attr:`fast` and to their last-caller caches
+    (:meth:`new_last`), so a new session empties them in place (:meth:`reset`): site ids are
+    per trace.
 
     Args:
-        out: queue receiving ``(id, file, line, function)`` rows for new sites.
+        out: receives ``(id, file, line, function)`` rows for new sites (``append``); None
+            drops them (not recording).
     """
 
-    def __init__(self, out: deque[tuple[Any, ...]]) -> None:
+    def __init__(self, out: Any = None) -> None:
         self._out = out
         self._internal: dict[CodeType, bool] = {}
         self._ids: dict[tuple[CodeType, int], int] = {}
@@ -40,6 +44,25 @@ class SiteTable:
         self._torch = _torch_dirs()
         #: Code objects of audited wrappers: skipped like torch's own frames.
         self.extra_internal: set[CodeType] = set()
+        self._lasts: list[list[Any]] = []
+
+    def new_last(self) -> list[Any]:
+        """A hook's cache of its last caller, ``[code, f_lasti, site id]``, emptied by
+        :meth:`reset`."""
+        last: list[Any] = [None, -1, -1]
+        self._lasts.append(last)
+        return last
+
+    def reset(self, out: Any) -> None:
+        """Start a new trace: forget every site id and every internal mark."""
+        self._out = out
+        self._ids.clear()
+        self.fast.clear()
+        self._internal.clear()
+        self._torch = _torch_dirs()
+        self.extra_internal = set()
+        for last in self._lasts:
+            last[0], last[1], last[2] = None, -1, -1
 
     def mark_internal(self, codes: set[CodeType]) -> None:
         """Treat ``codes`` (an audited wrapper's functions) as internal from now on."""
@@ -70,8 +93,9 @@ class SiteTable:
                 sid = self._ids.get(key)
                 if sid is None:
                     sid = self._ids[key] = len(self._ids)
-                    self._out.append((sid, code.co_filename, frame.f_lineno, code.co_qualname
-                                      if hasattr(code, "co_qualname") else code.co_name))
+                    if self._out is not None:
+                        self._out.append((sid, code.co_filename, frame.f_lineno, code.co_qualname
+                                          if hasattr(code, "co_qualname") else code.co_name))
                 if first:
                     self.fast[(code, frame.f_lasti)] = sid
                 return sid

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wsprof.errors import InputError, quote
+from wsprof.trace import salvage
 from wsprof.trace.chunks import unpack_columns
 from wsprof.trace.model import (
     CALL_COLUMNS,
@@ -154,7 +155,17 @@ def read_trace(path: str) -> ProcessTrace:
         # One read transaction: a trace still being written (and thinned) is read as one
         # consistent snapshot, not strings from before a flush and calls from after it.
         db.execute("BEGIN")
-        return _read(db, path)
+        meta = _meta(db, path)
+        end = salvage.end_of(meta)
+        recovered: dict[str, Any] | None = None
+        if end in ("live", "killed"):
+            # Not closed: the ring and the journal hold what the trace has not received yet.
+            mem, recovered = salvage.salvage(db, path, meta)
+            db.close()
+            db = mem
+        trace = _read(db, path)
+        trace.meta["end"] = {"state": end, **({"recovered": recovered} if recovered else {})}
+        return trace
     except (sqlite3.Error, UnicodeDecodeError) as e:
         raise InputError(f"{path}: corrupt or truncated trace ({e}); {_REREAD_HINT}") from e
     except zlib.error as e:
@@ -261,7 +272,12 @@ def _join_updates(db: sqlite3.Connection, table: CallTable) -> None:
     table.device_ns[last] = device[dev][::-1][pos]
 
 
-def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
+def _meta(db: sqlite3.Connection, path: str) -> dict[str, Any]:
+    """The trace's meta table, JSON values decoded.
+
+    Raises:
+        InputError: no meta table (an SQLite file that is not a trace).
+    """
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if "meta" not in tables:
         raise InputError(
@@ -273,6 +289,12 @@ def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
             meta[k] = json.loads(v)
         except (TypeError, ValueError, RecursionError):
             meta[k] = v
+    return meta
+
+
+def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
+    meta = _meta(db, path)
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if "schema_version" not in meta:
         raise InputError(
             f"{path}: SQLite file but not a wsprof trace (no schema version in its meta "

@@ -50,8 +50,13 @@ class StringTable:
 
     def __init__(self) -> None:
         self.ids: dict[str, int] = {}
+        #: id -> string
+        self.values: list[str] = []
         self._new: list[tuple[int, str]] = []
         self._lock = threading.Lock()
+        #: Where new strings go instead of :meth:`take_new` (the recorder's journal, written
+        #: before any record names the string): an object with ``add(entry)``.
+        self.journal: Any = None
 
     def intern(self, value: str | None) -> int:
         """The id of ``value`` (-1 for None), allocating one on first sight."""
@@ -64,7 +69,12 @@ class StringTable:
             i = self.ids.get(value)
             if i is None:
                 i = len(self.ids)
-                self._new.append((i, _storable(value)))
+                stored = _storable(value)
+                if self.journal is not None:
+                    self.journal.add(["s", i, stored])
+                else:
+                    self._new.append((i, stored))
+                self.values.append(stored)
                 self.ids[value] = i
             return i
 
@@ -123,6 +133,18 @@ class TraceWriter:
         self._db.executescript(DDL)
         self.strings = StringTable()
         self.set_meta({"schema_version": SCHEMA_VERSION})
+
+    @classmethod
+    def on(cls, db: sqlite3.Connection) -> TraceWriter:
+        """A writer over an open trace connection (the in-memory copy a salvage writes to),
+        keeping every call."""
+        self = cls.__new__(cls)
+        self.path = ":memory:"
+        self.retention = None
+        db.isolation_level = None
+        self._db = db
+        self.strings = StringTable()
+        return self
 
     def set_meta(self, values: Mapping[str, Any]) -> None:
         """Store metadata values (JSON-encoded); later values replace earlier ones."""

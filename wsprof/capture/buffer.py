@@ -1,0 +1,129 @@
+"""The capture buffer's writing side: a ring of records in a shared file mapping.
+
+Format and reading: :mod:`wsprof.trace.ring`. Two implementations with one interface:
+``wsprof.capture._fasthooks.Ring`` (C, built at install where a compiler exists; it is also
+what the compiled hooks write to) and :class:`PyRing` (pure Python, everywhere else).
+:func:`open_ring` picks one.
+
+Interface: ``put(w1, *13 payload words) -> bool`` writes the next record (False: the ring was
+full, the record dropped and counted); ``head`` is the last sequence number written;
+``calls`` counts the call records among them; ``drained`` is set by the writer thread once
+records up to it are in the trace; ``dropped`` and ``dropped_by_step`` (step -> dropped call
+records) count what a full ring refused.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+from typing import Any
+
+from wsprof.trace import ring as fmt
+
+_pack_into = __import__("struct").Struct(f"<{fmt.RECORD_WORDS}q").pack_into
+_SALT = fmt.CHECK_SALT
+_STEP_WORD = fmt.CALL_PAYLOAD.index("step")
+
+
+class PyRing:
+    """The pure-Python ring writer.
+
+    Args:
+        mm: a writable shared mapping of a file made by :func:`wsprof.trace.ring.create`.
+        capacity: records (a power of two).
+    """
+
+    native = False
+
+    def __init__(self, mm: mmap.mmap, capacity: int) -> None:
+        self.mm = mm
+        self.capacity = capacity
+        self.head = 0
+        self.calls = 0
+        self.drained = 0
+        self.dropped = 0
+        self.dropped_by_step: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def put(self, w1: int, a: int, b: int, c: int, d: int, e: int, f: int, g: int, h: int,
+            i: int, j: int, k: int, m: int, n: int) -> bool:
+        """Write one record (kind and hook id in ``w1``, 13 payload words)."""
+        with self._lock:
+            if self.closed:
+                return False
+            seq = self.head + 1
+            if seq - self.drained > self.capacity:
+                self.dropped += 1
+                if w1 & 0xFF == fmt.CALL:
+                    self.dropped_by_step[k] = self.dropped_by_step.get(k, 0) + 1
+                return False
+            _pack_into(self.mm, fmt.HEADER_BYTES + (seq & (self.capacity - 1)) * fmt.RECORD_BYTES,
+                       seq, w1, a, b, c, d, e, f, g, h, i, j, k, m, n,
+                       _SALT ^ seq ^ w1 ^ a ^ b ^ c ^ d ^ e ^ f ^ g ^ h ^ i ^ j ^ k ^ m ^ n)
+            self.head = seq
+            if w1 & 0xFF == fmt.CALL:
+                self.calls += 1
+        return True
+
+    def close(self) -> None:
+        """Stop writing (later puts are refused silently: the process is ending)."""
+        with self._lock:
+            self.closed = True
+
+    def disable_in_child(self) -> None:
+        """After ``fork()``, in the child: never write the parent's ring (no lock taken: a
+        lock held by another thread of the parent stays held in the child)."""
+        self._lock = threading.Lock()
+        self.closed = True
+
+
+def native_module() -> Any:
+    """The compiled recording path ``wsprof.capture._fasthooks``, or None where it was not
+    built (no compiler at install, Python < 3.11) or ``WSPROF_NATIVE=0`` says no. Decided
+    once per process, at first use: hooks and ring must be of one kind."""
+    global _NATIVE_CHOICE
+    if _NATIVE_CHOICE is None:
+        mod: Any = False
+        if os.environ.get("WSPROF_NATIVE", "1").strip() != "0":
+            try:
+                from wsprof.capture import _fasthooks  # type: ignore[attr-defined]
+
+                if _fasthooks.CHECK_SALT == _SALT:
+                    mod = _fasthooks
+            except ImportError:
+                pass
+        _NATIVE_CHOICE = mod
+    return _NATIVE_CHOICE or None
+
+
+_NATIVE_CHOICE: Any = None
+
+
+def open_ring(path: str, capacity: int, pid: int) -> tuple[Any, mmap.mmap]:
+    """Create the ring file at ``path`` and a writer for it (compiled where available).
+
+    Returns:
+        (writer, the shared mapping): the mapping is the writer thread's view for draining.
+
+    Raises:
+        OSError: the file cannot be created, sized or mapped.
+    """
+    fd = fmt.create(path, capacity, pid)
+    try:
+        mm = mmap.mmap(fd, fmt.HEADER_BYTES + capacity * fmt.RECORD_BYTES,
+                       flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    native = native_module()
+    writer = native.Ring(mm, capacity) if native is not None else PyRing(mm, capacity)
+    return writer, mm
+
+
+def scratch_ring(like: Any, records: int) -> Any:
+    """A ring of the same implementation as ``like`` in anonymous memory, for records that
+    are not the job's (the hooks' start-up calibration). Close it after use."""
+    capacity = fmt.capacity_for(records)
+    mm = mmap.mmap(-1, fmt.HEADER_BYTES + capacity * fmt.RECORD_BYTES)
+    return type(like)(mm, capacity)

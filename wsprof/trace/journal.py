@@ -1,0 +1,155 @@
+"""The journal: an append-only file of the low-volume entries a trace's ring records refer to.
+
+Strings (interned ids), caller sites, hook ids (op, name called, layer) and events are each
+written with one ``write()`` to ``<trace>.journal`` the moment they are made (before any ring
+record can name them), so that a process that dies keeps them: a returned ``write()`` is in
+the kernel's page cache whatever happens to the process. The writer thread stores the same
+entries in the SQLite trace and the journal's length with them (``meta['ring']['journal_bytes']``);
+reading a trace whose process died replays the entries after that length.
+
+One JSON array per line: ``["s", id, text]``, ``["site", id, file, line, function]``,
+``["hook", id, op_id, api_id, layer_id]``, ``["e", t_ns, kind, detail]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Suffix of the journal file beside ``<host>-<pid>.wsprof``.
+JOURNAL_SUFFIX = ".journal"
+
+Entry = list[Any]
+
+
+def journal_path(trace_path: str) -> str:
+    """``<trace>.journal``: the journal of a trace."""
+    return trace_path + JOURNAL_SUFFIX
+
+
+class Journal:
+    """Appends entries to a journal file and keeps them until the writer thread takes them.
+
+    Thread-safe: hooks on any thread add, the writer thread takes.
+
+    Args:
+        path: the journal file, created (truncated) user-only (0600).
+
+    Raises:
+        OSError: the file cannot be created.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        self._lock = threading.Lock()
+        self._pending: list[Entry] = []
+        self._bytes = 0
+        #: entries whose write to the file failed (disk full): still in the trace if the
+        #: writer thread stores them, lost only if the process then dies
+        self.write_errors = 0
+
+    def add(self, entry: Entry) -> None:
+        """Write one entry to the file and keep it for :meth:`take`. Never raises."""
+        line = (json.dumps(entry, ensure_ascii=True, default=str) + "\n").encode("ascii")
+        with self._lock:
+            self._pending.append(entry)
+            if self._fd is None:
+                return
+            try:
+                done = 0
+                while done < len(line):
+                    done += os.write(self._fd, line[done:])
+                self._bytes += len(line)
+            except OSError:
+                self.write_errors += 1
+
+    def take(self) -> tuple[list[Entry], int]:
+        """Entries added since the last take, and the file's length after the last of them."""
+        with self._lock:
+            out, self._pending = self._pending, []
+            return out, self._bytes
+
+    def put_back(self, entries: list[Entry]) -> None:
+        """Return entries from :meth:`take` whose write to the trace failed."""
+        with self._lock:
+            self._pending = entries + self._pending
+
+    def close(self) -> None:
+        """Close the file (entries still pending stay in memory). Idempotent."""
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+@dataclass
+class JournalRows:
+    """Journal entries as trace rows."""
+
+    strings: list[tuple[int, str]] = field(default_factory=list)
+    sites: list[tuple[int, str, int, str]] = field(default_factory=list)
+    #: hook id -> (op, api, layer) string ids
+    hooks: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    events: list[tuple[int, str, str]] = field(default_factory=list)
+    #: entries that are not of a known shape (damage, another version)
+    bad: int = 0
+
+
+def rows(entries: list[Entry]) -> JournalRows:
+    """Sort entries into trace rows; an entry of unknown shape is counted in ``bad``."""
+    out = JournalRows()
+    for e in entries:
+        try:
+            tag = e[0]
+            if tag == "s" and len(e) == 3:
+                out.strings.append((int(e[1]), str(e[2])))
+            elif tag == "site" and len(e) == 5:
+                out.sites.append((int(e[1]), str(e[2]), int(e[3]), str(e[4])))
+            elif tag == "hook" and len(e) == 5:
+                out.hooks[int(e[1])] = (int(e[2]), int(e[3]), int(e[4]))
+            elif tag == "e" and len(e) == 4:
+                out.events.append((int(e[1]), str(e[2]), str(e[3])))
+            else:
+                out.bad += 1
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError):
+            out.bad += 1
+    return out
+
+
+def read_entries(path: str, offset: int = 0) -> tuple[list[Entry], list[str]]:
+    """Entries of the journal file after byte ``offset``. Never raises.
+
+    Returns:
+        (entries, problems): problems has one line for a torn last line (the process died
+        while writing it) and one for lines that do not parse.
+    """
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, int(offset)))
+            data = fh.read()
+    except OSError as e:
+        return [], [f"{path}: cannot read the journal ({e.strerror or e})"]
+    problems: list[str] = []
+    lines = data.split(b"\n")
+    if lines and lines[-1]:
+        problems.append(f"{path}: last journal entry torn (the process died writing it)")
+    entries: list[Entry] = []
+    bad = 0
+    for raw in lines[:-1]:
+        try:
+            entry = json.loads(raw)
+        except (ValueError, RecursionError):
+            bad += 1
+            continue
+        if isinstance(entry, list) and entry:
+            entries.append(entry)
+        else:
+            bad += 1
+    if bad:
+        problems.append(f"{path}: {bad} damaged journal line(s) skipped")
+    return entries, problems

@@ -1,0 +1,127 @@
+"""A trace its process did not close: what the ring and the journal still hold, merged in.
+
+A process that dies (SIGKILL, ``os._exit``, Ray's force-kill, an OOM kill, a segfault) leaves
+its trace with everything up to the last drain, plus ``<trace>.ring`` and
+``<trace>.journal`` holding what came after (:mod:`wsprof.trace.ring`,
+:mod:`wsprof.trace.journal`). :func:`salvage` copies the trace into memory and writes the
+tail into the copy with the same writer capture uses; the files on disk are never changed.
+:func:`end_of` says how a trace ended: ``closed``, ``live`` (its process still runs on this
+host), ``killed`` (it does not) or ``unknown`` (written before the capture buffer existed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+from typing import Any
+
+import numpy as np
+
+from wsprof.trace import journal as jfmt
+from wsprof.trace import ring as fmt
+from wsprof.trace.writer import TraceWriter
+
+#: How a trace ended (``meta['end']['state']``).
+END_STATES = ("closed", "live", "killed", "unknown")
+
+
+def _alive(meta: dict[str, Any]) -> bool:
+    """The trace's writer is still running: same host, that pid exists and was started before
+    the trace's clock anchor (not a later process that reused the pid)."""
+    pid = meta.get("pid")
+    if meta.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        import psutil
+
+        started_s = psutil.Process(pid).create_time()
+    except Exception:  # noqa: BLE001 - gone, or not ours to look at: not running as writer
+        return False
+    anchor = meta.get("anchor")
+    unix_ns = anchor.get("unix_ns") if isinstance(anchor, dict) else None
+    return not isinstance(unix_ns, int) or started_s <= unix_ns / 1e9 + 1.0
+
+
+def end_of(meta: dict[str, Any]) -> str:
+    """How the trace with ``meta`` ended: one of :data:`END_STATES`."""
+    if isinstance(meta.get("closed"), dict):
+        return "closed"
+    if not isinstance(meta.get("ring"), dict):
+        return "unknown"
+    return "live" if _alive(meta) else "killed"
+
+
+def salvage(db: sqlite3.Connection, path: str,
+            meta: dict[str, Any]) -> tuple[sqlite3.Connection, dict[str, Any]]:
+    """An in-memory copy of the trace ``db`` (read from ``path``) with the ring's and the
+    journal's records after its last drain written in.
+
+    Never raises for a damaged ring or journal: what is intact is recovered, the rest is
+    described in the returned summary's ``problems`` (one line each).
+
+    Returns:
+        (the copy, summary): ``records``, ``calls`` recovered, ``missing`` sequence numbers,
+        ``dropped`` (records a full ring refused), ``problems``.
+
+    Raises:
+        sqlite3.Error: the trace itself cannot be copied.
+    """
+    ring_meta: dict[str, Any] = meta["ring"] if isinstance(meta.get("ring"), dict) else {}
+    drained = _int(ring_meta.get("drained"))
+    journal_bytes = _int(ring_meta.get("journal_bytes"))
+    problems: list[str] = []
+    rp, jp = fmt.ring_path(path), jfmt.journal_path(path)
+    if os.path.exists(rp):
+        tail = fmt.read_tail(rp, drained)
+    else:
+        tail = fmt.RingTail(np.zeros((0, fmt.RECORD_WORDS), dtype=np.int64),
+                            problems=[f"{rp}: missing; only what was drained is there"])
+    problems += tail.problems
+    if os.path.exists(jp):
+        every, jprob = jfmt.read_entries(jp, 0)
+        after, _ = jfmt.read_entries(jp, journal_bytes)
+        problems += jprob
+    else:
+        every, after = [], []
+        if len(tail.words):
+            problems.append(f"{jp}: missing; recovered records may lack their names")
+    hooks = jfmt.rows(every).hooks
+    new = jfmt.rows(after)
+    mem = sqlite3.connect(":memory:")
+    db.backup(mem)
+    strings = dict(mem.execute("SELECT id, value FROM strings").fetchall())
+    strings.update(dict(new.strings))
+    dec = fmt.decode(tail.words, strings)
+    raw = dec.calls
+    calls = None
+    unnamed = 0
+    if len(raw):
+        top = max(hooks, default=-1) + 1
+        lookup = np.full((top + 1, 3), -1, dtype=np.int64)
+        for h, ids in hooks.items():
+            if 0 <= h < top:
+                lookup[h] = ids
+        hook = raw[:, 5]
+        named = (hook >= 0) & (hook < top)
+        named &= lookup[np.clip(hook, 0, top)][:, 0] >= 0
+        unnamed = int((~named).sum())
+        raw = raw[named]
+        calls = np.concatenate([raw[:, :5], lookup[raw[:, 5]], raw[:, 6:]], axis=1)
+    if unnamed:
+        problems.append(f"{path}: {unnamed} recovered call(s) name a hook the journal lacks; "
+                        "skipped")
+    summary = {"records": int(len(tail.words)), "calls": 0 if calls is None else int(len(calls)),
+               "missing": tail.missing, "dropped": tail.dropped, "problems": problems}
+    writer = TraceWriter.on(mem)
+    writer.write({
+        "strings": new.strings, "sites": new.sites, "events": new.events, "spans": dec.spans,
+        "counters": dec.counters, "call_updates": dec.updates, "issued": dec.issued,
+        "meta": [("salvage", json.dumps(summary))],
+    }, calls)
+    return mem, summary
+
+
+def _int(v: Any) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
