@@ -595,11 +595,16 @@ static PyObject *api_call(ApiCore *self, PyObject *args, PyObject *kwargs) {
     return ret;
 }
 
-static PyObject *ApiCore_call(ApiCore *self, PyObject *args, PyObject *kwargs) {
+static PyObject *ApiCore_vectorcall(ApiCore *self, PyObject *const *args, size_t nargsf,
+                                    PyObject *kwnames) {
     /* core(args_tuple, kwargs_dict): what the Python hook passes on */
-    PyObject *a, *k;
-    if (!PyArg_ParseTuple(args, "O!O", &PyTuple_Type, &a, &k)) return NULL;
-    return api_call(self, a, k == Py_None ? NULL : k);
+    if (PyVectorcall_NARGS(nargsf) != 2 || kwnames != NULL || !PyTuple_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "core(args: tuple, kwargs: dict | None)");
+        return NULL;
+    }
+    PyObject *k = args[1];
+    return api_call(self, args[0], (k == Py_None || (PyDict_Check(k) && !PyDict_GET_SIZE(k)))
+                                       ? NULL : k);
 }
 
 static int ApiCore_init(ApiCore *self, PyObject *args, PyObject *kwds) {
@@ -609,6 +614,7 @@ static int ApiCore_init(ApiCore *self, PyObject *args, PyObject *kwds) {
     Py_INCREF(orig);
     Py_XSETREF(self->orig, orig);
     self->word = word;
+    self->vectorcall = (vectorcallfunc)ApiCore_vectorcall;
     return 0;
 }
 
@@ -621,12 +627,13 @@ static void ApiCore_dealloc(ApiCore *self) {
 static PyTypeObject ApiCoreType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "wsprof.capture._fasthooks.ApiCore",
     .tp_basicsize = sizeof(ApiCore),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "ApiCore(orig, word): core(args, kwargs) times orig(*args, **kwargs), records it.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)ApiCore_init,
     .tp_dealloc = (destructor)ApiCore_dealloc,
-    .tp_call = (ternaryfunc)ApiCore_call,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(ApiCore, vectorcall),
 };
 
 /* ----------------------------------------------------------- BackendHook and WaitHook */

@@ -518,10 +518,13 @@ def _backend_wrapper(orig: Callable[..., Any], op: str, api: str,
 
 
 def _native_class(cls: type) -> bool:
-    """Instances of ``cls`` go through the compiled method hooks: torch's own C++ classes. A
-    Python subclass goes through the Python hook, whose code name pybind11's trampoline
-    recognises (:func:`_named_like`)."""
-    return str(getattr(cls, "__module__", "")).startswith("torch._C")
+    """Instances of ``cls`` go through the compiled method hooks: a class pybind11 registered
+    (torch's own C++ classes, whatever ``__module__`` torch gives them), known by the pybind11
+    ``__init__`` in its own dict. A Python subclass (its ``__init__`` is a Python function, or
+    inherited) goes through the Python hook, whose code name pybind11's trampoline recognises
+    (:func:`_named_like`): a compiled hook there would be taken for an override and recurse."""
+    init = cls.__dict__.get("__init__")
+    return init is not None and type(init).__name__ == "instancemethod"
 
 
 def _native_api_wrapper(orig: Callable[..., Any], hook: int) -> Any:

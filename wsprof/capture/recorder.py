@@ -188,6 +188,9 @@ class Recorder:
         self.internal_errors = 0
         self.write_errors = 0
         self.flush_ns_total = 0
+        #: CPU time the drains took on their own thread, ns (wall time above includes waits
+        #: for the GIL while the training thread runs)
+        self.flush_cpu_ns_total = 0
         self._rank_known = False
         self._remembered: dict[str, Any] = {}  # identity taken while the group was up
         self.lock = threading.Lock()  # held by a drain
@@ -360,6 +363,7 @@ class Recorder:
 
     def _flush_locked(self) -> None:
         t0 = _now()
+        c0 = time.thread_time_ns()
         from wsprof.capture import audit
 
         audit.read(self)  # c10d's issued counts: what a killed process still has on disk
@@ -413,6 +417,7 @@ class Recorder:
                 "journal_write_errors": self.journal.write_errors,
                 # this flush included, up to its last write
                 "flush_ns_total": self.flush_ns_total + (_now() - t0),
+                "flush_cpu_ns_total": self.flush_cpu_ns_total + (time.thread_time_ns() - c0),
                 "hook_ns_per_call": self.hook_ns_per_call,
                 "ring_records": self.capacity,
                 "native_hooks": bool(getattr(ring, "native", False)),
@@ -430,6 +435,7 @@ class Recorder:
                 sys.stderr.write(f"wsprof: cannot write {self.path}: {e}; records stay in "
                                  f"{fmt.ring_path(self.path)} until it can\n")
         self.flush_ns_total += _now() - t0
+        self.flush_cpu_ns_total += time.thread_time_ns() - c0
 
     @property
     def dropped_calls(self) -> int:
