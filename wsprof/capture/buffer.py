@@ -44,7 +44,10 @@ class PyRing:
         self.drained = 0
         self.dropped = 0
         self.dropped_by_step: dict[int, int] = {}
-        self._lock = threading.Lock()
+        # Re-entrant: a signal handler (the SIGTERM flush) may interrupt a put on its thread;
+        # that inner put is refused and counted (_busy), never waited for (a deadlock).
+        self._lock = threading.RLock()
+        self._busy = False
         self.closed = False
 
     def put(self, w1: int, a: int, b: int, c: int, d: int, e: int, f: int, g: int, h: int,
@@ -53,19 +56,30 @@ class PyRing:
         with self._lock:
             if self.closed:
                 return False
-            seq = self.head + 1
-            if seq - self.drained > self.capacity:
-                self.dropped += 1
-                if w1 & 0xFF == fmt.CALL:
-                    self.dropped_by_step[k] = self.dropped_by_step.get(k, 0) + 1
+            if self._busy:
+                self._drop(w1, k)
                 return False
-            _pack_into(self.mm, fmt.HEADER_BYTES + (seq & (self.capacity - 1)) * fmt.RECORD_BYTES,
-                       seq, w1, a, b, c, d, e, f, g, h, i, j, k, m, n,
-                       _SALT ^ seq ^ w1 ^ a ^ b ^ c ^ d ^ e ^ f ^ g ^ h ^ i ^ j ^ k ^ m ^ n)
-            self.head = seq
-            if w1 & 0xFF == fmt.CALL:
-                self.calls += 1
+            self._busy = True  # before the sequence number is taken
+            try:
+                seq = self.head + 1
+                if seq - self.drained > self.capacity:
+                    self._drop(w1, k)
+                    return False
+                _pack_into(self.mm,
+                           fmt.HEADER_BYTES + (seq & (self.capacity - 1)) * fmt.RECORD_BYTES,
+                           seq, w1, a, b, c, d, e, f, g, h, i, j, k, m, n,
+                           _SALT ^ seq ^ w1 ^ a ^ b ^ c ^ d ^ e ^ f ^ g ^ h ^ i ^ j ^ k ^ m ^ n)
+                self.head = seq
+                if w1 & 0xFF == fmt.CALL:
+                    self.calls += 1
+            finally:
+                self._busy = False
         return True
+
+    def _drop(self, w1: int, step: int) -> None:
+        self.dropped += 1
+        if w1 & 0xFF == fmt.CALL:
+            self.dropped_by_step[step] = self.dropped_by_step.get(step, 0) + 1
 
     def close(self) -> None:
         """Stop writing (later puts are refused silently: the process is ending)."""
@@ -75,7 +89,8 @@ class PyRing:
     def disable_in_child(self) -> None:
         """After ``fork()``, in the child: never write the parent's ring (no lock taken: a
         lock held by another thread of the parent stays held in the child)."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._busy = False
         self.closed = True
 
 

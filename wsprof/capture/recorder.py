@@ -226,6 +226,7 @@ class Recorder:
         # hook id -> (op, api, layer) string ids
         self._hooks: dict[int, tuple[int, int, int]] = {}
         self._hook_lookup = np.full((0, 3), -1, dtype=np.int64)
+        self._hooks_stored = 0  # hooks in the trace's meta['hooks'] (the last drain's)
         self.closed_cleanly = False
         self._last_write_ok = True  # the last drain reached the trace
         if hasattr(os, "register_at_fork"):
@@ -389,21 +390,28 @@ class Recorder:
             # At most FLUSH_CHUNK_ROWS records per transaction, so that the transient copies a
             # drain makes stay small however far behind it is.
             start = lo
+            hooks_now = self._hooks_stored
             while True:
                 end = min(hi, start + FLUSH_CHUNK_ROWS)
                 dec = fmt.decode(self._records(start, end), self.strings.values)
-                batches.update(spans=dec.spans, counters=dec.counters,
-                               call_updates=dec.updates, issued=dec.issued)
+                batches.update(spans=dec.spans, counters=dec.counters, issued=dec.issued)
                 batches["meta"] = [("ring", json.dumps({
                     "drained": end, "journal_bytes": journal_bytes, "capacity": self.capacity,
                     "native": bool(getattr(ring, "native", False))}))]
+                if start == lo and len(self._hooks) != self._hooks_stored:
+                    # The hook table in the trace too: a salvage whose journal is gone or
+                    # damaged still names the calls the ring kept.
+                    batches["meta"].append(("hooks", json.dumps(
+                        {str(h): list(ids) for h, ids in sorted(self._hooks.items())})))
+                    hooks_now = len(self._hooks)
                 self._writer.write(batches, self._call_matrix(dec.calls) if len(dec.calls)
-                                   else None)
+                                   else None, dec.updates)
                 ring.drained = end
                 batches = {}
                 start = end
                 if start >= hi:
                     break
+            self._hooks_stored = hooks_now
             fmt.write_header_counts(self._mm, drained=hi, dropped=int(ring.dropped))
             meta["self"] = {
                 "dropped_calls": int(sum(ring.dropped_by_step.values())),

@@ -61,6 +61,9 @@ class SiteTable:
         self._internal.clear()
         self._torch = _torch_dirs()
         self.extra_internal = set()
+        # Caches of hooks that are gone are dropped (this list and the loop hold the only
+        # references to them); the others are emptied: their ids belonged to the last trace.
+        self._lasts = [last for last in self._lasts if sys.getrefcount(last) > 3]
         for last in self._lasts:
             last[0], last[1], last[2] = None, -1, -1
 

@@ -46,27 +46,40 @@ class Journal:
         self.path = path
         self._fd: int | None = os.open(
             path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
-        self._lock = threading.Lock()
+        #: the writing process: a forked child shares the file and must never append to it
+        self._pid = os.getpid()
+        # Re-entrant: a signal handler (the SIGTERM flush) may interrupt an add on its thread.
+        self._lock = threading.RLock()
         self._pending: list[Entry] = []
         self._bytes = 0
+        #: the last write stopped inside its line (disk full): the next one ends that line first
+        self._torn = False
         #: entries whose write to the file failed (disk full): still in the trace if the
         #: writer thread stores them, lost only if the process then dies
         self.write_errors = 0
 
     def add(self, entry: Entry) -> None:
-        """Write one entry to the file and keep it for :meth:`take`. Never raises."""
+        """Write one entry to the file and keep it for :meth:`take`. Never raises; does
+        nothing in a forked child (the file and the trace are the parent's)."""
+        if os.getpid() != self._pid:
+            return
         line = (json.dumps(entry, ensure_ascii=True, default=str) + "\n").encode("ascii")
         with self._lock:
             self._pending.append(entry)
             if self._fd is None:
                 return
+            if self._torn:
+                line = b"\n" + line
+            done = 0
             try:
-                done = 0
                 while done < len(line):
                     done += os.write(self._fd, line[done:])
-                self._bytes += len(line)
+                self._torn = False
             except OSError:
                 self.write_errors += 1
+                self._torn = self._torn or done > 0
+            # The bytes really in the file: a reader's offsets must stay on line starts.
+            self._bytes += done
 
     def take(self) -> tuple[list[Entry], int]:
         """Entries added since the last take, and the file's length after the last of them."""
@@ -141,6 +154,8 @@ def read_entries(path: str, offset: int = 0) -> tuple[list[Entry], list[str]]:
     entries: list[Entry] = []
     bad = 0
     for raw in lines[:-1]:
+        if not raw:
+            continue  # the end of a line a failed write left torn
         try:
             entry = json.loads(raw)
         except (ValueError, RecursionError):

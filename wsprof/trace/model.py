@@ -21,10 +21,11 @@ import numpy.typing as npt
 #: ``call_updates`` (async completion and device time). Version 3: ``call_totals`` (exact
 #: per-step sums) and chunk step ranges, for retention. Version 4: ``call_totals`` per process
 #: group with issued collectives, and ``issued`` (c10d's own counts, for the coverage audit).
-SCHEMA_VERSION = 4
+#: Version 5: ``update_chunks`` (call updates in bulk) and the capture buffer's ``meta['ring']``.
+SCHEMA_VERSION = 5
 #: Versions the reader accepts (a version-2 trace simply has no ``call_totals``; a version-3
 #: trace has no coverage audit).
-READABLE_SCHEMA_VERSIONS = (2, 3, 4)
+READABLE_SCHEMA_VERSIONS = (2, 3, 4, 5)
 
 #: File name suffix of a trace.
 TRACE_SUFFIX = ".wsprof"

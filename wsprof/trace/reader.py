@@ -246,13 +246,21 @@ def _join_updates(db: sqlite3.Connection, table: CallTable) -> None:
     rows = db.execute(
         "SELECT t_start_ns, thread, t_done_ns, device_ns FROM call_updates"
     ).fetchall()
-    if not rows or not len(table):
+    parts = [np.array([[-1 if v is None else v for v in r] for r in rows],
+                      dtype=np.int64).reshape(-1, 4)]
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "update_chunks" in tables:
+        for n_rows, data in db.execute("SELECT n_rows, data FROM update_chunks ORDER BY id"):
+            raw = zlib.decompress(data)
+            if int(n_rows) < 0 or len(raw) != int(n_rows) * 32:
+                raise ValueError(f"an update chunk of {quote(n_rows)} rows holds {len(raw)} bytes")
+            parts.append(np.frombuffer(raw, dtype="<i8").reshape(-1, 4).astype(np.int64))
+    m = np.concatenate(parts)
+    if not len(m) or not len(table):
         return
     # Vectorised (a run of async calls has one update per call; a Python loop per update cost
     # about 5 µs each). NULL is -1: a start or thread that names no call, a time unknown.
-    t0, thread, t_done, device = (
-        np.array([-1 if v is None else v for v in col], dtype=np.int64) for col in zip(*rows)
-    )
+    t0, thread, t_done, device = m[:, 0], m[:, 1], m[:, 2], m[:, 3]
     starts, threads = table.t_start_ns, table.thread
     lo = np.searchsorted(starts, t0, side="left")
     hi = np.searchsorted(starts, t0, side="right")

@@ -30,6 +30,7 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
@@ -114,7 +115,8 @@ def capacity_for(records: int) -> int:
 def create(path: str, capacity: int, pid: int) -> int:
     """Create (truncate) a ring file of ``capacity`` records, user-only (0600), with its header.
 
-    The file is sparse: pages take disk only once written.
+    The file's blocks are allocated here (where the file system can): a full disk fails the
+    creation, never a hook's write into the mapping (SIGBUS).
 
     Returns:
         An open read-write file descriptor (the caller maps and closes it).
@@ -126,7 +128,15 @@ def create(path: str, capacity: int, pid: int) -> int:
         raise ValueError(f"ring capacity must be a power of two, not {capacity}")
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.ftruncate(fd, HEADER_BYTES + capacity * RECORD_BYTES)
+        size = HEADER_BYTES + capacity * RECORD_BYTES
+        os.ftruncate(fd, size)
+        # Reserve the file's blocks now: a write to a mapped page the disk has no room for
+        # kills the process with SIGBUS; a full disk must fail here (no trace), not mid-run.
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as e:
+            if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP):  # no fallocate: stays sparse
+                raise
         os.pwrite(fd, _HEADER.pack(MAGIC, VERSION, RECORD_BYTES, capacity, HEADER_BYTES, pid,
                                    0, 0, 0), 0)
     except BaseException:
@@ -227,7 +237,8 @@ class Decoded:
 
     #: ``(n, 14)`` raw call rows in recorder order (:data:`CALL_PAYLOAD` plus hook id at 5)
     calls: npt.NDArray[np.int64]
-    updates: list[Any]  # [t_start_ns, thread, t_done_ns, device_ns] rows
+    #: ``(n, 4)``: t_start_ns, thread, t_done_ns, device_ns (``call_updates`` order)
+    updates: npt.NDArray[np.int64]
     spans: list[tuple[Any, ...]]
     counters: list[tuple[Any, ...]]
     issued: list[tuple[Any, ...]]
@@ -255,8 +266,8 @@ def decode(words: npt.NDArray[np.int64],
         except (IndexError, KeyError):
             return f"?{i}"
 
-    # One completion per async call: converted in one go (a loop over rows costs 2 µs each).
-    updates: list[Any] = words[kind == UPDATE][:, 2:6].tolist()
+    # One completion per async call: kept as a matrix (a Python row each costs about 2 µs).
+    updates = np.ascontiguousarray(words[kind == UPDATE][:, 2:6])
     spans = [(s(int(r[2])), s(int(r[3])), int(r[4]), int(r[5]), int(r[6]), int(r[7]))
              for r in words[kind == SPAN]]
     counters = [(int(r[2]), s(int(r[3])), word_float(int(r[4]))) for r in words[kind == COUNTER]]

@@ -87,11 +87,15 @@ def salvage(db: sqlite3.Connection, path: str,
         every, after = [], []
         if len(tail.words):
             problems.append(f"{jp}: missing; recovered records may lack their names")
-    hooks = jfmt.rows(every).hooks
+    hooks = _stored_hooks(meta.get("hooks"))
+    hooks.update(jfmt.rows(every).hooks)
     new = jfmt.rows(after)
     mem = sqlite3.connect(":memory:")
     db.backup(mem)
     strings = dict(mem.execute("SELECT id, value FROM strings").fetchall())
+    # A string the trace holds already is never written twice (a journal entry repeated
+    # after the drained length: a drain that interrupted the entry's own write).
+    new.strings = [(i, v) for i, v in dict(new.strings).items() if i not in strings]
     strings.update(dict(new.strings))
     dec = fmt.decode(tail.words, strings)
     raw = dec.calls
@@ -117,10 +121,23 @@ def salvage(db: sqlite3.Connection, path: str,
     writer = TraceWriter.on(mem)
     writer.write({
         "strings": new.strings, "sites": new.sites, "events": new.events, "spans": dec.spans,
-        "counters": dec.counters, "call_updates": dec.updates, "issued": dec.issued,
+        "counters": dec.counters, "issued": dec.issued,
         "meta": [("salvage", json.dumps(summary))],
-    }, calls)
+    }, calls, dec.updates)
     return mem, summary
+
+
+def _stored_hooks(value: Any) -> dict[int, tuple[int, int, int]]:
+    """The trace's ``meta['hooks']`` (hook id -> op, api, layer string ids); {} if damaged."""
+    out: dict[int, tuple[int, int, int]] = {}
+    if isinstance(value, dict):
+        for k, v in value.items():
+            try:
+                op, api, layer = (int(x) for x in v)
+                out[int(k)] = (op, api, layer)
+            except (TypeError, ValueError):
+                continue
+    return out
 
 
 def _int(v: Any) -> int:

@@ -9,7 +9,9 @@ of a chunk let retention find a step's chunks; ``call_totals`` holds exact per-s
 call (string columns as ids), kept when retention thins a step's detail
 (:mod:`wsprof.trace.retention`), per process group with the collectives the calls issued
 (``n_backend``); ``issued`` holds c10d's own per-group count of issued collectives
-(:mod:`wsprof.capture.audit`), the ground truth of the coverage audit.
+(:mod:`wsprof.capture.audit`), the ground truth of the coverage audit. ``update_chunks`` holds
+``call_updates`` rows in bulk (schema 5: one per async call, so as chunks: ``n_rows`` rows of
+the four int64 columns, row-major little-endian, zlib-compressed).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ CREATE TABLE IF NOT EXISTS issued (
     t_ns INTEGER, step INTEGER, grp TEXT, backend TEXT, seq INTEGER, at TEXT);
 CREATE TABLE IF NOT EXISTS call_updates (
     t_start_ns INTEGER, thread INTEGER, t_done_ns INTEGER, device_ns INTEGER);
+CREATE TABLE IF NOT EXISTS update_chunks (
+    id INTEGER PRIMARY KEY, n_rows INTEGER NOT NULL, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS spans (
     kind TEXT, name TEXT, t_start_ns INTEGER, t_end_ns INTEGER, step INTEGER, thread INTEGER);
 CREATE TABLE IF NOT EXISTS counters (t_ns INTEGER, name TEXT, value REAL);
@@ -47,6 +51,7 @@ INSERT = {
     "issued": "INSERT INTO issued VALUES (?,?,?,?,?,?)",
     "meta": "INSERT OR REPLACE INTO meta VALUES (?,?)",
     "call_updates": "INSERT INTO call_updates VALUES (?,?,?,?)",
+    "update_chunks": "INSERT INTO update_chunks (n_rows, data) VALUES (?,?)",
     "spans": "INSERT INTO spans VALUES (?,?,?,?,?,?)",
     "counters": "INSERT INTO counters VALUES (?,?,?)",
     "events": "INSERT INTO events VALUES (?,?,?)",
