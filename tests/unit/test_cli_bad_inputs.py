@@ -171,7 +171,7 @@ def test_call_chunk_columns_json_wrong(tmp_path: Path, capsys: pytest.CaptureFix
 @pytest.mark.parametrize(
     ("value", "expect"),
     [("1", "trace schema version 1, this wsprof reads versions 2, 3"),
-     ("5", "trace schema version 5,"),
+     ("6", "trace schema version 6,"),
      ('"3"', "trace schema version '3',"),
      (None, "no schema version")],
     ids=["older", "newer", "text", "missing"],
