@@ -113,6 +113,26 @@ def test_peer_waits_only_where_ranks_met() -> None:
     assert peer_waits([[0]], [[(0, s)]]) == [[None]]
 
 
+def test_steps_already_in_lockstep_neither_show_nor_refute_meeting() -> None:
+    """A barrier-ended job: every step's syncs start within a fraction of a ms, except the
+    first, whose sync waits 240 ms for the ranks still starting up. The lockstep steps cannot
+    show meeting (no start spread to close), so they must not outvote the first step: its wait
+    is subtracted (before, rank 0's median sync came out 1.2x its peers' and named it an
+    outlier rank)."""
+    s = 10**9
+    first = [(0, 300 * MS), (240 * MS, 300 * MS + 1000)]
+    later = [[(k * s + 100_000 * r, k * s + 50 * MS + 1000 * r) for r in range(2)]
+             for k in range(1, 8)]
+    spans = [[first[r]] + [step[r] for step in later] for r in range(2)]
+    waits = peer_waits([list(range(8))] * 2, spans)
+    assert round(waits[0][0] or 0, 3) == 0.24 and waits[1][0] == 0
+    assert all(w is not None and w <= 0.001 for w in waits[0][1:] + waits[1][1:])
+    # Starts spread and ends as spread in most steps: still no meeting anywhere.
+    apart = [[(k * s, k * s + 10 * MS), (k * s + 8 * MS, k * s + 30 * MS)] for k in range(4)]
+    assert peer_waits([list(range(4))] * 2, [[a[r] for a in apart] for r in range(2)]) == [
+        [None] * 4, [None] * 4]
+
+
 def _csv(tmp_path: Path, values: list[float]) -> str:
     p = tmp_path / "s.csv"
     p.write_text("step,weight_sync_s\n" + "".join(f"{i},{v}\n" for i, v in enumerate(values)))

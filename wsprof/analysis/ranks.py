@@ -55,6 +55,12 @@ MET_END_SPREAD = 0.1
 #: ... and the ranks must meet so in at least this fraction of the steps: meeting is a
 #: property of the job's sync (a collective that synchronises), not of a lucky step.
 MET_MIN_FRACTION = 0.5
+#: Starts within this of each other (ns): the ranks already move in lockstep there, and the
+#: step neither shows nor refutes meeting (its waits are below this anyway). Such steps are
+#: left out of :data:`MET_MIN_FRACTION`, so that a job whose steps all start together but
+#: whose first sync waits for the ranks still starting up gets that wait subtracted (1 ms:
+#: the run clock aligns processes of one host to well under it).
+LOCKSTEP_START_SPREAD_NS = 1_000_000
 
 
 def peer_waits(steps: Sequence[Sequence[int]],
@@ -83,17 +89,24 @@ def peer_waits(steps: Sequence[Sequence[int]],
             if se is not None:
                 by_step.setdefault(k, []).append(se)
     met: dict[int, int] = {}
-    shared = [ses for ses in by_step.values() if len(ses) >= 2]
+    lockstep: dict[int, int] = {}
+    decided = 0
     for k, ses in by_step.items():
         if len(ses) < 2:
             continue
         starts = [a for a, _ in ses]
         ends = [b for _, b in ses]
         spread = max(starts) - min(starts)
+        if spread <= LOCKSTEP_START_SPREAD_NS:
+            lockstep[k] = max(starts)
+            continue
+        decided += 1
         if max(ends) - min(ends) <= MET_END_SPREAD * spread:
             met[k] = max(starts)
-    if len(met) < MET_MIN_FRACTION * len(shared):
+    if len(met) < MET_MIN_FRACTION * decided:
         met = {}
+    elif met:
+        met.update(lockstep)
     return [[None if se is None or k not in met
              else min(met[k] - se[0], se[1] - se[0]) / 1e9
              for k, se in zip(st, spans)] for st, spans in zip(steps, sync_run_ns)]
