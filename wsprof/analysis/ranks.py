@@ -55,12 +55,15 @@ MET_END_SPREAD = 0.1
 #: ... and the ranks must meet so in at least this fraction of the steps: meeting is a
 #: property of the job's sync (a collective that synchronises), not of a lucky step.
 MET_MIN_FRACTION = 0.5
-#: Starts within this of each other (ns): the ranks already move in lockstep there, and the
-#: step neither shows nor refutes meeting (its waits are below this anyway). Such steps are
-#: left out of :data:`MET_MIN_FRACTION`, so that a job whose steps all start together but
-#: whose first sync waits for the ranks still starting up gets that wait subtracted (1 ms:
-#: the run clock aligns processes of one host to well under it).
+#: Starts within this of each other (ns), or within :data:`LOCKSTEP_START_SHARE` of the step's
+#: shortest sync: the ranks already move in lockstep there, and the step neither shows nor
+#: refutes meeting (the waits it could give are that small anyway). Such steps are left out of
+#: :data:`MET_MIN_FRACTION`, so that a job whose steps all start together but whose first sync
+#: waits for the ranks still starting up gets that wait subtracted (1 ms: the run clock aligns
+#: processes of one host to well under it).
 LOCKSTEP_START_SPREAD_NS = 1_000_000
+#: ... a twentieth of the sync: a loaded machine spreads lockstep starts by a few ms.
+LOCKSTEP_START_SHARE = 0.05
 
 
 def peer_waits(steps: Sequence[Sequence[int]],
@@ -97,7 +100,8 @@ def peer_waits(steps: Sequence[Sequence[int]],
         starts = [a for a, _ in ses]
         ends = [b for _, b in ses]
         spread = max(starts) - min(starts)
-        if spread <= LOCKSTEP_START_SPREAD_NS:
+        shortest = min(b - a for a, b in ses)
+        if spread <= max(LOCKSTEP_START_SPREAD_NS, LOCKSTEP_START_SHARE * shortest):
             lockstep[k] = max(starts)
             continue
         decided += 1
