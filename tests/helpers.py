@@ -102,3 +102,17 @@ def job_coverage(tmp_path: Path, code: str, world: int = 1) -> Any:
     cov = analyze_path(str(tmp_path / "run")).coverage
     assert cov is not None
     return cov
+
+
+@contextmanager
+def gloo_world_of_one() -> Iterator[None]:
+    """A real world-size-1 gloo process group on 127.0.0.1 in this process, for the module's
+    in-process tests (``gloo = pytest.fixture(scope="module", autouse=True)(...)``)."""
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
-import os
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-from helpers import REPO, free_port
+from helpers import REPO, gloo_world_of_one
 
 import wsprof
 from wsprof.capture import collectives, extra
@@ -36,10 +35,8 @@ _TOP = ("vllm", "sglang", "ray", "_loopback", "wsprof_user_")
 
 @pytest.fixture(scope="module", autouse=True)
 def gloo() -> Iterator[None]:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+    with gloo_world_of_one():
+        yield
 
 
 def _ours(name: str) -> bool:

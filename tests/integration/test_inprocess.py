@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from helpers import TARGETS, free_port, run_ranks
+from helpers import TARGETS, gloo_world_of_one, run_ranks
 
 import wsprof
 from wsprof.trace.reader import read_trace
@@ -19,10 +19,8 @@ from wsprof.trace.reader import read_trace
 
 @pytest.fixture(scope="module", autouse=True)
 def gloo() -> Iterator[None]:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+    with gloo_world_of_one():
+        yield
 
 
 def test_occupied_trace_path_gets_a_new_file_and_repatch_never_mixes(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from helpers import free_port
+from helpers import gloo_world_of_one
 
 import wsprof
 from wsprof.capture import collectives
@@ -29,10 +29,8 @@ PATCH_TIMEOUT_S = 60
 
 @pytest.fixture(scope="module", autouse=True)
 def gloo() -> Iterator[None]:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
+    with gloo_world_of_one():
+        yield
 
 
 def test_two_threads_patching_at_once_make_one_session(tmp_path: Path) -> None:
