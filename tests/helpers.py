@@ -20,6 +20,28 @@ CASES = Path(os.environ.get("WSPROF_CASES", REPO.parent / "shared" / "cases"))
 BUSY_TARGET = TARGETS / "busy_target.py"
 #: Seconds a target may take to end after release before a test kills it.
 TARGET_EXIT_TIMEOUT_S = 10
+#: True under CI (``CI=true``, as CI runs ``.ci/run``): a missing case is a failure, not a skip.
+IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def require_cases(path: Path) -> None:
+    """Skip the calling test when the shared case file ``path`` is missing; under CI fail.
+
+    CI runs with a copy of ``shared/`` beside the checkout, so a missing case there means the
+    verdict cases were silently not checked: that must fail, not pass as skipped.
+
+    Raises:
+        pytest.fail.Exception: under CI when ``path`` does not exist.
+        pytest.skip.Exception: elsewhere when ``path`` does not exist.
+    """
+    import pytest
+
+    if path.exists():
+        return
+    why = f"shared case {path} not found (the repo's sibling 'shared' checkout, or $WSPROF_CASES)"
+    if IN_CI:
+        pytest.fail(f"{why}: CI must run with the shared cases", pytrace=False)
+    pytest.skip(why)
 
 
 def pyspy_skip_reason() -> str | None:

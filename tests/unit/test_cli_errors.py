@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import helpers
 from helpers import CASES
 
 from wsprof.cli import main
@@ -41,8 +42,7 @@ def test_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], make: obj
 
 def test_report_to_unwritable_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     csv = CASES / "series" / "seed_weight_sync.csv"
-    if not csv.exists():
-        pytest.skip("shared cases not present")
+    helpers.require_cases(csv)
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert main(["report", str(csv), "-o", str(blocker / "r.html")]) == 2
@@ -61,8 +61,7 @@ def test_csv_column_without_finite_values_is_a_note(tmp_path: Path,
 
 def test_fail_on_critical(capsys: pytest.CaptureFixture[str]) -> None:
     csv = CASES / "series" / "seed_weight_sync.csv"
-    if not csv.exists():
-        pytest.skip("shared cases not present")
+    helpers.require_cases(csv)
     assert main(["analyze", str(csv), "--fail-on", "critical"]) == 1
     assert main(["analyze", str(CASES / "series" / "noisy_flat_sync.csv"),
                  "--fail-on", "warning"]) == 0

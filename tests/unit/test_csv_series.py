@@ -13,13 +13,15 @@ from wsprof.errors import EXIT_USAGE, InputError
 from wsprof.importers.csv_series import load_series_csv, unit_of
 
 CASES = helpers.CASES / "series"
-needs_cases = pytest.mark.skipif(
-    not (CASES / "expected.json").is_file(),
-    reason=f"shared cases not found at {CASES} (the repo's sibling 'shared' checkout)",
-)
 
 
-@needs_cases
+@pytest.fixture
+def needs_cases() -> None:
+    """Skip (fail under CI) when the shared series cases are missing."""
+    helpers.require_cases(CASES / "expected.json")
+
+
+@pytest.mark.usefixtures("needs_cases")
 def test_every_case_column_loads() -> None:
     expected = json.loads((CASES / "expected.json").read_text())
     for file, columns in expected.items():
@@ -32,7 +34,7 @@ def test_every_case_column_loads() -> None:
             assert all(math.isfinite(v) for v in s.values)
 
 
-@needs_cases
+@pytest.mark.usefixtures("needs_cases")
 def test_seed_case_values_and_units() -> None:
     series = {s.name: s for s in load_series_csv(str(CASES / "seed_weight_sync.csv"))}
     sync = series["update_weights_time_s"]
@@ -42,7 +44,7 @@ def test_seed_case_values_and_units() -> None:
     assert sync.config is None
 
 
-@needs_cases
+@pytest.mark.usefixtures("needs_cases")
 def test_config_column_applies_to_every_series() -> None:
     (s,) = load_series_csv(str(CASES / "config_step_change.csv"))
     assert s.name == "step_time_s"

@@ -23,9 +23,8 @@ SEED_SERIES = (143.0, 363.0, 966.0, 1596.0)  # weight-sync seconds, the motivati
 def _expected_cases() -> list[object]:
     """One pytest param per (file, column) of expected.json, or one skipped param."""
     expected = CASES / "expected.json"
-    if not expected.is_file():
-        reason = f"shared cases not found at {CASES} (the repo's sibling 'shared' checkout)"
-        return [pytest.param(None, None, None, marks=pytest.mark.skip(reason=reason))]
+    if not expected.is_file():  # the test skips (fails under CI) on the missing file
+        return [pytest.param(None, None, None, id="cases-missing")]
     data = json.loads(expected.read_text())
     return [
         pytest.param(file, column, want, id=f"{file}:{column}")
@@ -36,6 +35,8 @@ def _expected_cases() -> list[object]:
 
 @pytest.mark.parametrize(("file", "column", "want"), _expected_cases())
 def test_shared_case(file: str, column: str, want: dict[str, Any]) -> None:
+    helpers.require_cases(CASES / "expected.json")
+    helpers.require_cases(CASES / file)
     series = {s.name: s for s in load_series_csv(str(CASES / file))}
     s = series[column]
     v = classify(s.values, steps=s.steps, config=s.config)

@@ -30,16 +30,13 @@ SERIES_KEYS = ("weight_sync_s", "step_s")
 
 
 def _cases() -> list[Any]:
-    if not EXPECTED.is_file():
-        return [pytest.param(None, None, None, marks=pytest.mark.skip(
-            reason=f"shared cases not found at {LOGS} (the repo's sibling 'shared' checkout)"))]
+    if not EXPECTED.is_file():  # the test skips (fails under CI) on the missing file
+        return [pytest.param(None, None, None, id="cases-missing")]
     expected: dict[str, dict[str, Any]] = json.loads(EXPECTED.read_text())
     out: list[Any] = []
     for file, checks in expected.items():
         for key, want in checks.items():
-            marks = ([pytest.mark.skip(reason=f"{file} not present in {LOGS}")]
-                     if not (LOGS / file).is_file() else [])
-            out.append(pytest.param(file, key, want, id=f"{file}::{key}", marks=marks))
+            out.append(pytest.param(file, key, want, id=f"{file}::{key}"))
     return out
 
 
@@ -57,6 +54,8 @@ def _advice_on(findings: tuple[Finding, ...], metric: str) -> list[str]:
 
 @pytest.mark.parametrize(("file", "key", "want"), _cases())
 def test_handed_log(file: str, key: str, want: Any) -> None:
+    helpers.require_cases(EXPECTED)
+    helpers.require_cases(LOGS / file)
     a = _analysis(file)
     series = {r.series.name: r for r in a.series}
     if key in SERIES_KEYS:
@@ -83,8 +82,7 @@ def test_handed_log(file: str, key: str, want: Any) -> None:
 
 def test_handed_logs_are_all_checked() -> None:
     """Every log in the folder has expectations (a new log without them is not tested)."""
-    if not EXPECTED.is_file():
-        pytest.skip(f"shared cases not found at {LOGS}")
+    helpers.require_cases(EXPECTED)
     expected = json.loads(EXPECTED.read_text())
     logs = sorted(p.name for p in Path(LOGS).glob("*.log"))
     assert [f for f in logs if f not in expected] == []
