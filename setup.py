@@ -8,6 +8,12 @@ import sys
 
 from setuptools import Extension, setup
 
-ext = [Extension("wsprof.capture._fasthooks", ["wsprof/capture/_fasthooks.c"],
-                 extra_compile_args=["-O2", "-std=c11"], optional=True)]
+ext = [
+    Extension(
+        "wsprof.capture._fasthooks",
+        ["wsprof/capture/_fasthooks.c"],
+        extra_compile_args=["-O2", "-std=c11"],
+        optional=True,
+    )
+]
 setup(ext_modules=ext if sys.version_info >= (3, 11) else [])

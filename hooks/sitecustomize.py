@@ -32,8 +32,9 @@ def _run() -> None:
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
     except Exception as e:  # noqa: BLE001
-        sys.stderr.write(f"wsprof: the program's own sitecustomize failed: "
-                         f"{type(e).__name__}: {e}\n")
+        sys.stderr.write(
+            f"wsprof: the program's own sitecustomize failed: {type(e).__name__}: {e}\n"
+        )
 
 
 _run()

@@ -48,10 +48,16 @@ print(json.dumps({"seconds": dt, "report": size, "peak_rss_kib": peak,
 
 def write_trace(steps: int, calls: int) -> str:
     rng = random.Random(0)
-    rec = Recorder(tempfile.mkdtemp(prefix="wsprof-analysis-"), flush_interval_s=3600,
-                   max_pending=calls + 1, retention=Retention(keep_steps=0))
-    hooks = [rec.hook_id("broadcast", "dist.broadcast", "api"),
-             rec.hook_id("all_gather_into_tensor", "dist.all_gather_into_tensor", "api")]
+    rec = Recorder(
+        tempfile.mkdtemp(prefix="wsprof-analysis-"),
+        flush_interval_s=3600,
+        max_pending=calls + 1,
+        retention=Retention(keep_steps=0),
+    )
+    hooks = [
+        rec.hook_id("broadcast", "dist.broadcast", "api"),
+        rec.hook_id("all_gather_into_tensor", "dist.all_gather_into_tensor", "api"),
+    ]
     dt, grp, phase = (rec.strings.intern(s) for s in ("bfloat16", "0", "weight_sync"))
     sizes = [rng.choice([4096, 2**20, 4 * 2**20, 16 * 2**20]) for _ in range(300)]
     t = time.monotonic_ns()
@@ -62,8 +68,24 @@ def write_trace(steps: int, calls: int) -> str:
         t = sync_start
         for i in range(calls):
             dur = rng.randint(20_000, 60_000) + step * 200  # per-call cost grows a little
-            rec.calls.append(_pack_row(t, t + dur, dur - 5_000, 2, ident, hooks[i % 50 == 0],
-                                       sizes[i % 300], dt, grp, 0, i % 3, step, phase, -1))
+            rec.calls.append(
+                _pack_row(
+                    t,
+                    t + dur,
+                    dur - 5_000,
+                    2,
+                    ident,
+                    hooks[i % 50 == 0],
+                    sizes[i % 300],
+                    dt,
+                    grp,
+                    0,
+                    i % 3,
+                    step,
+                    phase,
+                    -1,
+                )
+            )
             t += dur + rng.randint(1_000, 5_000)
         rec.spans.append(("phase", "weight_sync", sync_start, t, step, ident))
         t += 50_000_000
@@ -81,14 +103,19 @@ def main() -> None:
     args = ap.parse_args()
     t0 = time.monotonic()
     path = write_trace(args.steps, args.calls)
-    print(f"wrote {args.steps} steps x {args.calls:,} calls = {args.steps * args.calls:,} calls "
-          f"({os.path.getsize(path) / 2**20:.0f} MiB) in {time.monotonic() - t0:.0f} s")
+    print(
+        f"wrote {args.steps} steps x {args.calls:,} calls = {args.steps * args.calls:,} calls "
+        f"({os.path.getsize(path) / 2**20:.0f} MiB) in {time.monotonic() - t0:.0f} s"
+    )
     report = [os.path.join(os.path.dirname(path), "report.html")] if args.report else []
-    out = subprocess.run([sys.executable, "-c", _CHILD, path, *report], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, path, *report], capture_output=True, text=True, check=True
+    )
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"analyze_path: {r['seconds']:.1f} s, peak RSS {r['peak_rss_kib'] / 2**20:.2f} GiB, "
-          f"{r['calls']:,} calls in {r['steps']} steps; findings: {', '.join(r['findings'])}")
+    print(
+        f"analyze_path: {r['seconds']:.1f} s, peak RSS {r['peak_rss_kib'] / 2**20:.2f} GiB, "
+        f"{r['calls']:,} calls in {r['steps']} steps; findings: {', '.join(r['findings'])}"
+    )
     if r["report"]:
         print(f"HTML report: {r['report'][0] / 2**20:.2f} MiB, rendered in {r['report'][1]:.1f} s")
 

@@ -54,7 +54,8 @@ from dataclasses import dataclass, field
 import psutil
 import torch
 
-from wsprof.capture.pyspy import PySpySampler, find_pyspy
+from wsprof.capture.pyspy.binary import find_pyspy
+from wsprof.capture.pyspy.sampler import PySpySampler
 from wsprof.trace.reader import read_trace
 
 TARGET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_attach_target.py")
@@ -133,8 +134,16 @@ def read_line(proc: subprocess.Popen[str], expect: str) -> list[str]:
 
 def start_target(threads: int, torch_threads: int, unit_ms: float) -> Target:
     proc = subprocess.Popen(
-        [sys.executable, TARGET, "--threads", str(threads), "--torch-threads", str(torch_threads),
-         "--unit-ms", str(unit_ms)],
+        [
+            sys.executable,
+            TARGET,
+            "--threads",
+            str(threads),
+            "--torch-threads",
+            str(torch_threads),
+            "--unit-ms",
+            str(unit_ms),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -142,8 +151,9 @@ def start_target(threads: int, torch_threads: int, unit_ms: float) -> Target:
         bufsize=1,
     )
     fields = dict(kv.split("=") for kv in read_line(proc, "ready")[1:])
-    return Target(proc, float(fields["unit_ms"]), int(fields["py_threads"]),
-                  int(fields["os_threads"]))
+    return Target(
+        proc, float(fields["unit_ms"]), int(fields["py_threads"]), int(fields["os_threads"])
+    )
 
 
 def cpu_s(who: int) -> float:
@@ -183,8 +193,9 @@ class Meter:
 
 
 def attached_phase(target: Target, n: int, mode: str, rate_hz: int, out_dir: str) -> Phase:
-    sampler = PySpySampler([target.pid], out_dir, rate_hz=rate_hz, window_s=1,
-                           blocking=mode == BLOCKING)
+    sampler = PySpySampler(
+        [target.pid], out_dir, rate_hz=rate_hz, window_s=1, blocking=mode == BLOCKING
+    )
     cpu0 = cpu_s(resource.RUSAGE_CHILDREN)  # after the constructor's `py-spy --version`
     self0 = cpu_s(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
@@ -233,27 +244,30 @@ def median_se(xs: list[float]) -> float:
 
 
 def spread(xs: list[float]) -> str:
-    return (f"{statistics.median(xs):.4f} \u00b1{median_se(xs):.4f} "
-            f"[{min(xs):.4f} .. {max(xs):.4f}]")
+    return f"{statistics.median(xs):.4f} \u00b1{median_se(xs):.4f} [{min(xs):.4f} .. {max(xs):.4f}]"
 
 
 def machine() -> str:
     model = "?"
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            model = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")),
-                         "?")
+            model = next(
+                (ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), "?"
+            )
     except OSError:
         pass
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (f"{platform.system()} {platform.release()}, {model}, {os.cpu_count()} cores "
-            f"({usable} usable), Python {platform.python_version()}, torch {torch.__version__}, "
-            f"py-spy {find_pyspy().version_str}")
+    return (
+        f"{platform.system()} {platform.release()}, {model}, {os.cpu_count()} cores "
+        f"({usable} usable), Python {platform.python_version()}, torch {torch.__version__}, "
+        f"py-spy {find_pyspy().version_str}"
+    )
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--rounds", type=int, default=8, help="rounds of off/nonblocking/off/blocking")
     ap.add_argument("--phase-s", type=float, default=4.0, help="length of an unattached phase")
     ap.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
@@ -296,47 +310,65 @@ def main() -> None:
 
     by_mode = {m: [p for p in target.phases if p.mode == m] for m in MODES}
     print(f"machine: {machine()}")
-    print(f"target: {target.py_threads} Python threads, {os_threads_attached} OS threads "
-          f"(/proc/<pid>/task), torch.set_num_threads({args.torch_threads}); unit "
-          f"{target.unit_ms:.2f} ms (calibrated), {n} units per unattached phase")
-    print(f"py-spy: {args.rate} Hz, window_s=1 (one py-spy process per second), "
-          f"{args.rounds} rounds of off/nonblocking/off/blocking (+ a closing off phase)")
-    print(f"{'mode':<12}{'unit ms: median':>16}{'mean':>7}{'p99':>8}{'target':>8}{'others':>8}"
-          f"{'py-spy':>8}{'driver':>8}{'samples':>9}{'main Hz':>8}{'threads':>8}"
-          f"{'window s':>9}{'errors':>7}")
-    print(f"{'':<12}{'':>16}{'':>7}{'':>8}{'cpu/wall':>8}{'cpu/s':>8}{'cpu/s':>8}{'cpu/s':>8}"
-          f"{'/s':>9}{'':>8}{'seen':>8}{'mean':>9}{'':>7}")
+    print(
+        f"target: {target.py_threads} Python threads, {os_threads_attached} OS threads "
+        f"(/proc/<pid>/task), torch.set_num_threads({args.torch_threads}); unit "
+        f"{target.unit_ms:.2f} ms (calibrated), {n} units per unattached phase"
+    )
+    print(
+        f"py-spy: {args.rate} Hz, window_s=1 (one py-spy process per second), "
+        f"{args.rounds} rounds of off/nonblocking/off/blocking (+ a closing off phase)"
+    )
+    print(
+        f"{'mode':<12}{'unit ms: median':>16}{'mean':>7}{'p99':>8}{'target':>8}{'others':>8}"
+        f"{'py-spy':>8}{'driver':>8}{'samples':>9}{'main Hz':>8}{'threads':>8}"
+        f"{'window s':>9}{'errors':>7}"
+    )
+    print(
+        f"{'':<12}{'':>16}{'':>7}{'':>8}{'cpu/wall':>8}{'cpu/s':>8}{'cpu/s':>8}{'cpu/s':>8}"
+        f"{'/s':>9}{'':>8}{'seen':>8}{'mean':>9}{'':>7}"
+    )
     for m in MODES:
         ps = by_mode[m]
         unit_ms = [u / 1e3 for p in ps for u in p.units_us]
         wall = sum(p.wall_s for p in ps)
         swall = sum(p.sampler_wall_s for p in ps)
-        row = (f"{m:<12}{statistics.median(unit_ms):>16.3f}{statistics.fmean(unit_ms):>7.3f}"
-               f"{statistics.quantiles(unit_ms, n=100)[98]:>8.3f}"
-               f"{sum(p.cpu_s for p in ps) / wall:>8.3f}"
-               f"{sum(p.others_cpu_s for p in ps) / sum(p.span_s for p in ps):>8.3f}")
+        row = (
+            f"{m:<12}{statistics.median(unit_ms):>16.3f}{statistics.fmean(unit_ms):>7.3f}"
+            f"{statistics.quantiles(unit_ms, n=100)[98]:>8.3f}"
+            f"{sum(p.cpu_s for p in ps) / wall:>8.3f}"
+            f"{sum(p.others_cpu_s for p in ps) / sum(p.span_s for p in ps):>8.3f}"
+        )
         if swall:
             wins = [w for p in ps for w in p.window_s]
-            row += (f"{sum(p.pyspy_cpu_s for p in ps) / swall:>8.3f}"
-                    f"{sum(p.driver_cpu_s for p in ps) / swall:>8.3f}"
-                    f"{sum(p.samples for p in ps) / swall:>9.0f}"
-                    f"{sum(p.main_samples for p in ps) / wall:>8.1f}"
-                    f"{max(len(p.tids) for p in ps):>8}"
-                    f"{statistics.fmean(wins) if wins else 0.0:>9.2f}"
-                    f"{sum(p.errors for p in ps):>7}")
+            row += (
+                f"{sum(p.pyspy_cpu_s for p in ps) / swall:>8.3f}"
+                f"{sum(p.driver_cpu_s for p in ps) / swall:>8.3f}"
+                f"{sum(p.samples for p in ps) / swall:>9.0f}"
+                f"{sum(p.main_samples for p in ps) / wall:>8.1f}"
+                f"{max(len(p.tids) for p in ps):>8}"
+                f"{statistics.fmean(wins) if wins else 0.0:>9.2f}"
+                f"{sum(p.errors for p in ps):>7}"
+            )
         print(row)
-    print(f"target cpu/wall: the target's CPU time per second of phase (all its threads); others "
-          f"cpu/s: CPU of every other process on the machine (/proc/stat); py-spy "
-          f"cpu/s: py-spy's CPU per second attached; driver cpu/s: this process (the sampler "
-          f"thread parsing and writing); main Hz: samples of the timed thread per second (the "
-          f"rate py-spy achieved; asked {args.rate}); window s: py-spy window length (asked 1)")
-    print("slowdown, per round: an attached phase's wall time per unit (inverse throughput) / "
-          "the mean of the two unattached phases around it; median over rounds \u00b1its "
-          "standard error [min .. max]. Row 'off': each unattached phase against the unattached "
-          "ones around it, the noise floor (ideally 1.0000, tight). Pooled: over all phases of "
-          "the mode against all unattached ones; the median unit ratio ignores slow bursts")
-    print(f"{'mode':<12}{'per round: wall per unit':>38}{'pooled: wall/unit':>19}"
-          f"{'median unit':>13}{'samples':>9}")
+    print(
+        f"target cpu/wall: the target's CPU time per second of phase (all its threads); others "
+        f"cpu/s: CPU of every other process on the machine (/proc/stat); py-spy "
+        f"cpu/s: py-spy's CPU per second attached; driver cpu/s: this process (the sampler "
+        f"thread parsing and writing); main Hz: samples of the timed thread per second (the "
+        f"rate py-spy achieved; asked {args.rate}); window s: py-spy window length (asked 1)"
+    )
+    print(
+        "slowdown, per round: an attached phase's wall time per unit (inverse throughput) / "
+        "the mean of the two unattached phases around it; median over rounds \u00b1its "
+        "standard error [min .. max]. Row 'off': each unattached phase against the unattached "
+        "ones around it, the noise floor (ideally 1.0000, tight). Pooled: over all phases of "
+        "the mode against all unattached ones; the median unit ratio ignores slow bursts"
+    )
+    print(
+        f"{'mode':<12}{'per round: wall per unit':>38}{'pooled: wall/unit':>19}"
+        f"{'median unit':>13}{'samples':>9}"
+    )
     off_wall, off_median = pooled(by_mode[OFF])
     verdict = ""
     for m in (OFF, NONBLOCKING, BLOCKING):
@@ -344,8 +376,10 @@ def main() -> None:
         if not wall_r:
             continue
         wall, median = pooled(by_mode[m])
-        print(f"{m:<12}{spread(wall_r):>38}{wall / off_wall:>19.4f}{median / off_median:>13.4f}"
-              f"{sum(p.samples for p in by_mode[m]):>9}")
+        print(
+            f"{m:<12}{spread(wall_r):>38}{wall / off_wall:>19.4f}{median / off_median:>13.4f}"
+            f"{sum(p.samples for p in by_mode[m]):>9}"
+        )
         if m == NONBLOCKING:
             med, se = statistics.median(wall_r), median_se(wall_r)
             if abs(med - BAR) < 2 * se:
@@ -357,8 +391,10 @@ def main() -> None:
     print(verdict)
     others = max(p.others_cpu_s / p.span_s for p in target.phases)
     if others > OTHERS_WARN:
-        print(f"WARNING: other processes used up to {others:.2f} CPUs during a phase; the "
-              "machine was not quiet, so the ratios mix py-spy's cost with theirs")
+        print(
+            f"WARNING: other processes used up to {others:.2f} CPUs during a phase; the "
+            "machine was not quiet, so the ratios mix py-spy's cost with theirs"
+        )
     print(f"total {time.perf_counter() - t_begin:.0f} s")
 
 

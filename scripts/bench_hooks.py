@@ -32,6 +32,7 @@ from torch.profiler import ProfilerActivity
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 import wsprof
+from wsprof.capture.session import current_recorder
 
 MODES = ("none", "floor", "torch.profiler", "api", "both")
 
@@ -73,22 +74,27 @@ def _floor(orig: Any) -> Any:
 
 
 #: What is timed: (label, function), each in every mode of every round.
-CALLS = (("dist.broadcast", per_call_ns),
-         ("functional all_reduce + wait_tensor", per_functional_call_ns))
+CALLS = (
+    ("dist.broadcast", per_call_ns),
+    ("functional all_reduce + wait_tensor", per_functional_call_ns),
+)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=50_000)
     ap.add_argument("--rounds", type=int, default=21)
-    ap.add_argument("--flush-s", type=float, default=0.2,
-                    help="writer interval; a large value keeps the writer out of the timing")
+    ap.add_argument(
+        "--flush-s",
+        type=float,
+        default=0.2,
+        help="writer interval; a large value keeps the writer out of the timing",
+    )
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
     out = tempfile.mkdtemp(prefix="wsprof-bench-")
-    times: dict[tuple[str, str], list[float]] = {
-        (c, m): [] for c, _ in CALLS for m in MODES}
+    times: dict[tuple[str, str], list[float]] = {(c, m): [] for c, _ in CALLS for m in MODES}
     flush_ns = 0
     flush_cpu_ns = 0
     recorded = 0
@@ -110,18 +116,22 @@ def main() -> None:
                 else:
                     times[(label, mode)].append(fn(args.calls))
             if mode in ("api", "both"):
-                rec = wsprof._recorder
+                rec = current_recorder()
                 native = bool(rec.ring.native)
                 wsprof.unpatch()
                 flush_ns += rec.flush_ns_total
                 flush_cpu_ns += rec.flush_cpu_ns_total
                 recorded += args.calls * len(CALLS)
     path = "compiled" if native else "pure-Python"
-    print(f"torch {torch.__version__}, fake process group, {args.rounds} rounds x {args.calls} "
-          f"calls per setting, writer thread flushing every {args.flush_s:g} s, wsprof's "
-          f"{path} recording path")
-    print("floor: a Python wrapper with two clock reads and one tuple appended (dist.broadcast "
-          "only; the functional rows show it as unpatched)")
+    print(
+        f"torch {torch.__version__}, fake process group, {args.rounds} rounds x {args.calls} "
+        f"calls per setting, writer thread flushing every {args.flush_s:g} s, wsprof's "
+        f"{path} recording path"
+    )
+    print(
+        "floor: a Python wrapper with two clock reads and one tuple appended (dist.broadcast "
+        "only; the functional rows show it as unpatched)"
+    )
     print("added = median over rounds of (setting - unpatched in the same round); IQR in brackets")
     for label, _ in CALLS:
         print(f"\n{label}")
@@ -135,14 +145,20 @@ def main() -> None:
             ratio = statistics.median(h / b for h, b in zip(times[(label, m)], base))
             med = statistics.median(times[(label, m)])
             print(f"{m:<16}{med:>10.0f}{added:>10.0f}{iqr:>16}{ratio:>8.3f}")
-        added_of = {m: statistics.median(h - b for h, b in zip(times[(label, m)], base))
-                    for m in MODES}
+        added_of = {
+            m: statistics.median(h - b for h, b in zip(times[(label, m)], base)) for m in MODES
+        }
         prof = added_of["torch.profiler"]
-        print(f"wsprof both / torch.profiler added: {added_of['both'] / prof:.2f}" if prof > 0
-              else "torch.profiler added nothing measurable")
-    print(f"writer thread: {flush_cpu_ns / max(recorded, 1):.0f} ns of CPU "
-          f"({flush_ns / max(recorded, 1):.0f} ns wall, GIL waits included) per recorded call "
-          "(off the calling thread; included above only where it held the GIL)")
+        print(
+            f"wsprof both / torch.profiler added: {added_of['both'] / prof:.2f}"
+            if prof > 0
+            else "torch.profiler added nothing measurable"
+        )
+    print(
+        f"writer thread: {flush_cpu_ns / max(recorded, 1):.0f} ns of CPU "
+        f"({flush_ns / max(recorded, 1):.0f} ns wall, GIL waits included) per recorded call "
+        "(off the calling thread; included above only where it held the GIL)"
+    )
 
 
 if __name__ == "__main__":

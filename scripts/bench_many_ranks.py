@@ -79,8 +79,9 @@ class RunSpec:
     n_calls: int = 0
 
 
-def step_schedule(steps: int, calls_per_step: int, growth_ns_per_step: int,
-                  latency_factor: float = 1.0) -> list[int]:
+def step_schedule(
+    steps: int, calls_per_step: int, growth_ns_per_step: int, latency_factor: float = 1.0
+) -> list[int]:
     """Run time (ns after the first step) at which every rank starts each step.
 
     The ranks stay in lockstep, as the collectives of a real job keep them: a step lasts as long
@@ -109,8 +110,13 @@ def write_rank(
     rng = np.random.default_rng(seed)
     w = TraceWriter(spec.path)
     meta: dict[str, object] = {
-        "host": spec.host, "pid": spec.pid, "rank": spec.rank, "world_size": world,
-        "backend": "nccl", "source": "patch", "wsprof_version": "bench",
+        "host": spec.host,
+        "pid": spec.pid,
+        "rank": spec.rank,
+        "world_size": world,
+        "backend": "nccl",
+        "source": "patch",
+        "wsprof_version": "bench",
     }
     if spec.anchor is not None:
         meta["anchor"] = spec.anchor
@@ -137,7 +143,8 @@ def write_rank(
         sync0 = step_start + roll + train
         jitter = 1 + 0.03 * rng.standard_normal()
         backend = (base_ns * jitter * (1 + 0.05 * rng.standard_normal(calls_per_step))).astype(
-            np.int64)
+            np.int64
+        )
         wrapper = np.full(calls_per_step, 3_000 + growth_ns_per_step * k, dtype=np.int64)
         dur = backend + wrapper
         gap = rng.integers(15_000, 25_000, calls_per_step)
@@ -158,8 +165,12 @@ def write_rank(
         m[:, 15] = -1
         # Async calls: completion observed at wait(), written later as call_updates rows.
         a = np.flatnonzero(is_async)
-        updates += zip(starts[a].tolist(), [THREAD] * len(a),
-                       (starts[a] + dur[a] + 2_000).tolist(), [-1] * len(a))
+        updates += zip(
+            starts[a].tolist(),
+            [THREAD] * len(a),
+            (starts[a] + dur[a] + 2_000).tolist(),
+            [-1] * len(a),
+        )
         sync1 = int(m[-1, 1]) + 1_000
         spans += [
             ("step", str(k), step_start, step_end, k, THREAD),
@@ -172,12 +183,17 @@ def write_rank(
         n_pending += calls_per_step
         if n_pending >= CHUNK_CALLS or k == steps - 1:
             mat = np.concatenate(pending)
-            w.write({"spans": spans, "counters": counters, "call_updates": updates},
-                    call_matrix=mat)
+            w.write(
+                {"spans": spans, "counters": counters, "call_updates": updates}, call_matrix=mat
+            )
             n_total += len(mat)
             pending, spans, counters, updates, n_pending = [], [], [], [], 0
-    w.write({"sites": [(0, "trainer/sync.py", 88, "push_weights")],
-             "events": [(t0_mono, "patched", "bench")]})
+    w.write(
+        {
+            "sites": [(0, "trainer/sync.py", 88, "push_weights")],
+            "events": [(t0_mono, "patched", "bench")],
+        }
+    )
     w.close()
     return n_total
 
@@ -216,8 +232,12 @@ def generate_run(
     os.makedirs(folder, exist_ok=True)
     calls_per_step = max(1, calls_per_rank // steps)
     run = RunSpec(folder, outliers=tuple(outliers))
-    schedule = step_schedule(steps, calls_per_step, int(growth_us * 1e3) if outliers else 0,
-                             max([1.0, *(slow or {}).values()]))
+    schedule = step_schedule(
+        steps,
+        calls_per_step,
+        int(growth_us * 1e3) if outliers else 0,
+        max([1.0, *(slow or {}).values()]),
+    )
     for r in range(n_ranks):
         h = r * hosts // n_ranks
         host = f"node-{chr(ord('a') + h)}"
@@ -226,13 +246,24 @@ def generate_run(
         skew_ns = int(h * skew_ms * 1e6)
         # The anchor is read at process start, some seconds before the first step.
         start_mono = int(HOST_MONOTONIC_S[h] * 1e9) - 30 * 10**9 + r * 7_000_000
-        anchor = None if r in no_anchor else {
-            "monotonic_ns": start_mono, "unix_ns": start_mono + mono_to_unix + skew_ns}
-        spec = RankSpec(r, host, pid, os.path.join(folder, f"{host}-{pid}.wsprof"), anchor,
-                        mono_to_unix)
+        anchor = (
+            None
+            if r in no_anchor
+            else {"monotonic_ns": start_mono, "unix_ns": start_mono + mono_to_unix + skew_ns}
+        )
+        spec = RankSpec(
+            r, host, pid, os.path.join(folder, f"{host}-{pid}.wsprof"), anchor, mono_to_unix
+        )
         growth = int(growth_us * 1e3) if r in outliers else 0
-        run.n_calls += write_rank(spec, n_ranks, schedule, calls_per_step, growth,
-                                  seed * 1000 + r, (slow or {}).get(r, 1.0))
+        run.n_calls += write_rank(
+            spec,
+            n_ranks,
+            schedule,
+            calls_per_step,
+            growth,
+            seed * 1000 + r,
+            (slow or {}).get(r, 1.0),
+        )
         run.ranks.append(spec)
     return run
 
@@ -258,12 +289,22 @@ def main() -> None:
     folder = args.keep or tempfile.mkdtemp(prefix="wsprof-ranks-")
     try:
         t0 = time.perf_counter()
-        run = generate_run(folder, args.ranks, args.calls, args.steps, args.hosts,
-                           (args.outlier,), args.growth_us, args.skew_ms)
+        run = generate_run(
+            folder,
+            args.ranks,
+            args.calls,
+            args.steps,
+            args.hosts,
+            (args.outlier,),
+            args.growth_us,
+            args.skew_ms,
+        )
         gen_s = time.perf_counter() - t0
         size = sum(os.path.getsize(r.path) for r in run.ranks)
-        print(f"generated {len(run.ranks)} traces x {args.calls:,} calls = {run.n_calls:,} "
-              f"calls on {args.hosts} hosts in {gen_s:.1f} s ({size / 2**20:.0f} MiB on disk)")
+        print(
+            f"generated {len(run.ranks)} traces x {args.calls:,} calls = {run.n_calls:,} "
+            f"calls on {args.hosts} hosts in {gen_s:.1f} s ({size / 2**20:.0f} MiB on disk)"
+        )
         rss0 = peak_rss_mib()
 
         from wsprof.analysis.run import analyze_path
@@ -287,12 +328,16 @@ def main() -> None:
         peak = peak_rss_mib()
         found = [f for f in analysis.findings if f.kind == "outlier_rank"]
         named = [f for f in found if f"rank {args.outlier} " in f.title + " "]
-        print(f"analyze_path: {wall_s:.1f} s wall, {cpu_s:.1f} s CPU on {os.cpu_count()} cores "
-              f"({wall_s / run.n_calls * 1e9:.0f} ns per call); budget 60 s: "
-              f"{'ok' if wall_s <= 60 else 'MISSED'}")
+        print(
+            f"analyze_path: {wall_s:.1f} s wall, {cpu_s:.1f} s CPU on {os.cpu_count()} cores "
+            f"({wall_s / run.n_calls * 1e9:.0f} ns per call); budget 60 s: "
+            f"{'ok' if wall_s <= 60 else 'MISSED'}"
+        )
         print(f"peak RSS {peak:.0f} MiB (before analysis {rss0:.0f} MiB)")
-        print(f"ranks compared: {len(analysis.ranks)}; outlier_rank findings: {len(found)}; "
-              f"rank {args.outlier} named: {'yes' if named else 'NO'}")
+        print(
+            f"ranks compared: {len(analysis.ranks)}; outlier_rank findings: {len(found)}; "
+            f"rank {args.outlier} named: {'yes' if named else 'NO'}"
+        )
         for f in found:
             print(f"  [{f.severity}] {f.title}")
     finally:

@@ -63,8 +63,10 @@ def main() -> None:
     print(f"   growing types, small heap:    {cost_us(types, 5):9.1f} µs")
     heap = [[i] for i in range(args.objects)]
     print(f"   growing types, +{args.objects:,} objects: {cost_us(types, 3):9.1f} µs")
-    print("   CUDA allocator:               "
-          + (f"{cost_us(read_allocator, 200):9.1f} µs" if cuda_in_use() else "      n/a (no CUDA)"))
+    print(
+        "   CUDA allocator:               "
+        + (f"{cost_us(read_allocator, 200):9.1f} µs" if cuda_in_use() else "      n/a (no CUDA)")
+    )
 
     rec = Recorder(tempfile.mkdtemp(prefix="wsprof-probes-"), flush_interval_s=0.5)
     rec.sampler = counters.install(rec, lambda: STATE.boundaries, lambda: STATE.steps_started)
@@ -82,15 +84,19 @@ def main() -> None:
     ticker.join()
     stats = rec.sampler.stats()
     rec.close()
-    print(f"2. sampler, default budget {stats['budget_fraction']:.1%}, {args.seconds:.0f} s, "
-          f"a step boundary every 100 ms")
+    print(
+        f"2. sampler, default budget {stats['budget_fraction']:.1%}, {args.seconds:.0f} s, "
+        f"a step boundary every 100 ms"
+    )
     print(f"   probe time: {stats['spent_ns'] / 1e6:.1f} ms = {stats['share']:.3%} of wall time")
     for name, p in stats["by_probe"].items():
         mean = f"{p['mean_ns'] / 1e3:.0f} µs" if p["mean_ns"] is not None else "-"
         print(f"   {name:10} runs {p['runs']:6}  skipped {p['skipped']:6}  mean {mean:>10}")
     without = work(args.seconds)
-    print(f"3. training stand-in: {with_sampler / args.seconds:,.0f} it/s with the sampler, "
-          f"{without / args.seconds:,.0f} it/s without: ratio {without / max(with_sampler, 1):.4f}")
+    print(
+        f"3. training stand-in: {with_sampler / args.seconds:,.0f} it/s with the sampler, "
+        f"{without / args.seconds:,.0f} it/s without: ratio {without / max(with_sampler, 1):.4f}"
+    )
     del heap
 
 

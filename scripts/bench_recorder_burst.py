@@ -32,6 +32,7 @@ import torch
 
 import wsprof
 from wsprof.capture import collectives
+from wsprof.capture.session import current_recorder
 
 
 class PeakRss:
@@ -56,7 +57,7 @@ class PeakRss:
 def run(kind: str, seconds: float) -> None:
     out = tempfile.mkdtemp(prefix="wsprof-burst-")
     path = wsprof.patch(out)
-    rec = wsprof._recorder
+    rec = current_recorder()
     assert path is not None and rec is not None
     t = torch.ones(4)
 
@@ -89,21 +90,24 @@ def run(kind: str, seconds: float) -> None:
     grown = rss.stop()
     # Count rows without loading them (a 60 s run holds tens of millions).
     with contextlib.closing(sqlite3.connect(path)) as db:
-        written = int(db.execute("SELECT COALESCE(SUM(n_rows), 0) FROM call_chunks")
-                      .fetchone()[0])
+        written = int(db.execute("SELECT COALESCE(SUM(n_rows), 0) FROM call_chunks").fetchone()[0])
         own = json.loads(db.execute("SELECT value FROM meta WHERE key='self'").fetchone()[0])
     dropped = int(own["dropped_calls"])
-    print(f"{kind:<10} {produced / seconds:>12,.0f}/s {produced:>12,} {written:>12,} "
-          f"{dropped:>12,} {str(produced == written + dropped):>8} {grown:>9.1f} "
-          f"{own['flush_ns_total'] / max(written, 1):>8.0f}")
+    print(
+        f"{kind:<10} {produced / seconds:>12,.0f}/s {produced:>12,} {written:>12,} "
+        f"{dropped:>12,} {str(produced == written + dropped):>8} {grown:>9.1f} "
+        f"{own['flush_ns_total'] / max(written, 1):>8.0f}"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=10.0)
     args = ap.parse_args()
-    print(f"{'producer':<10} {'rate':>14} {'produced':>12} {'written':>12} {'dropped':>12} "
-          f"{'balanced':>8} {'RSS +MiB':>9} {'ns/row':>8}")
+    print(
+        f"{'producer':<10} {'rate':>14} {'produced':>12} {'written':>12} {'dropped':>12} "
+        f"{'balanced':>8} {'RSS +MiB':>9} {'ns/row':>8}"
+    )
     for kind in ("hook", "synthetic"):
         run(kind, args.seconds)
 

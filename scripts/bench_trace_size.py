@@ -31,11 +31,17 @@ def main() -> None:
     ap.add_argument("--keep-steps", type=int, default=DEFAULT_KEEP_STEPS)
     args = ap.parse_args()
     rng = random.Random(0)
-    rec = Recorder(tempfile.mkdtemp(prefix="wsprof-size-"), flush_interval_s=3600,
-                   max_pending=args.calls + 1, retention=Retention(keep_steps=args.keep_steps))
-    hooks = [rec.hook_id("broadcast", "dist.broadcast", "api"),
-             rec.hook_id("all_gather", "dist.all_gather", "api"),
-             rec.hook_id("all_gather_into_tensor", "dist.all_gather_into_tensor", "api")]
+    rec = Recorder(
+        tempfile.mkdtemp(prefix="wsprof-size-"),
+        flush_interval_s=3600,
+        max_pending=args.calls + 1,
+        retention=Retention(keep_steps=args.keep_steps),
+    )
+    hooks = [
+        rec.hook_id("broadcast", "dist.broadcast", "api"),
+        rec.hook_id("all_gather", "dist.all_gather", "api"),
+        rec.hook_id("all_gather_into_tensor", "dist.all_gather_into_tensor", "api"),
+    ]
     dt = rec.strings.intern("bfloat16")
     grp = rec.strings.intern("0")
     phase = rec.strings.intern("weight_sync")
@@ -48,21 +54,41 @@ def main() -> None:
         for i in range(args.calls):
             dur = rng.randint(20_000, 400_000)
             backend = dur - rng.randint(1_000, 15_000)
-            calls.append(_pack_row(t, t + dur, backend, 2, ident, hooks[i % 97 == 0],
-                                   sizes[i % 300], dt, grp, 0, i % 3, step, phase, -1))
+            calls.append(
+                _pack_row(
+                    t,
+                    t + dur,
+                    backend,
+                    2,
+                    ident,
+                    hooks[i % 97 == 0],
+                    sizes[i % 300],
+                    dt,
+                    grp,
+                    0,
+                    i % 3,
+                    step,
+                    phase,
+                    -1,
+                )
+            )
             t += dur + rng.randint(10_000, 40_000)
         rec.flush()
     rec.close()
     size = os.path.getsize(rec.path)
     n = args.steps * args.calls
     print(f"{args.steps} steps x {args.calls:,} calls = {n:,} calls, keep_steps={args.keep_steps}")
-    print(f"trace size {size / 2**20:.1f} MiB, {size / n:.1f} bytes per call "
-          f"(writer {rec.flush_ns_total / 1e9:.1f} s, {rec.flush_ns_total / n:.0f} ns per call; "
-          f"total {time.monotonic() - t0:.1f} s with generation)")
+    print(
+        f"trace size {size / 2**20:.1f} MiB, {size / n:.1f} bytes per call "
+        f"(writer {rec.flush_ns_total / 1e9:.1f} s, {rec.flush_ns_total / n:.0f} ns per call; "
+        f"total {time.monotonic() - t0:.1f} s with generation)"
+    )
     t1 = time.monotonic()
     trace = read_trace(rec.path)
-    print(f"read back {len(trace.calls):,} calls in detail in {time.monotonic() - t1:.1f} s; "
-          f"retention {trace.meta.get('retention')}")
+    print(
+        f"read back {len(trace.calls):,} calls in detail in {time.monotonic() - t1:.1f} s; "
+        f"retention {trace.meta.get('retention')}"
+    )
     assert trace.totals is not None and int(trace.totals.n.sum()) == n, "totals lost calls"
 
 

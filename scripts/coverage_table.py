@@ -97,11 +97,20 @@ def family(name: str) -> str:
     n = name.split("::")[-1].split(":")[-1].replace("_", "").lower()
     if n == "coalesced":
         return "*"
-    for key, fam in (("reducescatter", "reduce_scatter"), ("allreduce", "all_reduce"),
-                     ("allgather", "all_gather"), ("alltoall", "all_to_all"),
-                     ("broadcast", "broadcast"), ("barrier", "barrier"), ("reduce", "reduce"),
-                     ("gather", "gather"), ("scatter", "scatter"), ("send", "p2p"),
-                     ("recv", "p2p"), ("p2p", "p2p")):
+    for key, fam in (
+        ("reducescatter", "reduce_scatter"),
+        ("allreduce", "all_reduce"),
+        ("allgather", "all_gather"),
+        ("alltoall", "all_to_all"),
+        ("broadcast", "broadcast"),
+        ("barrier", "barrier"),
+        ("reduce", "reduce"),
+        ("gather", "gather"),
+        ("scatter", "scatter"),
+        ("send", "p2p"),
+        ("recv", "p2p"),
+        ("p2p", "p2p"),
+    ):
         if key in n:
             return fam
     return n
@@ -136,6 +145,7 @@ def kinds_missing(truth: Counter[str], recorded: Counter[str]) -> dict[str, tupl
 
 # --- running the jobs ----------------------------------------------------------------------
 
+
 @dataclass
 class Job:
     world: int
@@ -157,28 +167,37 @@ class Job:
             return ""
         r, rc = bad[0]
         how = f"killed after {JOB_TIMEOUT_S:.0f} s" if self.timed_out else f"exited {rc}"
-        return (f"{self.mode} world-{self.world} job: rank {r} {how}:\n"
-                f"{self.outputs[r][-3000:]}")
+        return f"{self.mode} world-{self.world} job: rank {r} {how}:\n{self.outputs[r][-3000:]}"
 
 
-def launch(world: int, mode: str, out: Path, paths: str = "all",
-           timeout: float = JOB_TIMEOUT_S) -> Job:
+def launch(
+    world: int, mode: str, out: Path, paths: str = "all", timeout: float = JOB_TIMEOUT_S
+) -> Job:
     """Run the target as ``world`` ranks (``RANK WORLD PORT OUT PATHS --MODE``, the
     ``tests/helpers.run_ranks`` convention) and wait; never raises on a failed rank (its exit
     code and output are in the job; a job past ``timeout`` is killed)."""
     out.mkdir(parents=True, exist_ok=True)
     port = str(free_port())
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "WSPROF_KEEP_STEPS": "0",
-           "WSPROF_QUIET": "1", "MASTER_ADDR": "127.0.0.1"}
+    env = {
+        **os.environ,
+        "PYTHONWARNINGS": "ignore",
+        "WSPROF_KEEP_STEPS": "0",
+        "WSPROF_QUIET": "1",
+        "MASTER_ADDR": "127.0.0.1",
+    }
     env.pop("WSPROF_DISABLE", None)
     job = Job(world, mode, out)
     t0 = time.monotonic()
     logs = [open(out / f"log-{r}.txt", "w+") for r in range(world)]  # noqa: SIM115
     procs = [
         subprocess.Popen(
-            [sys.executable, str(TARGET), str(r), str(world), port, str(out), paths,
-             f"--{mode}"],
-            stdout=logs[r], stderr=subprocess.STDOUT, text=True, env=env, cwd=str(REPO))
+            [sys.executable, str(TARGET), str(r), str(world), port, str(out), paths, f"--{mode}"],
+            stdout=logs[r],
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=str(REPO),
+        )
         for r in range(world)
     ]
     deadline = t0 + timeout
@@ -220,6 +239,7 @@ def run_all(root: Path) -> list[Job]:
 
 
 # --- judging -------------------------------------------------------------------------------
+
 
 @dataclass
 class RankResult:
@@ -294,8 +314,7 @@ def _sum(steps: Iterable[dict[str, Any]], key: str) -> Counter[str]:
     return out
 
 
-def _rank_result(bare: dict[str, Any], ws: dict[str, Any], first: int,
-                 source: str) -> RankResult:
+def _rank_result(bare: dict[str, Any], ws: dict[str, Any], first: int, source: str) -> RankResult:
     b_steps, w_steps = bare["steps"][first:], ws["steps"][first:]
     calls = _calls(ws.get("trace"))
     rows = n_backend = covered = 0
@@ -315,23 +334,39 @@ def _rank_result(bare: dict[str, Any], ws: dict[str, Any], first: int,
             covered_ops[str(o)] += max(int(nb), 1)
         covered = sum(covered_ops.values())
         row_bytes = [int(b) for b in sel.bytes.tolist()]
-        coalesced = [int(b) for b, o in zip(sel.bytes.tolist(), sel.op.tolist())
-                     if o == "coalesced"]
-    same = (bare.get("sha256") == ws.get("sha256")
-            and bare.get("step_sha256", [])[first:] == ws.get("step_sha256", [])[first:])
+        coalesced = [
+            int(b) for b, o in zip(sel.bytes.tolist(), sel.op.tolist()) if o == "coalesced"
+        ]
+    same = (
+        bare.get("sha256") == ws.get("sha256")
+        and bare.get("step_sha256", [])[first:] == ws.get("step_sha256", [])[first:]
+    )
     return RankResult(
-        rank=int(bare["rank"]), truth_source=source,
-        truth_bare=_sum(b_steps, source), truth_wsprof=_sum(w_steps, source),
-        c10d_bare=[s["c10d"] for s in b_steps], c10d_wsprof=[s["c10d"] for s in w_steps],
-        gloo_bare=[s["gloo"] for s in b_steps], gloo_wsprof=[s["gloo"] for s in w_steps],
-        rows=rows, n_backend=n_backend, covered=covered, recorded_ops=ops,
-        covered_ops=covered_ops, coalesced_bytes=coalesced,
-        row_bytes=row_bytes, results_same=same,
-        exc_bare=bare.get("exception"), exc_wsprof=ws.get("exception"),
-        errors_same=bare.get("errors") == ws.get("errors"), expect=bare.get("expect", {}),
-        steps=len(b_steps), n_results=int(bare.get("n_results", 0)),
+        rank=int(bare["rank"]),
+        truth_source=source,
+        truth_bare=_sum(b_steps, source),
+        truth_wsprof=_sum(w_steps, source),
+        c10d_bare=[s["c10d"] for s in b_steps],
+        c10d_wsprof=[s["c10d"] for s in w_steps],
+        gloo_bare=[s["gloo"] for s in b_steps],
+        gloo_wsprof=[s["gloo"] for s in w_steps],
+        rows=rows,
+        n_backend=n_backend,
+        covered=covered,
+        recorded_ops=ops,
+        covered_ops=covered_ops,
+        coalesced_bytes=coalesced,
+        row_bytes=row_bytes,
+        results_same=same,
+        exc_bare=bare.get("exception"),
+        exc_wsprof=ws.get("exception"),
+        errors_same=bare.get("errors") == ws.get("errors"),
+        expect=bare.get("expect", {}),
+        steps=len(b_steps),
+        n_results=int(bare.get("n_results", 0)),
         probe_bare=b_steps[-1].get("probe") if b_steps else None,
-        probe_wsprof=w_steps[-1].get("probe") if w_steps else None)
+        probe_wsprof=w_steps[-1].get("probe") if w_steps else None,
+    )
 
 
 def _load(path: Path) -> dict[str, Any] | None:
@@ -358,8 +393,9 @@ def judge(root: Path, jobs: Sequence[Job] = ()) -> list[Row]:
             if bare is None or ws is None:
                 which = "bare" if bare is None else "wsprof"
                 why = [j.why() for j in jobs if j.world == world and j.mode == which]
-                row.problem = (f"rank {r}: no {which} result for {path}"
-                               + (f"\n{why[0]}" if why and why[0] else ""))
+                row.problem = f"rank {r}: no {which} result for {path}" + (
+                    f"\n{why[0]}" if why and why[0] else ""
+                )
                 break
             results.append((bare, ws))
         if row.problem is None:
@@ -382,14 +418,17 @@ def measure(root: Path) -> tuple[list[Row], list[Job], float]:
 
 # --- the table -----------------------------------------------------------------------------
 
+
 def _yn(ok: bool) -> str:
     return "yes" if ok else "NO"
 
 
 def render(rows: Sequence[Row]) -> str:
-    head = (f"{'path':<21} {'w':>1} {'truth b/w':>9} {'src':>4} {'rows':>5} {'n_be':>5} "
-            f"{'covered':>7} {'cover':>6} {'ops ok':>6} {'same':>4} {'exc':>4}  "
-            "recorded ops (rows)")
+    head = (
+        f"{'path':<21} {'w':>1} {'truth b/w':>9} {'src':>4} {'rows':>5} {'n_be':>5} "
+        f"{'covered':>7} {'cover':>6} {'ops ok':>6} {'same':>4} {'exc':>4}  "
+        "recorded ops (rows)"
+    )
     lines = [head, "-" * len(head)]
     for row in rows:
         if row.problem is not None:
@@ -413,22 +452,30 @@ def render(rows: Sequence[Row]) -> str:
             f"{_yn(kinds_ok) if row.path not in NO_COLLECTIVE else 'n/a':>6} "
             f"{_yn(same):>4} {_yn(exc):>4}  "
             + (", ".join(f"{k}={v}" for k, v in sorted(ops.items())) or "-")
-            + "  | truth: " + ", ".join(f"{k}={v}" for k, v in sorted(truth_ops.items())))
+            + "  | truth: "
+            + ", ".join(f"{k}={v}" for k, v in sorted(truth_ops.items()))
+        )
     lines.append("")
-    lines.append("truth: collectives per run (all ranks, all steps), bare/with wsprof; src: c10d "
-                 "= top-level c10d:: profiler events, gloo = gloo: events (Backend object "
-                 "called directly); rows: wsprof calls recorded in the same windows; n_be: "
-                 "their n_backend sum; covered: sum of max(n_backend, 1); cover: "
-                 "covered/truth; ops ok: every op kind >= 95 %")
+    lines.append(
+        "truth: collectives per run (all ranks, all steps), bare/with wsprof; src: c10d "
+        "= top-level c10d:: profiler events, gloo = gloo: events (Backend object "
+        "called directly); rows: wsprof calls recorded in the same windows; n_be: "
+        "their n_backend sum; covered: sum of max(n_backend, 1); cover: "
+        "covered/truth; ops ok: every op kind >= 95 %"
+    )
     for row in rows:
         for r in row.ranks[:1] if row.name not in VARIANTS else []:
             if r.probe_bare != r.probe_wsprof:
-                lines.append(f"{row.name} rank {r.rank}: after the last step, bare "
-                             f"{r.probe_bare} vs wsprof {r.probe_wsprof}")
+                lines.append(
+                    f"{row.name} rank {r.rank}: after the last step, bare "
+                    f"{r.probe_bare} vs wsprof {r.probe_wsprof}"
+                )
         for r in row.ranks:
             if r.exc_bare != r.exc_wsprof:
-                lines.append(f"{row.name} rank {r.rank}: exception bare {r.exc_bare} vs "
-                             f"wsprof {r.exc_wsprof}")
+                lines.append(
+                    f"{row.name} rank {r.rank}: exception bare {r.exc_bare} vs "
+                    f"wsprof {r.exc_wsprof}"
+                )
                 break
     return "\n".join(lines)
 
@@ -436,9 +483,14 @@ def render(rows: Sequence[Row]) -> str:
 def to_json(rows: Sequence[Row]) -> list[dict[str, Any]]:
     out = []
     for row in rows:
-        out.append({"name": row.name, "world": row.world, "problem": row.problem,
-                    "ranks": [{**r.__dict__, "missing_kinds": r.missing_kinds}
-                              for r in row.ranks]})
+        out.append(
+            {
+                "name": row.name,
+                "world": row.world,
+                "problem": row.problem,
+                "ranks": [{**r.__dict__, "missing_kinds": r.missing_kinds} for r in row.ranks],
+            }
+        )
     return out
 
 
@@ -452,8 +504,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows, jobs, wall = measure(root)
         print(render(rows))
         for j in jobs:
-            print(f"job {j.mode} world {j.world}: {j.wall_s:.1f} s, exit codes {j.returncodes}"
-                  + (" (second attempt)" if j.retried_after else ""))
+            print(
+                f"job {j.mode} world {j.world}: {j.wall_s:.1f} s, exit codes {j.returncodes}"
+                + (" (second attempt)" if j.retried_after else "")
+            )
             if j.retried_after:
                 print(f"first attempt: {j.retried_after}")
             if not j.ok:

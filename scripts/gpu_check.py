@@ -71,8 +71,7 @@ def _median_us(fn: object, n: int) -> float:
 
 def motivating_pattern(steps: int = 10, n_params: int = 300) -> None:
     """Check 4: growing mappings + a probing wrapper on every broadcast."""
-    params = [torch.ones(512 * 1024, dtype=torch.bfloat16, device="cuda")
-              for _ in range(n_params)]
+    params = [torch.ones(512 * 1024, dtype=torch.bfloat16, device="cuda") for _ in range(n_params)]
     original = dist.broadcast
     probe_ns = [0]
 
@@ -88,14 +87,19 @@ def motivating_pattern(steps: int = 10, n_params: int = 300) -> None:
     out = tempfile.mkdtemp(prefix="wsprof-gpu-pattern-")
     path = wsprof.patch(out)
     kept: list[torch.Tensor] = []
-    print(f"step  sync_s  probe_ms  mappings  segments  reserved_GiB  "
-          f"(PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF')})", flush=True)
+    print(
+        f"step  sync_s  probe_ms  mappings  segments  reserved_GiB  "
+        f"(PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF')})",
+        flush=True,
+    )
     for step in range(steps):
         wsprof.step()
         with wsprof.phase("train"):
             # Kept and freed blocks of odd sizes: the allocator maps more memory every step.
-            batch = [torch.empty((1 + (i * 7919) % 13) << 20, dtype=torch.uint8, device="cuda")
-                     for i in range(400)]
+            batch = [
+                torch.empty((1 + (i * 7919) % 13) << 20, dtype=torch.uint8, device="cuda")
+                for i in range(400)
+            ]
             kept += batch[::2]
             del batch
         torch.cuda.synchronize()
@@ -108,28 +112,45 @@ def motivating_pattern(steps: int = 10, n_params: int = 300) -> None:
         sync_s = time.perf_counter() - t0
         stats = torch.cuda.memory_stats()
         mappings = stats.get("num_device_alloc", 0) - stats.get("num_device_free", 0)
-        print(f"{step:4}  {sync_s:6.3f}  {probe_ns[0] / 1e6:8.2f}  {mappings:8}  "
-              f"{stats['segment.all.current']:8}  "
-              f"{stats['reserved_bytes.all.current'] / 2**30:12.2f}", flush=True)
+        print(
+            f"{step:4}  {sync_s:6.3f}  {probe_ns[0] / 1e6:8.2f}  {mappings:8}  "
+            f"{stats['segment.all.current']:8}  "
+            f"{stats['reserved_bytes.all.current'] / 2**30:12.2f}",
+            flush=True,
+        )
     wsprof.unpatch()
     dist.broadcast = original
     trace = read_trace(str(path))
     cuda_counters = sorted(k for k in trace.counters if k.startswith("cuda"))
-    check("allocator counters recorded", any(k.endswith(".mappings") for k in cuda_counters),
-          ", ".join(cuda_counters[:6]) + (" ..." if len(cuda_counters) > 6 else ""))
+    check(
+        "allocator counters recorded",
+        any(k.endswith(".mappings") for k in cuda_counters),
+        ", ".join(cuda_counters[:6]) + (" ..." if len(cuda_counters) > 6 else ""),
+    )
     analysis = analyze_path(out)
     for f in analysis.findings:
         print(f"   [{f.severity}] {f.kind}: {f.title}", flush=True)
-    named = [f for f in analysis.findings if f.kind in ("counter_correlation", "memory_growth")
-             and (f.where or "").startswith("cuda")]
-    check("findings name a cuda counter", bool(named),
-          "; ".join(f"{f.kind}: {f.where}" for f in named) or "none")
+    named = [
+        f
+        for f in analysis.findings
+        if f.kind in ("counter_correlation", "memory_growth") and (f.where or "").startswith("cuda")
+    ]
+    check(
+        "findings name a cuda counter",
+        bool(named),
+        "; ".join(f"{f.kind}: {f.where}" for f in named) or "none",
+    )
     probes = trace.meta["self"].get("probes") or {}
     share = float(probes.get("share") or 0)
-    check("counter probes within budget", 0 < share <= 0.0075,
-          f"{share:.3%} of wall time (budget {probes.get('budget_fraction', 0):.1%}); "
-          + ", ".join(f"{k} {v['runs']} runs/{v['skipped']} skipped"
-                      for k, v in (probes.get("by_probe") or {}).items()))
+    check(
+        "counter probes within budget",
+        0 < share <= 0.0075,
+        f"{share:.3%} of wall time (budget {probes.get('budget_fraction', 0):.1%}); "
+        + ", ".join(
+            f"{k} {v['runs']} runs/{v['skipped']} skipped"
+            for k, v in (probes.get("by_probe") or {}).items()
+        ),
+    )
     del kept
     torch.cuda.empty_cache()
 
@@ -141,15 +162,22 @@ def probe_costs() -> None:
     for label in ("small", "large"):
         kept = []
         if label == "large":
-            kept = [torch.empty((1 + i % 17) << 16, dtype=torch.uint8, device="cuda")
-                    for i in range(20_000)]
+            kept = [
+                torch.empty((1 + i % 17) << 16, dtype=torch.uint8, device="cuda")
+                for i in range(20_000)
+            ]
             del kept[::3]
         stats = torch.cuda.memory_stats()
-        rows.append((label, stats["segment.all.current"],
-                     stats.get("num_device_alloc", 0) - stats.get("num_device_free", 0),
-                     _median_us(torch.cuda.memory_stats, 50),
-                     _median_us(torch.cuda.mem_get_info, 50),
-                     _median_us(torch.cuda.memory_snapshot, 5)))
+        rows.append(
+            (
+                label,
+                stats["segment.all.current"],
+                stats.get("num_device_alloc", 0) - stats.get("num_device_free", 0),
+                _median_us(torch.cuda.memory_stats, 50),
+                _median_us(torch.cuda.mem_get_info, 50),
+                _median_us(torch.cuda.memory_snapshot, 5),
+            )
+        )
         del kept
     print("allocator  segments  mappings  memory_stats_us  mem_get_info_us  memory_snapshot_us")
     for label, seg, maps, ms, mg, snap in rows:
@@ -177,17 +205,26 @@ def main() -> int:
     trace = read_trace(str(path))
     calls = trace.calls
     timed = calls.device_ns[calls.device_ns >= 0]
-    check("device time on every call", len(timed) == args.calls == len(calls),
-          f"{len(timed)} of {len(calls)} calls timed")
+    check(
+        "device time on every call",
+        len(timed) == args.calls == len(calls),
+        f"{len(timed)} of {len(calls)} calls timed",
+    )
     if len(timed):
         dev_ms = statistics.median(timed.tolist()) / 1e6
         host_ms = statistics.median(calls.duration_ns.tolist()) / 1e6
-        check("device time is plausible", 0 < dev_ms < 1000,
-              f"median device {dev_ms:.3f} ms, host {host_ms:.3f} ms per 64 MiB all_reduce")
+        check(
+            "device time is plausible",
+            0 < dev_ms < 1000,
+            f"median device {dev_ms:.3f} ms, host {host_ms:.3f} ms per 64 MiB all_reduce",
+        )
     nccl = [k for k in trace.counters if k.startswith("nccl.")]
     has_hook = hasattr(dist.ProcessGroup, "_register_on_completion_hook")
-    check("NCCL completion hook counters", bool(nccl) or not has_hook,
-          f"{nccl or 'none'} (torch has the hook: {has_hook})")
+    check(
+        "NCCL completion hook counters",
+        bool(nccl) or not has_hook,
+        f"{nccl or 'none'} (torch has the hook: {has_hook})",
+    )
     small = torch.ones(1024, device="cuda")
     per_call_host_ns(small, 100)
     base, hooked = [], []
@@ -197,13 +234,20 @@ def main() -> int:
         hooked.append(per_call_host_ns(small, 500))
         wsprof.unpatch()
     b, h = statistics.median(base), statistics.median(hooked)
-    check("hook cost on NCCL", h - b < 10_000,
-          f"{b:.0f} -> {h:.0f} ns per 4 KiB all_reduce (+{h - b:.0f} ns, ratio {h / b:.3f})")
+    check(
+        "hook cost on NCCL",
+        h - b < 10_000,
+        f"{b:.0f} -> {h:.0f} ns per 4 KiB all_reduce (+{h - b:.0f} ns, ratio {h / b:.3f})",
+    )
     motivating_pattern()
     probe_costs()
     dist.destroy_process_group()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "cuda", "tests"],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-m", "cuda", "tests"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     tail = done.stdout.strip().splitlines()[-1:] or ["no output"]
     check("pytest -m cuda", done.returncode == 0 and "skipped" not in tail[0], tail[0])
     failed = [r for r in RESULTS if not r[1]]

@@ -37,11 +37,15 @@ def main() -> int:
             shutil.rmtree(base, ignore_errors=True)
         ok = all(k == CALLS for k in kept)
         all_kept += ok
-        per_rank = "  ".join(f"rank {r}: {k if k is not None else 'no trace'}/{CALLS}"
-                             for r, k in enumerate(kept))
+        per_rank = "  ".join(
+            f"rank {r}: {k if k is not None else 'no trace'}/{CALLS}" for r, k in enumerate(kept)
+        )
         lost = sum(CALLS - (k or 0) for k in kept)
-        print(f"run {i + 1:2d}: {per_rank}  lost {lost}/{WORLD * CALLS}"
-              f"{'' if ok else '  LOST'}  (wsprof: {', '.join(where)})", flush=True)
+        print(
+            f"run {i + 1:2d}: {per_rank}  lost {lost}/{WORLD * CALLS}"
+            f"{'' if ok else '  LOST'}  (wsprof: {', '.join(where)})",
+            flush=True,
+        )
         if not ok:
             print(f"        run folder: {files}", flush=True)
     print(f"{all_kept} of {runs} runs kept all {WORLD} x {CALLS} calls")

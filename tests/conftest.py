@@ -12,12 +12,12 @@ def _collective_state() -> dict[str, object]:
     dist = sys.modules.get("torch.distributed")
     if dist is None:
         return {}
-    from wsprof.capture import aliases
+    from wsprof.contracts import ops
 
     state: dict[str, object] = {}
-    for name in aliases.API_OPS:
+    for name in ops.API_OPS:
         state[f"dist.{name}"] = dist.__dict__.get(name)
-    for name in aliases.BACKEND_OPS:
+    for name in ops.BACKEND_OPS:
         state[f"pg.{name}"] = dist.ProcessGroup.__dict__.get(name)
     return state
 

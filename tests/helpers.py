@@ -46,7 +46,8 @@ def require_cases(path: Path) -> None:
 
 def pyspy_skip_reason() -> str | None:
     """Why py-spy tests cannot run here (py-spy missing or too old, ptrace not allowed), or None."""
-    from wsprof.capture.pyspy import find_pyspy, ptrace_problem
+    from wsprof.capture.pyspy.binary import find_pyspy
+    from wsprof.capture.pyspy.ptrace import ptrace_problem
     from wsprof.errors import InputError
 
     try:
@@ -84,8 +85,9 @@ def running_target(*args: str, script: Path = BUSY_TARGET) -> Iterator[subproces
             proc.stdout.close()
 
 
-def run_ranks(script: Path, world: int, *args: str, timeout: float = 120,
-              env: dict[str, str] | None = None) -> list[str]:
+def run_ranks(
+    script: Path, world: int, *args: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> list[str]:
     """Run ``script RANK WORLD PORT *args`` as ``world`` real processes (with ``env`` added to
     the environment); fail on any error.
 

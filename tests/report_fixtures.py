@@ -22,11 +22,12 @@ from wsprof.analysis.model import (
     ProcessAnalysis,
     Projection,
     RankSeries,
-    Series,
     SeriesResult,
     StepRow,
     WrapperFact,
 )
+from wsprof.contracts.series import imported_series
+from wsprof.contracts.units import Unit
 
 N_STEPS = 8
 OPS = ("broadcast", "all_gather", "all_gather_into_tensor")
@@ -66,11 +67,11 @@ def series_result(
     proj_step = len(values) - 1 + 8
     positive = bool(np.all(y > 0))
     return SeriesResult(
-        series=Series(
-            name=name,
-            unit=unit,
-            steps=tuple(range(len(values))),
-            values=tuple(float(v) for v in values),
+        series=imported_series(
+            name,
+            unit,
+            tuple(range(len(values))),
+            tuple(float(v) for v in values),
             config=config,
         ),
         verdict=GrowthVerdict(
@@ -239,7 +240,12 @@ def _process(rank: int, payload: str) -> ProcessAnalysis:
                 tuple(float(x) for x in t),
                 tuple(float(x) for x in segments),
             ),
-            CounterTrack("rss_bytes", tuple(float(x) for x in t), tuple(float(x) for x in rss)),
+            CounterTrack(
+                "rss_bytes",
+                tuple(float(x) for x in t),
+                tuple(float(x) for x in rss),
+                unit=Unit.BYTES,
+            ),
             CounterTrack("empty_counter", (), ()),
         ),
         hot_frames=hot,
@@ -306,15 +312,23 @@ def _findings(payload: str) -> tuple[Finding, ...]:
 def _rank(rank: int) -> RankSeries:
     steps = _steps(rank)
     return RankSeries(
-        label=f"rank {rank}", rank=rank, host=f"node-{rank // 2}", pid=4100 + rank,
-        step_source="markers", steps=tuple(r.step for r in steps),
+        label=f"rank {rank}",
+        rank=rank,
+        host=f"node-{rank // 2}",
+        pid=4100 + rank,
+        step_source="markers",
+        steps=tuple(r.step for r in steps),
         weight_sync_s=tuple(r.weight_sync_s for r in steps),
         step_s=tuple(r.step_s for r in steps),
         between_layers_s=tuple(r.between_layers_s for r in steps),
         start_s=tuple((r.t_start_ns - T0_NS) / 1e9 for r in steps),
-        sync_start_s=tuple(None for _ in steps), clock="host", sync=None, between=None,
+        sync_start_s=tuple(None for _ in steps),
+        clock="host",
+        sync=None,
+        between=None,
         median_weight_sync_s=float(np.median([r.weight_sync_s or 0.0 for r in steps])),
-        median_step_s=float(np.median([r.step_s for r in steps])))
+        median_step_s=float(np.median([r.step_s for r in steps])),
+    )
 
 
 def make_run_analysis(payload: str = "", n_processes: int = 3) -> Analysis:
@@ -414,12 +428,28 @@ def make_run_analysis(payload: str = "", n_processes: int = 3) -> Analysis:
         series=series,
         findings=_findings(payload),
         wrappers=(
-            WrapperFact("dist.all_gather", "name", f"_all_gather_wrapper{payload}", "verl.x",
-                        f"{payload}/verl/workers/fsdp_workers.py", 412,
-                        ("torch.distributed.all_gather",), False, 2.4),
-            WrapperFact("dist.broadcast", "name", f"_all_gather_wrapper{payload}", "verl.x",
-                        f"{payload}/verl/workers/fsdp_workers.py", 412,
-                        ("torch.distributed.broadcast",), True, None),
+            WrapperFact(
+                "dist.all_gather",
+                "name",
+                f"_all_gather_wrapper{payload}",
+                "verl.x",
+                f"{payload}/verl/workers/fsdp_workers.py",
+                412,
+                ("torch.distributed.all_gather",),
+                False,
+                2.4,
+            ),
+            WrapperFact(
+                "dist.broadcast",
+                "name",
+                f"_all_gather_wrapper{payload}",
+                "verl.x",
+                f"{payload}/verl/workers/fsdp_workers.py",
+                412,
+                ("torch.distributed.broadcast",),
+                True,
+                None,
+            ),
         ),
         ranks=tuple(_rank(r) for r in range(n_processes)),
         notes=(

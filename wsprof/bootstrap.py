@@ -22,8 +22,10 @@ import os
 import sys
 import types
 
+from wsprof.capture import settings as cfg
+
 #: Set to ``1`` by ``wsprof run`` in the command's environment.
-ENV_RUN = "WSPROF_RUN"
+ENV_RUN = cfg.ENV_RUN
 #: Launchers that start the ranks but make no collective call: script endings and modules.
 LAUNCHER_SCRIPTS = ("torch/distributed/run.py", "torchrun", "torch/distributed/launch.py")
 LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
@@ -41,53 +43,51 @@ def _is_launcher() -> bool:
     return any(a.endswith(LAUNCHER_SCRIPTS) for a in scripts)
 
 
-def _patch(*_: object) -> None:
+def _patch() -> None:
+    """Patch this process, with the settings of now (the program may have set ``WSPROF_*``
+    variables before importing torch)."""
     if _is_launcher():
         return
-    import wsprof
-    from wsprof.capture import presets
+    from wsprof.capture import presets, session
 
-    wsprof.patch(os.environ.get("WSPROF_OUT") or None, layers=_layers())
+    settings = cfg.read()
+    session.patch(settings.out, layers=_layers(settings), settings=settings)
     presets.flush_events()
 
 
-def _disabled() -> bool:
+def _disabled(settings: cfg.Settings) -> bool:
     """Whether ``$WSPROF_DISABLE`` says not to profile; a value that is not a yes/no flag is one
     line on stderr and means not profiling (the user asked something about disabling)."""
-    from wsprof.capture.settings import env_flag
-
-    try:
-        return env_flag("WSPROF_DISABLE")
-    except ValueError as e:
-        sys.stderr.write(f"wsprof: not profiling: {e}\n")
+    error = settings.error(cfg.ENV_DISABLE)
+    if error is not None:
+        sys.stderr.write(f"wsprof: not profiling: {error}\n")
         return True
+    return settings.disable
 
 
-def _layers() -> str:
+def _layers(settings: cfg.Settings) -> str:
     """``$WSPROF_LAYERS``, default ``both``; a bad value is one line on stderr and ``both``.
     Read when patching (torch is imported by then, and so may collectives be)."""
-    from wsprof.capture.collectives import LAYERS
-    from wsprof.capture.settings import env_choice
-
-    default = LAYERS[0]
-    try:
-        return env_choice("WSPROF_LAYERS", LAYERS, default)
-    except ValueError as e:
-        sys.stderr.write(f"wsprof: {e}; using {default}\n")
-        return default
+    error = settings.error(cfg.ENV_LAYERS)
+    if error is not None:
+        sys.stderr.write(f"wsprof: {error}; using {settings.layers}\n")
+    return settings.layers
 
 
 def start() -> None:
     """Install presets and patch now or at ``torch.distributed``'s import (see the module
     docstring). Never raises."""
-    if os.environ.get(ENV_RUN) != "1" or _disabled():
+    settings = cfg.read()
+    if not settings.run or _disabled(settings):
         return
     from wsprof.capture import presets
 
-    presets.install(os.environ.get("WSPROF_PRESET"))
+    presets.install(settings.preset)
     torch = sys.modules.get("torch")
-    if torch is not None and getattr(getattr(torch, "__spec__", None), "_initializing",
-                                     False) is False:
+    if (
+        torch is not None
+        and getattr(getattr(torch, "__spec__", None), "_initializing", False) is False
+    ):
         _patch()
         return
     from wsprof.capture.imports import PostImportFinder

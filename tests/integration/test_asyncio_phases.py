@@ -46,14 +46,22 @@ def test_each_task_and_thread_stamps_its_own_phase(tmp_path: Path) -> None:
         calls = trace.calls
         assert set(calls.op.tolist()) == {"all_reduce"}
         seen: dict[str, int] = {}
-        rows = sorted(zip(calls.t_start_ns.tolist(), calls.bytes.tolist(),
-                          calls.phase.tolist(), calls.step.tolist(), calls.thread.tolist(),
-                          strict=True))
+        rows = sorted(
+            zip(
+                calls.t_start_ns.tolist(),
+                calls.bytes.tolist(),
+                calls.phase.tolist(),
+                calls.step.tolist(),
+                calls.thread.tolist(),
+                strict=True,
+            )
+        )
         for _, nbytes, phase, step, _ in rows:
             label = label_of[nbytes]
             _, want_phase, want_step, _ = EXPECTED[label]
             assert (phase, step) == (want_phase, want_step), (
-                f"rank {rank}: {label} call stamped phase {phase!r} step {step}")
+                f"rank {rank}: {label} call stamped phase {phase!r} step {step}"
+            )
             seen[label] = seen.get(label, 0) + 1
         assert seen == {label: n for label, (_, _, _, n) in EXPECTED.items()}, seen
         assert [label_of[r[1]] for r in rows] == order  # one row per call, in call order
@@ -96,8 +104,13 @@ def test_current_phase_per_context() -> None:
         got["after"] = current_phase()
 
     asyncio.run(main())
-    assert got == {"child_inherited": "rollout", "child_own": "weight_sync",
-                   "child_after": "rollout", "creator": "rollout", "after": None}
+    assert got == {
+        "child_inherited": "rollout",
+        "child_own": "weight_sync",
+        "child_after": "rollout",
+        "creator": "rollout",
+        "after": None,
+    }
 
     def thread_body() -> None:
         got["thread"] = current_phase()
@@ -111,7 +124,10 @@ def test_current_phase_per_context() -> None:
         t.join()
         assert main_stack() == ("rollout",)  # the thread's phase is not the main thread's
     assert (got["thread"], got["thread_own"], got["thread_after"]) == (
-        "rollout", "train", "rollout")
+        "rollout",
+        "train",
+        "rollout",
+    )
     assert current_phase() is None and main_stack() == () and PHASE_VAR.get(()) == ()
 
 

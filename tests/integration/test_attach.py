@@ -32,8 +32,9 @@ MIN_HOT_SHARE = 0.5
 
 
 def wsprof(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*WSPROF, *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO, check=False)
+    return subprocess.run(
+        [*WSPROF, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False
+    )
 
 
 def _attach_traces(out: Path) -> list[Path]:
@@ -43,8 +44,17 @@ def _attach_traces(out: Path) -> list[Path]:
 def test_attach_samples_counts_and_analyses(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with running_target() as target:
-        done = wsprof("attach", str(target.pid), "--duration", "3", "--window", "1",
-                      "--out", str(out), "--no-report")
+        done = wsprof(
+            "attach",
+            str(target.pid),
+            "--duration",
+            "3",
+            "--window",
+            "1",
+            "--out",
+            str(out),
+            "--no-report",
+        )
     assert done.returncode == 0, done.stderr
     assert "samples in" in done.stderr and "duration reached" in done.stderr
     [proc_trace] = _attach_traces(out)
@@ -66,8 +76,18 @@ def test_match_picks_targets_by_command_line(tmp_path: Path) -> None:
     token = f"wsprof-test-{os.getpid()}-{time.monotonic_ns()}"
     out = tmp_path / "run"
     with running_target("--tag", token) as target:
-        done = wsprof("attach", "--match", token, "--duration", "2", "--window", "1",
-                      "--out", str(out), "--no-report")
+        done = wsprof(
+            "attach",
+            "--match",
+            token,
+            "--duration",
+            "2",
+            "--window",
+            "1",
+            "--out",
+            str(out),
+            "--no-report",
+        )
     assert done.returncode == 0, done.stderr
     assert [read_trace(str(p)).meta["pid"] for p in _attach_traces(out)] == [target.pid]
 
@@ -75,8 +95,7 @@ def test_match_picks_targets_by_command_line(tmp_path: Path) -> None:
 def test_target_exiting_mid_run_keeps_samples_and_says_so(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with running_target("--exit-after", "2.5") as target:
-        done = wsprof("attach", str(target.pid), "--window", "1", "--out", str(out),
-                      "--no-report")
+        done = wsprof("attach", str(target.pid), "--window", "1", "--out", str(out), "--no-report")
     assert done.returncode == 0, done.stdout + done.stderr  # every job ends: a normal end
     [said] = [line for line in done.stderr.splitlines() if "exited after" in line]
     assert said.startswith(f"wsprof attach: pid {target.pid} exited after"), said
@@ -90,8 +109,12 @@ def test_ctrl_c_stops_and_keeps_everything(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with running_target() as target:
         proc = subprocess.Popen(
-            [*WSPROF, "attach", str(target.pid), "--window", "1", "--out", str(out),
-             "--no-report"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+            [*WSPROF, "attach", str(target.pid), "--window", "1", "--out", str(out), "--no-report"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # until the first window is on disk
             sampler = list(out.glob("*-pyspy.wsprof"))
@@ -135,8 +158,20 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], words
 def test_live_view_runs_without_a_terminal(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with running_target() as target:
-        done = wsprof("attach", str(target.pid), "--duration", "2", "--window", "1", "--live",
-                      "--phase", "busy=hot_spin", "--out", str(out), "--no-report")
+        done = wsprof(
+            "attach",
+            str(target.pid),
+            "--duration",
+            "2",
+            "--window",
+            "1",
+            "--live",
+            "--phase",
+            "busy=hot_spin",
+            "--out",
+            str(out),
+            "--no-report",
+        )
     assert done.returncode == 0, done.stderr
     assert "top frames" in done.stdout and "hot_spin" in done.stdout
 
@@ -148,9 +183,25 @@ def test_live_view_runs_without_a_terminal(tmp_path: Path) -> None:
 def test_ptrace_denied_names_the_cause_and_the_fix(tmp_path: Path) -> None:
     drop = ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace"]
     with running_target() as target:
-        done = subprocess.run([*drop, *WSPROF, "attach", str(target.pid), "--duration", "2",
-                               "--window", "1", "--out", str(tmp_path / "run")],
-                              capture_output=True, text=True, timeout=60, cwd=REPO, check=False)
+        done = subprocess.run(
+            [
+                *drop,
+                *WSPROF,
+                "attach",
+                str(target.pid),
+                "--duration",
+                "2",
+                "--window",
+                "1",
+                "--out",
+                str(tmp_path / "run"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+            check=False,
+        )
     if done.stderr.startswith("setpriv:"):
         pytest.skip(f"setpriv cannot drop capabilities here: {done.stderr.strip()}")
     assert done.returncode == 2, done.stdout + done.stderr
@@ -165,9 +216,23 @@ def test_a_killed_pyspy_loses_one_window_not_the_run(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with running_target() as target:
         proc = subprocess.Popen(
-            [*WSPROF, "attach", str(target.pid), "--duration", "5", "--window", "1",
-             "--out", str(out), "--no-report"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+            [
+                *WSPROF,
+                "attach",
+                str(target.pid),
+                "--duration",
+                "5",
+                "--window",
+                "1",
+                "--out",
+                str(out),
+                "--no-report",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
         killed = None
         deadline = time.monotonic() + 30
         while killed is None and time.monotonic() < deadline:
@@ -203,13 +268,33 @@ def test_a_target_that_ends_is_not_sampler_trouble(tmp_path: Path) -> None:
 
 def test_broken_nvml_is_noted_and_sampling_goes_on(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(REPO / "tests" / "standins" / "broken_nvml"), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(REPO / "tests" / "standins" / "broken_nvml"), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
     with running_target() as target:
-        done = subprocess.run([*WSPROF, "attach", str(target.pid), "--duration", "2",
-                               "--window", "1", "--out", str(out), "--no-report"],
-                              capture_output=True, text=True, timeout=120, cwd=REPO, env=env,
-                              check=False)
+        done = subprocess.run(
+            [
+                *WSPROF,
+                "attach",
+                str(target.pid),
+                "--duration",
+                "2",
+                "--window",
+                "1",
+                "--out",
+                str(out),
+                "--no-report",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+            env=env,
+            check=False,
+        )
     assert done.returncode == 0, done.stderr
     [proc_trace] = _attach_traces(out)
     meta = read_trace(str(proc_trace)).meta
@@ -229,8 +314,17 @@ MIN_WRAPPER_SYNC_SHARE = 0.4
 def test_attach_counts_a_sync_wrappers_own_time_as_weight_sync(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with running_target(script=SYNC_WRAPPER_TARGET) as target:
-        done = wsprof("attach", str(target.pid), "--duration", "4", "--window", "1",
-                      "--out", str(out), "--no-report")
+        done = wsprof(
+            "attach",
+            str(target.pid),
+            "--duration",
+            "4",
+            "--window",
+            "1",
+            "--out",
+            str(out),
+            "--no-report",
+        )
     assert done.returncode == 0, done.stderr
     [pa] = analyze_path(str(out)).processes
     assert pa.pid == target.pid and len(pa.windows) >= 3
@@ -239,8 +333,12 @@ def test_attach_counts_a_sync_wrappers_own_time_as_weight_sync(tmp_path: Path) -
     # Every active sample inside the wrapper (or the broadcast it calls) is weight sync, not
     # only the few inside torch.distributed.
     samples = [w for t in read_run(str(out)) for w in t.samples if w.pid == target.pid]
-    in_wrapper = sum(w.count for w in samples if not idle_stack(w.frames) and any(
-        f.startswith(("sync_param (", "keep_going (")) for f in w.frames))
+    in_wrapper = sum(
+        w.count
+        for w in samples
+        if not idle_stack(w.frames)
+        and any(f.startswith(("sync_param (", "keep_going (")) for f in w.frames)
+    )
     sync = sum(w.phase_samples.get("weight_sync", 0) for w in pa.windows)
     # (a sample or two whose leaf py-spy caught in a blocking call is idle, not a phase)
     assert in_wrapper > 0 and sync >= 0.97 * in_wrapper, (sync, in_wrapper)
@@ -251,10 +349,24 @@ def test_attach_counts_a_sync_wrappers_own_time_as_weight_sync(tmp_path: Path) -
 def test_attach_cuts_long_steps_from_sampled_phases(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with running_target(script=TARGETS / "long_steps_target.py") as target:
-        done = wsprof("attach", str(target.pid), "--duration", "24", "--window", "1",
-                      "--phase", "rollout=generate", "--phase", "train=train_step",
-                      "--phase", "weight_sync=push_weights", "--out", str(out), "--no-report",
-                      timeout=180)
+        done = wsprof(
+            "attach",
+            str(target.pid),
+            "--duration",
+            "24",
+            "--window",
+            "1",
+            "--phase",
+            "rollout=generate",
+            "--phase",
+            "train=train_step",
+            "--phase",
+            "weight_sync=push_weights",
+            "--out",
+            str(out),
+            "--no-report",
+            timeout=180,
+        )
     assert done.returncode == 0, done.stderr
     a = analyze_path(str(out))
     [pa] = a.processes

@@ -39,8 +39,15 @@ def _env() -> dict[str, str]:
 
 
 def wsprof(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*WSPROF, *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=cwd, env=_env(), check=False)
+    return subprocess.run(
+        [*WSPROF, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=_env(),
+        check=False,
+    )
 
 
 def _samples(out: Path) -> int:
@@ -69,9 +76,22 @@ def test_sigterm_stops_pyspy_keeps_the_run_and_exits(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with running_target() as target:
         attach = subprocess.Popen(
-            [*WSPROF, "attach", str(target.pid), "--window", str(LONG_WINDOW_S), "--out",
-             str(out), "--no-report"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=_env())
+            [
+                *WSPROF,
+                "attach",
+                str(target.pid),
+                "--window",
+                str(LONG_WINDOW_S),
+                "--out",
+                str(out),
+                "--no-report",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+            env=_env(),
+        )
         try:
             deadline = time.monotonic() + WAIT_S
             pyspy: list[psutil.Process] = []
@@ -111,8 +131,17 @@ def test_a_target_that_ends_on_its_own_is_a_normal_end(tmp_path: Path) -> None:
 def test_the_report_of_an_attach_is_written_in_its_out_folder(tmp_path: Path) -> None:
     out = tmp_path / "somewhere" / "run"
     with running_target() as target:
-        done = wsprof(tmp_path, "attach", str(target.pid), "--duration", "2", "--window", "1",
-                      "--out", str(out))
+        done = wsprof(
+            tmp_path,
+            "attach",
+            str(target.pid),
+            "--duration",
+            "2",
+            "--window",
+            "1",
+            "--out",
+            str(out),
+        )
     assert done.returncode == 0, done.stderr
     [report] = out.glob("wsprof-*-run-*.html")
     assert f"report: {report}" in done.stdout
@@ -129,8 +158,19 @@ def test_a_matched_process_that_is_not_python_is_skipped(tmp_path: Path) -> None
     other = subprocess.Popen([f"sleeper-{token}", "60"], executable=sleep)
     try:
         with running_target("--tag", token) as target:
-            done = wsprof(tmp_path, "attach", "--match", token, "--duration", "2", "--window",
-                          "1", "--out", str(out), "--no-report")
+            done = wsprof(
+                tmp_path,
+                "attach",
+                "--match",
+                token,
+                "--duration",
+                "2",
+                "--window",
+                "1",
+                "--out",
+                str(out),
+                "--no-report",
+            )
     finally:
         other.kill()
         other.wait()
@@ -162,8 +202,9 @@ def test_a_failed_attach_leaves_no_folder(tmp_path: Path, case: str, out: str | 
         proc = subprocess.Popen(["sleep", "60"])
         words = "py-spy failed"
     try:
-        done = wsprof(tmp_path, "attach", str(proc.pid), "--window", "1",
-                      *(["--out", out] if out else []))
+        done = wsprof(
+            tmp_path, "attach", str(proc.pid), "--window", "1", *(["--out", out] if out else [])
+        )
     finally:
         proc.kill()
         proc.wait()

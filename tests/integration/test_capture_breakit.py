@@ -31,14 +31,23 @@ dist.init_process_group("gloo", rank=0, world_size=1)
 """
 
 
-def _run(tmp_path: Path, body: str, *args: str, env: dict[str, str] | None = None,
-         timeout_s: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+def _run(
+    tmp_path: Path,
+    body: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout_s: float = TIMEOUT_S,
+) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "scenario.py"
     script.write_text(textwrap.dedent(body))
     proc = subprocess.Popen(
         [sys.executable, str(script), str(tmp_path / "run"), str(free_port()), *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})})
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -98,7 +107,9 @@ def test_a_forked_child_never_writes_the_parents_journal(tmp_path: Path, native:
     assert res["dtypes"] == ["float32", "bfloat16"]
 
 
-_SIGTERM_INSIDE = _GLOO + """
+_SIGTERM_INSIDE = (
+    _GLOO
+    + """
 import signal
 target = sys.argv[3]
 if target == "ring":
@@ -135,6 +146,7 @@ else:
 sys.settrace(None)
 print("not terminated", fired, flush=True)
 """
+)
 
 
 @pytest.mark.parametrize("target", ["journal", "ring"])
@@ -151,7 +163,10 @@ def test_sigterm_inside_a_capture_write_ends_the_process(tmp_path: Path, target:
     assert trace.calls.op.tolist()[:1] == ["broadcast"]
 
 
-_FULL_DISK = "import json\n" + _GLOO + """
+_FULL_DISK = (
+    "import json\n"
+    + _GLOO
+    + """
 path = wsprof.patch(sys.argv[1], flush_interval_s=3600)
 t = torch.ones(2)
 for _ in range(20_000):  # 2.5 MB of ring records: more than the disk holds
@@ -159,6 +174,7 @@ for _ in range(20_000):  # 2.5 MB of ring records: more than the disk holds
 print(json.dumps({"path": path, "result": t.tolist()}), flush=True)
 wsprof.unpatch()
 """
+)
 
 
 def test_a_full_disk_under_the_ring_never_kills_training(tmp_path: Path) -> None:
@@ -166,17 +182,27 @@ def test_a_full_disk_under_the_ring_never_kills_training(tmp_path: Path) -> None
     killed the training process with SIGBUS."""
     small = tmp_path / "small"
     small.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
-                             capture_output=True, text=True, check=False)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small file system here: {mounted.stderr.strip()}")
     try:
         run = small / "run"
         script = tmp_path / "full.py"
         script.write_text(_FULL_DISK)
-        done = subprocess.run([sys.executable, str(script), str(run), str(free_port())],
-                              capture_output=True, text=True, timeout=TIMEOUT_S, cwd=REPO,
-                              env={**os.environ, "PYTHONWARNINGS": "ignore"}, check=False)
+        done = subprocess.run(
+            [sys.executable, str(script), str(run), str(free_port())],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            cwd=REPO,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+            check=False,
+        )
         assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
         res = json.loads(done.stdout.strip().splitlines()[-1])
         assert res["result"] == [1.0, 1.0]
@@ -220,7 +246,9 @@ def test_a_journal_write_cut_short_loses_no_later_entry(tmp_path: Path) -> None:
     assert res["after"] == [["s", 2, "third"], ["s", 3, "fourth"]]
 
 
-_KILLED = _GLOO + """
+_KILLED = (
+    _GLOO
+    + """
 path = wsprof.patch(sys.argv[1], flush_interval_s=3600)
 for _ in range(5):
     dist.broadcast(torch.ones(2), 0)
@@ -230,6 +258,7 @@ for _ in range(7):
 print(path, flush=True)
 os.kill(os.getpid(), 9)
 """
+)
 
 
 def test_a_salvage_without_its_journal_keeps_the_recovered_calls(tmp_path: Path) -> None:

@@ -46,9 +46,13 @@ def test_expandable_segments_grow_by_mappings_not_segments() -> None:
     import json
 
     done = subprocess.run(
-        [sys.executable, "-c", _EXPANDABLE], capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", _EXPANDABLE],
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**__import__("os").environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
-        check=True)
+        check=True,
+    )
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     mappings = [s["cuda0.mappings"] for s in seen]
     segments = [s["cuda0.segment.all.current"] for s in seen]

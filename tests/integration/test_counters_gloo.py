@@ -22,20 +22,27 @@ LEAKY = "gc.type.__main__.Leaky"
 
 
 def _with_standin(name: str) -> dict[str, str]:
-    path = os.pathsep.join([str(REPO / "tests" / "standins" / name),
-                            os.environ.get("PYTHONPATH", "")])
+    path = os.pathsep.join(
+        [str(REPO / "tests" / "standins" / name), os.environ.get("PYTHONPATH", "")]
+    )
     return {**BUDGET, "PYTHONPATH": path}
 
 
 def test_counters_follow_steps_and_name_what_grows(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    run_ranks(TARGETS / "counters_target.py", 2, str(out), str(STEPS), str(LEAK), STEP_SLEEP_S,
-              env=BUDGET)
+    run_ranks(
+        TARGETS / "counters_target.py", 2, str(out), str(STEPS), str(LEAK), STEP_SLEEP_S, env=BUDGET
+    )
     traces = read_run(str(out))
     assert len(traces) == 2
     for t in traces:
-        for name in ("proc.rss_bytes", "proc.threads", "gc.gen0.count",
-                     "wsprof.probe_us.process", LEAKY):
+        for name in (
+            "proc.rss_bytes",
+            "proc.threads",
+            "gc.gen0.count",
+            "wsprof.probe_us.process",
+            LEAKY,
+        ):
             assert name in t.counters, sorted(t.counters)
         _, kept = t.counters[LEAKY]
         # LEAK more each step: the count rises by LEAK between consecutive samples at boundaries
@@ -59,8 +66,9 @@ def test_nvml_lost_mid_run_never_reaches_training(tmp_path: Path) -> None:
     """NVML initialises, then every query fails: the probe is switched off after 3 errors, the
     broadcasts stay right (the target checks every result), the analysis says what happened."""
     out = tmp_path / "run"
-    run_ranks(TARGETS / "counters_target.py", 2, str(out), "4", "10",
-              env=_with_standin("flaky_nvml"))
+    run_ranks(
+        TARGETS / "counters_target.py", 2, str(out), "4", "10", env=_with_standin("flaky_nvml")
+    )
     for t in read_run(str(out)):
         kinds = {(e.kind, e.detail.split(":")[0]) for e in t.events}
         assert ("probe_error", "nvml") in kinds and ("probe_off", "nvml") in kinds, kinds
@@ -73,8 +81,9 @@ def test_nvml_lost_mid_run_never_reaches_training(tmp_path: Path) -> None:
 
 def test_nvml_without_a_driver_is_an_event_not_an_error(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    run_ranks(TARGETS / "counters_target.py", 2, str(out), "3", "10",
-              env=_with_standin("broken_nvml"))
+    run_ranks(
+        TARGETS / "counters_target.py", 2, str(out), "3", "10", env=_with_standin("broken_nvml")
+    )
     for t in read_run(str(out)):
         assert any(e.kind == "counters" and "Driver Not Loaded" in e.detail for e in t.events)
         assert "nvml" not in t.meta["self"]["probes"]["by_probe"]

@@ -51,9 +51,22 @@ def test_ddp_gradient_allreduce_from_cpp_is_counted_as_not_seen(tmp_path: Path) 
     assert box < html.index('class="counts"'), "coverage comes before the findings"
     assert g0.statement in html[box:]
     exported = tmp_path / "trace.json"
-    proc = subprocess.run([sys.executable, "-m", "wsprof", "export", str(tmp_path), "--format",
-                           "perfetto", "-o", str(exported)], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wsprof",
+            "export",
+            str(tmp_path),
+            "--format",
+            "perfetto",
+            "-o",
+            str(exported),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "wsprof: coverage incomplete: rank 0: recorded" in proc.stderr
     other = json.loads(exported.read_text())["otherData"]
@@ -64,9 +77,13 @@ def test_every_collective_seen_is_complete_and_not_said(tmp_path: Path) -> None:
     """A job made only of hooked paths (funcol, DTensor, FSDP2, C++ helpers, backend objects,
     a group destroyed before exit) is audited complete on every group."""
     out = tmp_path / "run"
-    run_ranks(TARGETS / "coverage_paths.py", WORLD, str(out),
-              "plain_broadcast,funcol,fsdp2_full_tensor,backend_object,broadcast_coalesced",
-              "--wsprof")
+    run_ranks(
+        TARGETS / "coverage_paths.py",
+        WORLD,
+        str(out),
+        "plain_broadcast,funcol,fsdp2_full_tensor,backend_object,broadcast_coalesced",
+        "--wsprof",
+    )
     analysis = analyze_path(str(out / "trace-wsprof"))
     cov = analysis.coverage
     assert cov is not None
@@ -125,8 +142,12 @@ def test_older_trace_without_audit_is_not_called_complete(tmp_path: Path) -> Non
 
 def test_analyze_json_cli_has_coverage(tmp_path: Path) -> None:
     run_ranks(TARGETS / "ddp_unseen.py", WORLD, str(tmp_path), "--destroy")
-    proc = subprocess.run([sys.executable, "-m", "wsprof", "analyze", str(tmp_path),
-                           "--format", "json"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "wsprof", "analyze", str(tmp_path), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     doc = json.loads(proc.stdout)
     assert doc["coverage"]["status"] == "incomplete"
     assert doc["coverage"]["lines"][0].startswith("rank 0: recorded ")

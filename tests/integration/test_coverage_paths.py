@@ -30,7 +30,8 @@ from helpers import REPO
 
 def _script() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
-        "coverage_table", REPO / "scripts" / "coverage_table.py")
+        "coverage_table", REPO / "scripts" / "coverage_table.py"
+    )
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses resolve annotations through sys.modules
@@ -41,8 +42,11 @@ def _script() -> ModuleType:
 COV = _script()
 PATHS = list(COV.PATHS)
 #: Table rows judged for coverage: every path that issues a collective, and the variants.
-COVERED = [n for n in [*COV.PATHS, *COV.VARIANTS]
-           if COV.VARIANTS.get(n, (n, 0))[0] not in COV.NO_COLLECTIVE]
+COVERED = [
+    n
+    for n in [*COV.PATHS, *COV.VARIANTS]
+    if COV.VARIANTS.get(n, (n, 0))[0] not in COV.NO_COLLECTIVE
+]
 
 
 @pytest.fixture(scope="module")
@@ -84,12 +88,18 @@ def test_exceptions_identical(rows: dict[str, Any], name: str) -> None:
 @pytest.mark.parametrize("name", PATHS)
 def test_same_collectives_issued(rows: dict[str, Any], name: str) -> None:
     for r in _ranks(rows, name):
-        c10d_bare, c10d_ws, gloo_bare, gloo_ws = (r.c10d_bare, r.c10d_wsprof, r.gloo_bare,
-                                                  r.gloo_wsprof)
+        c10d_bare, c10d_ws, gloo_bare, gloo_ws = (
+            r.c10d_bare,
+            r.c10d_wsprof,
+            r.gloo_bare,
+            r.gloo_wsprof,
+        )
         assert c10d_ws == c10d_bare, (
-            f"rank {r.rank}: c10d ops per step bare {c10d_bare} vs wsprof {c10d_ws}")
+            f"rank {r.rank}: c10d ops per step bare {c10d_bare} vs wsprof {c10d_ws}"
+        )
         assert gloo_ws == gloo_bare, (
-            f"rank {r.rank}: gloo work per step bare {gloo_bare} vs wsprof {gloo_ws}")
+            f"rank {r.rank}: gloo work per step bare {gloo_bare} vs wsprof {gloo_ws}"
+        )
 
 
 @pytest.mark.parametrize("name", COVERED)
@@ -100,10 +110,12 @@ def test_recorded_calls_cover_ground_truth(rows: dict[str, Any], name: str) -> N
         assert recorded >= COV.needed(truth), (
             f"rank {r.rank}: wsprof's calls cover {recorded} of {truth} collectives "
             f"({recorded / truth:.0%}; truth {dict(r.truth_bare)}, covered "
-            f"{dict(r.covered_ops)} in {r.rows} calls)")
+            f"{dict(r.covered_ops)} in {r.rows} calls)"
+        )
         assert not short, (
             f"rank {r.rank}: op kinds under-recorded (recorded, truth): {short}; "
-            f"covered {dict(r.covered_ops)}")
+            f"covered {dict(r.covered_ops)}"
+        )
 
 
 @pytest.mark.parametrize("name", COVERED)
@@ -113,7 +125,8 @@ def test_no_collective_recorded_twice(rows: dict[str, Any], name: str) -> None:
         most = math.floor(truth / COV.MIN_COVERAGE + 1e-9)
         assert recorded <= most, (
             f"rank {r.rank}: {r.rows} calls recorded covering {recorded} collectives, "
-            f"{truth} issued (calls {dict(r.recorded_ops)}, truth {dict(r.truth_bare)})")
+            f"{truth} issued (calls {dict(r.recorded_ops)}, truth {dict(r.truth_bare)})"
+        )
 
 
 def test_coalescing_block_is_one_call_with_its_payload(rows: dict[str, Any]) -> None:
@@ -122,6 +135,8 @@ def test_coalescing_block_is_one_call_with_its_payload(rows: dict[str, Any]) -> 
         recorded, payload, row_bytes = r.rows, r.expect["coalesced_bytes"], r.row_bytes
         assert recorded == blocks, (
             f"rank {r.rank}: {recorded} calls for {blocks} coalescing blocks "
-            f"(recorded {dict(r.recorded_ops)}, bytes {row_bytes})")
+            f"(recorded {dict(r.recorded_ops)}, bytes {row_bytes})"
+        )
         assert row_bytes == [payload] * blocks, (
-            f"rank {r.rank}: bytes {row_bytes}, the block's payload is {payload}")
+            f"rank {r.rank}: bytes {row_bytes}, the block's payload is {payload}"
+        )

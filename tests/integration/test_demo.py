@@ -13,8 +13,9 @@ STEPS = "12"
 
 
 def wsprof(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "wsprof", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "wsprof", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +28,19 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             # py-spy samples only the runs with markers: on 2 cores its CPU (about half a core
             # here) adds timing noise that the burst-found steps of --no-markers cannot absorb.
             pyspy = "--pyspy" if markers == "--markers" else "--no-pyspy"
-            res = wsprof("demo", "--steps", STEPS, "--fault", fault, markers, pyspy, "--out",
-                         str(d / "run"), "--report", str(d / "report.html"))
+            res = wsprof(
+                "demo",
+                "--steps",
+                STEPS,
+                "--fault",
+                fault,
+                markers,
+                pyspy,
+                "--out",
+                str(d / "run"),
+                "--report",
+                str(d / "report.html"),
+            )
             assert res.returncode == 0, res.stdout + res.stderr
             assert f"report: {d / 'report.html'}" in res.stdout
             out[f"{fault}{markers}"] = d
@@ -71,7 +83,8 @@ def test_healthy_run_has_no_slowdown(runs: dict[str, Path], markers: str) -> Non
     assert sync["accumulating"] is False, (sync["shape"], sync["values"])
     kinds = [f["kind"] for f in doc["findings"]]  # type: ignore[union-attr]
     assert "accumulating_slowdown" not in kinds and "between_layers" not in kinds, [
-        (f["title"]) for f in doc["findings"]]  # type: ignore[index]
+        (f["title"]) for f in doc["findings"]
+    ]  # type: ignore[index]
 
 
 def test_markers_give_the_two_numbers(runs: dict[str, Path]) -> None:

@@ -21,8 +21,9 @@ STEPS = 3
 
 
 def wsprof(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*WSPROF, *args], capture_output=True, text=True, timeout=120,
-                          check=False)
+    return subprocess.run(
+        [*WSPROF, *args], capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +33,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_perfetto_has_a_track_per_process_and_thread_and_every_call(run: Path,
-                                                                     tmp_path: Path) -> None:
+def test_perfetto_has_a_track_per_process_and_thread_and_every_call(
+    run: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "trace.json"
     res = wsprof("export", str(run), "--format", "perfetto", "-o", str(out))
     assert res.returncode == 0, res.stderr
@@ -50,13 +52,13 @@ def test_perfetto_has_a_track_per_process_and_thread_and_every_call(run: Path,
     traces = read_run(str(run))
     pids = {t.meta["pid"] for t in traces}
     names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
-    assert set(names) == pids and {n.split(" (")[0] for n in names.values()} == {"rank 0",
-                                                                                   "rank 1"}
+    assert set(names) == pids and {n.split(" (")[0] for n in names.values()} == {"rank 0", "rank 1"}
     colls = [e for e in events if e.get("cat") == "collective"]
     assert len(colls) == sum(len(t.calls) for t in traces)
     bcast = [e for e in colls if e["args"]["api"] == "dist.broadcast"]
-    assert bcast and all(e["args"]["bytes"] == 32 and e["args"]["phase"] == "weight_sync"
-                         for e in bcast)
+    assert bcast and all(
+        e["args"]["bytes"] == 32 and e["args"]["phase"] == "weight_sync" for e in bcast
+    )
     assert all(e["args"]["site"] and "counters_target.py" in e["args"]["site"] for e in bcast)
     steps = [e for e in events if e.get("cat") == "step"]
     assert len(steps) == 2 * STEPS
@@ -74,7 +76,8 @@ def test_csv_is_the_step_table_and_reads_back(run: Path, tmp_path: Path) -> None
     a = analyze_path(str(run))
     assert [int(r["step"]) for r in rows] == [s.step for s in a.primary.steps]  # type: ignore[union-attr]
     assert [float(r["weight_sync_s"]) for r in rows] == pytest.approx(
-        [s.weight_sync_s for s in a.primary.steps])  # type: ignore[union-attr]
+        [s.weight_sync_s for s in a.primary.steps]
+    )  # type: ignore[union-attr]
     assert "counter:proc.rss_bytes" in rows[0]
     back = analyze_path(str(out))
     sync = [r for r in back.series if r.series.name == "weight_sync_s"][0]
@@ -85,11 +88,15 @@ def test_speedscope_from_sampled_stacks(tmp_path: Path) -> None:
     p = tmp_path / "h-1.wsprof"
     w = TraceWriter(str(p))
     w.set_meta({"pid": 5})
-    w.write({
-        "stacks": [(0, json.dumps(["main (train.py:1)", "sync (train.py:9)"])),
-                   (1, json.dumps(["main (train.py:1)", "<script>x</script> (evil.py:3)"]))],
-        "samples": [(0, 10, 5, 7, 0, 30), (10, 20, 5, 7, 1, 12), (0, 10, 5, 8, 0, 4)],
-    })
+    w.write(
+        {
+            "stacks": [
+                (0, json.dumps(["main (train.py:1)", "sync (train.py:9)"])),
+                (1, json.dumps(["main (train.py:1)", "<script>x</script> (evil.py:3)"])),
+            ],
+            "samples": [(0, 10, 5, 7, 0, 30), (10, 20, 5, 7, 1, 12), (0, 10, 5, 8, 0, 4)],
+        }
+    )
     w.close()
     out = tmp_path / "s.json"
     res = wsprof("export", str(p), "--format", "speedscope", "-o", str(out))
@@ -107,12 +114,18 @@ def test_speedscope_from_sampled_stacks(tmp_path: Path) -> None:
 
 def test_bad_exports_are_one_line_and_exit_2(run: Path, tmp_path: Path) -> None:
     cases = [
-        (["export", str(run), "--format", "speedscope", "-o", str(tmp_path / "s.json")],
-         "no py-spy samples"),
-        (["export", str(tmp_path / "nope"), "--format", "perfetto", "-o", str(tmp_path / "x")],
-         "nope"),
-        (["export", str(run), "--format", "perfetto", "-o", str(tmp_path / "no" / "dir" / "x")],
-         "cannot write"),
+        (
+            ["export", str(run), "--format", "speedscope", "-o", str(tmp_path / "s.json")],
+            "no py-spy samples",
+        ),
+        (
+            ["export", str(tmp_path / "nope"), "--format", "perfetto", "-o", str(tmp_path / "x")],
+            "nope",
+        ),
+        (
+            ["export", str(run), "--format", "perfetto", "-o", str(tmp_path / "no" / "dir" / "x")],
+            "cannot write",
+        ),
     ]
     for args, expect in cases:
         res = wsprof(*args)

@@ -17,8 +17,13 @@ SCRIPT = TARGETS / "faulty_disk.py"
 
 
 def _run(out: Path, mode: str) -> tuple[dict[str, object], str]:
-    done = subprocess.run([sys.executable, str(SCRIPT), str(out), str(free_port()), mode],
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(out), str(free_port()), mode],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
@@ -35,8 +40,7 @@ def test_full_disk_never_reaches_training_and_is_reported(tmp_path: Path) -> Non
     # The calls made while the disk was full waited in the capture buffer and were written
     # once it had room again: all 4 steps x 60 calls.
     assert len(trace.calls) == 240 and trace.meta["end"]["state"] == "closed"
-    over = [f for f in analyze_path(str(tmp_path / "run")).findings
-            if f.kind == "self_overhead"]
+    over = [f for f in analyze_path(str(tmp_path / "run")).findings if f.kind == "self_overhead"]
     assert over[0].severity == "warning" and "write" in over[0].title
 
 

@@ -93,9 +93,10 @@ def test_wrapper_installed_after_patch_each_call_recorded_once(job: Path) -> Non
         rows = _rows(calls)
         assert len(rows) == 2 * N_WRAPPED_CALLS, f"rank {rk.rank}: {rows}"
         assert rows.count(("api", "dist.broadcast", "broadcast")) == N_WRAPPED_CALLS, rows
-        assert rows.count(
-            ("api", "dist.all_gather_into_tensor", "all_gather_into_tensor")
-        ) == N_WRAPPED_CALLS, rows
+        assert (
+            rows.count(("api", "dist.all_gather_into_tensor", "all_gather_into_tensor"))
+            == N_WRAPPED_CALLS
+        ), rows
         assert (calls.n_backend >= 1).all(), calls.n_backend.tolist()
         for i, (bc, full) in enumerate(rk.res["results"]):
             assert bc == _bc_value(i % WORLD, i)
@@ -107,8 +108,10 @@ def test_wrapper_installed_after_patch_is_outside_the_recorded_call(job: Path) -
     starts after the wrapper's probe and ends before the wrapper returns; the probe's cost is in
     no row (README, Status: known gap)."""
     for rk in _ranks(job, "wrapped_after"):
-        for api, key in (("dist.broadcast", "bc_windows"),
-                         ("dist.all_gather_into_tensor", "ag_windows")):
+        for api, key in (
+            ("dist.broadcast", "bc_windows"),
+            ("dist.all_gather_into_tensor", "ag_windows"),
+        ):
             sel = rk.calls.take(rk.calls.api == api)
             windows = rk.res[key]
             assert len(windows) == len(sel) == N_WRAPPED_CALLS
@@ -120,8 +123,7 @@ def test_wrapper_installed_after_patch_survives_unpatch_and_is_reported(job: Pat
     for rk in _ranks(job, "wrapped_after"):
         res = rk.res
         assert res["still_wrapper_after_unpatch"], "unpatch() removed the framework's wrapper"
-        assert res["chain_reaches_genuine"] == {"broadcast": True,
-                                                "all_gather_into_tensor": True}
+        assert res["chain_reaches_genuine"] == {"broadcast": True, "all_gather_into_tensor": True}
         assert res["wrapper_ran_after_unpatch"]
         bc, full = res["after_unpatch_results"]
         assert bc == _bc_value(0)
@@ -168,8 +170,10 @@ def test_wrapper_installed_before_patch_is_named_timed_and_put_back(job: Path) -
 # 4 -------------------------------------------------------------------------------------------
 def _split(calls: CallTable, marks: list[int]) -> list[CallTable]:
     edges = [np.iinfo(np.int64).min, *marks, np.iinfo(np.int64).max]
-    return [calls.take((calls.t_start_ns >= a) & (calls.t_start_ns < b))
-            for a, b in zip(edges, edges[1:])]
+    return [
+        calls.take((calls.t_start_ns >= a) & (calls.t_start_ns < b))
+        for a, b in zip(edges, edges[1:])
+    ]
 
 
 def test_plain_forwarding_group_is_recorded_by_the_backend_layer(job: Path) -> None:

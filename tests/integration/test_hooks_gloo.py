@@ -35,15 +35,24 @@ def test_every_call_recorded_with_name_layer_site_step(tmp_path: Path) -> None:
     trace = read_trace(str(res["trace"]))
     calls = trace.calls
     apis = set(calls.api.tolist())
-    for name in ("dist.broadcast", "dist.all_gather", "dist.all_gather_into_tensor",
-                 "dist.all_reduce", "dist.barrier", "dist.send", "dist.recv"):
+    for name in (
+        "dist.broadcast",
+        "dist.all_gather",
+        "dist.all_gather_into_tensor",
+        "dist.all_reduce",
+        "dist.barrier",
+        "dist.send",
+        "dist.recv",
+    ):
         assert name in apis, f"{name} not recorded"
     ops = set(calls.op.tolist())
     assert {"broadcast", "all_gather", "all_gather_into_tensor", "all_reduce"} <= ops
     # Deprecated and new aliases map to one canonical op and are counted once each.
     agit = calls.api[calls.op == "all_gather_into_tensor"].tolist()
-    assert sorted(agit) == sorted({"dist.all_gather_into_tensor", "dist._all_gather_base",
-                                   "dist.all_gather_single"} & set(agit))
+    assert sorted(agit) == sorted(
+        {"dist.all_gather_into_tensor", "dist._all_gather_base", "dist.all_gather_single"}
+        & set(agit)
+    )
     assert (calls.step == 0).all(), "calls after wsprof.step() carry step 0"
     assert (calls.n_backend[calls.error == None] >= 1).all()  # noqa: E711
     assert (calls.t_end_ns >= calls.t_start_ns).all()

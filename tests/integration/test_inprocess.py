@@ -181,13 +181,14 @@ def test_p2p_names_taken_before_patch_still_work(tmp_path: Path) -> None:
 
 
 def test_wrappers_in_installed_packages_are_named() -> None:
-    from wsprof.capture.collectives import _STDLIB, foreign_wrapper
+    from wsprof.capture.wrappers import STDLIB, foreign_wrapper
 
     torch_file = torch.__file__
-    site = os.path.join(_STDLIB, "site-packages")
-    for where in (os.path.join(site, "mylib", "wrap.py"),
-                  os.path.join(os.path.dirname(os.path.dirname(torch_file)), "torchrl",
-                               "wrap.py")):
+    site = os.path.join(STDLIB, "site-packages")
+    for where in (
+        os.path.join(site, "mylib", "wrap.py"),
+        os.path.join(os.path.dirname(os.path.dirname(torch_file)), "torchrl", "wrap.py"),
+    ):
         src = "def probe(*a, **k):\n    return None\n"
         ns: dict[str, object] = {}
         exec(compile(src, where, "exec"), ns)
@@ -198,8 +199,7 @@ def test_wrappers_in_installed_packages_are_named() -> None:
 def test_exit_line_from_rank_0_only_after_the_group_is_gone(tmp_path: Path) -> None:
     outs = run_ranks(TARGETS / "exit_line.py", 3, str(tmp_path))
     assert [o.count("wsprof: trace ") for o in outs] == [1, 0, 0], outs
-    quiet = run_ranks(TARGETS / "exit_line.py", 3, str(tmp_path / "run"),
-                      env={"WSPROF_RUN": "1"})
+    quiet = run_ranks(TARGETS / "exit_line.py", 3, str(tmp_path / "run"), env={"WSPROF_RUN": "1"})
     assert not any("wsprof: trace " in o for o in quiet), "wsprof run names the folder itself"
 
 

@@ -55,9 +55,14 @@ def _run_until_dead(tmp_path: Path, mode: str) -> tuple[int, Path, Path]:
     out, counter = tmp_path / "run", tmp_path / "count"
     proc = subprocess.Popen(
         [sys.executable, str(SCRIPT), str(out), str(counter), str(free_port()), mode],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={k: v for k, v in {**os.environ, "PYTHONWARNINGS": "ignore"}.items()
-             if k != "PYTHONFAULTHANDLER"},  # die by the signal itself
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={
+            k: v
+            for k, v in {**os.environ, "PYTHONWARNINGS": "ignore"}.items()
+            if k != "PYTHONFAULTHANDLER"
+        },  # die by the signal itself
     )
     try:
         assert proc.stdout is not None and proc.stderr is not None
@@ -113,7 +118,8 @@ def test_every_returned_call_survives_the_death(tmp_path: Path, mode: str, statu
     assert set(calls.op.tolist()) == {"broadcast"}
     steps = np.asarray(calls.step)
     assert int(steps.max()) >= last_step, (
-        f"{mode}: recorded steps reach {int(steps.max())}, the target was in step {last_step}")
+        f"{mode}: recorded steps reach {int(steps.max())}, the target was in step {last_step}"
+    )
     # Call i (from 0) ran in step i // 100: every full step has all its calls, the last one at
     # least those that returned.
     per_step = np.bincount(steps[steps >= 0], minlength=last_step + 1)

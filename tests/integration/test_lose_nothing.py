@@ -19,9 +19,13 @@ FLUSHED, UNFLUSHED = 40, 25
 
 
 def _start(out: Path, mode: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), str(out), mode, str(free_port())],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), str(out), mode, str(free_port())],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert line.strip() == "ready", (line, proc.stderr.read() if proc.stderr else "")
@@ -60,8 +64,9 @@ def test_sigterm_chains_to_the_users_handler(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("mode", "status"), [("raise", 1), ("exit", 0)])
-def test_exit_by_exception_or_normally_loses_nothing(tmp_path: Path, mode: str,
-                                                     status: int) -> None:
+def test_exit_by_exception_or_normally_loses_nothing(
+    tmp_path: Path, mode: str, status: int
+) -> None:
     proc = _start(tmp_path, mode)
     assert proc.wait(timeout=30) == status
     n, steps = _calls_and_steps(tmp_path)

@@ -100,10 +100,17 @@ def test_a_bad_layers_argument_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "value", "words"),
     [
-        ("WSPROF_DISABLE", "maybe", "WSPROF_DISABLE='maybe' is not a yes/no flag; set it to one "
-                                    "of 1, true, yes, on, 0, false, no, off or unset it"),
-        ("WSPROF_LAYERS", "apis", "WSPROF_LAYERS='apis' is not one of both, api; set it to one "
-                                  "of them or unset it"),
+        (
+            "WSPROF_DISABLE",
+            "maybe",
+            "WSPROF_DISABLE='maybe' is not a yes/no flag; set it to one "
+            "of 1, true, yes, on, 0, false, no, off or unset it",
+        ),
+        (
+            "WSPROF_LAYERS",
+            "apis",
+            "WSPROF_LAYERS='apis' is not one of both, api; set it to one of them or unset it",
+        ),
     ],
 )
 def test_a_bad_setting_is_a_value_error_from_patch(
@@ -116,8 +123,9 @@ def test_a_bad_setting_is_a_value_error_from_patch(
     assert not collectives.installed() and list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize(("value", "patched"), [("TRUE", False), ("on", False), ("0", True),
-                                                ("no", True), ("", True)])
+@pytest.mark.parametrize(
+    ("value", "patched"), [("TRUE", False), ("on", False), ("0", True), ("no", True), ("", True)]
+)
 def test_disable_takes_every_spelling_of_a_flag(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, patched: bool
 ) -> None:
@@ -129,8 +137,9 @@ def test_disable_takes_every_spelling_of_a_flag(
         wsprof.unpatch()
 
 
-def test_layers_from_the_environment_any_case(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_layers_from_the_environment_any_case(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("WSPROF_LAYERS", " API ")
     path = wsprof.patch(str(tmp_path))
     try:
@@ -146,15 +155,21 @@ JOB = "import torch, torch.distributed, wsprof; print('trained', wsprof.trace_pa
 
 def _wsprof_run(out: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "wsprof", "run", "--out", str(out), "--", sys.executable, "-c",
-         JOB],
-        capture_output=True, text=True, timeout=180, check=False,
-        env={**os.environ, "PYTHONWARNINGS": "ignore", "WSPROF_QUIET": "1", **env})
+        [sys.executable, "-m", "wsprof", "run", "--out", str(out), "--", sys.executable, "-c", JOB],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", "WSPROF_QUIET": "1", **env},
+    )
 
 
 def _wsprof_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.startswith("wsprof:")
-            and not line.startswith("wsprof: run folder")]
+    return [
+        line
+        for line in stderr.splitlines()
+        if line.startswith("wsprof:") and not line.startswith("wsprof: run folder")
+    ]
 
 
 def test_bootstrap_bad_disable_warns_once_and_trains_unprofiled(tmp_path: Path) -> None:
@@ -163,7 +178,8 @@ def test_bootstrap_bad_disable_warns_once_and_trains_unprofiled(tmp_path: Path) 
     assert done.stdout.strip() == "trained False"
     assert _wsprof_lines(done.stderr) == [
         "wsprof: not profiling: WSPROF_DISABLE='maybe' is not a yes/no flag; set it to one of "
-        "1, true, yes, on, 0, false, no, off or unset it"]
+        "1, true, yes, on, 0, false, no, off or unset it"
+    ]
     assert "Traceback" not in done.stderr
     assert list((tmp_path / "run").glob("*.wsprof")) == []
 
@@ -174,7 +190,8 @@ def test_bootstrap_bad_layers_warns_once_and_profiles_with_both(tmp_path: Path) 
     assert done.stdout.strip() == "trained True"
     assert _wsprof_lines(done.stderr) == [
         "wsprof: WSPROF_LAYERS='apis' is not one of both, api; set it to one of them or unset "
-        "it; using both"]
+        "it; using both"
+    ]
     [trace] = (tmp_path / "run").glob("*.wsprof")
     [patched] = [e for e in read_trace(str(trace)).events if e.kind == "patched"]
     assert json.loads(patched.detail)["layers"] == "both"

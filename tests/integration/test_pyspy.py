@@ -19,14 +19,14 @@ import pytest
 from helpers import BUSY_TARGET, running_target
 
 from wsprof.analysis.samples import frame_shares_by_window, hot_frames, hot_stacks
-from wsprof.capture.pyspy import (
+from wsprof.capture.pyspy.binary import find_pyspy
+from wsprof.capture.pyspy.ptrace import ptrace_problem
+from wsprof.capture.pyspy.sampler import (
     STOP_CALLER,
     STOP_DURATION,
     STOP_PTRACE_DENIED,
     STOP_TARGET_EXITED,
     PySpySampler,
-    find_pyspy,
-    ptrace_problem,
 )
 from wsprof.errors import InputError
 from wsprof.trace.reader import read_trace
@@ -184,7 +184,7 @@ def test_missing_pyspy_is_input_error(tmp_path: Path) -> None:
 _DENIED_CHILD = textwrap.dedent(
     """
     import sys
-    from wsprof.capture.pyspy import PySpySampler
+    from wsprof.capture.pyspy.sampler import PySpySampler
     from wsprof.errors import InputError
     sampler = PySpySampler([int(sys.argv[1])], sys.argv[2], window_s=1)
     sampler.start()

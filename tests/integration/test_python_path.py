@@ -27,17 +27,33 @@ FILES = (
 )
 
 
-@pytest.mark.skipif(buffer.native_module() is None,
-                    reason="the compiled path is not built: the suite ran on the Python path")
+@pytest.mark.skipif(
+    buffer.native_module() is None,
+    reason="the compiled path is not built: the suite ran on the Python path",
+)
 def test_the_python_path_passes_the_hook_tests() -> None:
     env = {**os.environ, "WSPROF_NATIVE": "0"}
     probe = subprocess.run(
-        [sys.executable, "-c", "from wsprof.capture import buffer; "
-         "print(buffer.native_module() is None)"], env=env, capture_output=True, text=True,
-        cwd=REPO, timeout=120)
+        [
+            sys.executable,
+            "-c",
+            "from wsprof.capture import buffer; print(buffer.native_module() is None)",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert probe.stdout.strip() == "True", probe.stderr
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                        *FILES], env=env, capture_output=True, text=True, cwd=REPO, timeout=1200)
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *FILES],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=1200,
+    )
     tail = (r.stdout + r.stderr)[-3000:]
     assert r.returncode == 0, tail
     assert " passed" in tail and " failed" not in tail

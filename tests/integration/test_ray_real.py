@@ -113,8 +113,9 @@ def cluster(ray_module: Any) -> Iterator[Any]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _actors(ray: Any, cls: type, env: dict[str, str],
-            args: Callable[[int], tuple[Any, ...]]) -> list[Any]:
+def _actors(
+    ray: Any, cls: type, env: dict[str, str], args: Callable[[int], tuple[Any, ...]]
+) -> list[Any]:
     """``WORLD`` actors of ``cls``, rank ``r``'s built with ``args(r)``, in workers with
     ``env`` added to their environment (Ray's ``runtime_env``)."""
     remote = ray.remote(cls).options(runtime_env={"env_vars": {**RAY_ENV, **env}})
@@ -132,8 +133,9 @@ def _kill(ray: Any, actors: list[Any]) -> None:
 
 def _rows(tr: ProcessTrace) -> list[tuple[str, str, str, int, int]]:
     c = tr.calls
-    return list(zip(c.layer.tolist(), c.op.tolist(), c.api.tolist(), c.bytes.tolist(),
-                    c.step.tolist()))
+    return list(
+        zip(c.layer.tolist(), c.op.tolist(), c.api.tolist(), c.bytes.tolist(), c.step.tolist())
+    )
 
 
 def _events(tr: ProcessTrace, kind: str) -> list[str]:
@@ -141,8 +143,7 @@ def _events(tr: ProcessTrace, kind: str) -> list[str]:
 
 
 def _assert_ray_hooked(tr: ProcessTrace) -> None:
-    assert not [d for d in _events(tr, "extra_missing") if "ray" in d], _events(
-        tr, "extra_missing")
+    assert not [d for d in _events(tr, "extra_missing") if "ray" in d], _events(tr, "extra_missing")
     assert set(RAY_TARGETS) <= set(_events(tr, "extra_hooked"))
 
 
@@ -158,9 +159,22 @@ def test_wsprof_run_hooks_ray_collective_in_either_import_order(
     env = {**os.environ, **RAY_ENV, "HOME": str(home), "PYTHONWARNINGS": "ignore"}
     env.pop("WSPROF_OUT", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "wsprof", "run", "--out", str(out), "--", sys.executable,
-         str(TARGETS / "ray_import_order.py"), order],
-        capture_output=True, text=True, env=env, timeout=GET_TIMEOUT_S,
+        [
+            sys.executable,
+            "-m",
+            "wsprof",
+            "run",
+            "--out",
+            str(out),
+            "--",
+            sys.executable,
+            str(TARGETS / "ray_import_order.py"),
+            order,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=GET_TIMEOUT_S,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     state = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -177,8 +191,9 @@ def test_actors_broadcast_over_torch_distributed_gloo(cluster: Any, tmp_path: Pa
     ray = cluster
     out = tmp_path / "run"
     port = free_port()
-    actors = _actors(ray, ray_actors.BroadcastActor, {"PYTHONPATH": str(TARGETS)},
-                     lambda r: (r, WORLD, port))
+    actors = _actors(
+        ray, ray_actors.BroadcastActor, {"PYTHONPATH": str(TARGETS)}, lambda r: (r, WORLD, port)
+    )
     try:
         pids = _get(ray, [a.setup.remote() for a in actors])
         patched = _get(ray, [a.sync.remote(STEPS, str(out)) for a in actors])
@@ -187,8 +202,10 @@ def test_actors_broadcast_over_torch_distributed_gloo(cluster: Any, tmp_path: Pa
         _get(ray, [a.leave.remote() for a in actors])
     finally:
         _kill(ray, actors)
-    sizes = [int(np.prod(shape)) * {"float32": 4, "bfloat16": 2, "int64": 8}[dt]
-             for shape, dt in ray_actors.PARAMS]
+    sizes = [
+        int(np.prod(shape)) * {"float32": 4, "bfloat16": 2, "int64": 8}[dt]
+        for shape, dt in ray_actors.PARAMS
+    ]
     assert sizes == [60, 14, 32]
     for r in range(WORLD):
         assert plain[r]["trace"] is None
@@ -197,8 +214,9 @@ def test_actors_broadcast_over_torch_distributed_gloo(cluster: Any, tmp_path: Pa
         assert [len(b) for b in plain[r]["results"]] == sizes * STEPS
         tr = read_trace(patched[r]["trace"])
         assert (tr.meta["rank"], tr.meta["world_size"], tr.meta["pid"]) == (r, WORLD, pids[r])
-        assert _rows(tr) == [("api", "broadcast", "dist.broadcast", b, s)
-                             for s in range(STEPS) for b in sizes]
+        assert _rows(tr) == [
+            ("api", "broadcast", "dist.broadcast", b, s) for s in range(STEPS) for b in sizes
+        ]
         c = tr.calls
         assert (c.n_backend >= 1).all() and all(e is None for e in c.error.tolist())
     analysis = analyze_path(str(out))
@@ -221,9 +239,7 @@ def _expected_collective_results() -> list[bytes]:
 
 
 @pytest.mark.parametrize("order", ORDERS)
-def test_ray_util_collective_gloo_under_bootstrap(
-    cluster: Any, tmp_path: Path, order: str
-) -> None:
+def test_ray_util_collective_gloo_under_bootstrap(cluster: Any, tmp_path: Path, order: str) -> None:
     """``ray.util.collective`` (gloo: torch.distributed underneath) in 2 actors patched by the
     bootstrap: every call recorded once at layer 'extra', in either import order."""
     import ray_actors

@@ -107,22 +107,33 @@ def run_job(base: Path) -> Teardown:
     ray_dir.mkdir()
     link = Path(tempfile.mkdtemp(prefix="wsr", dir="/tmp")) / "r"
     link.symlink_to(ray_dir)
-    env = {**os.environ, "HOME": str(home), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-           "GLOO_SOCKET_IFNAME": "lo", "PYTHONWARNINGS": "ignore",
-           "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "GLOO_SOCKET_IFNAME": "lo",
+        "PYTHONWARNINGS": "ignore",
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
     for k in ("RAY_ADDRESS", "WSPROF_OUT", "WSPROF_RUN", "WSPROF_DISABLE"):
         env.pop(k, None)
-    proc = subprocess.Popen([sys.executable, str(JOB), str(out), str(link)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(JOB), str(out), str(link)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     try:
         try:
             output, _ = proc.communicate(timeout=JOB_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             output, _ = proc.communicate()
-            raise AssertionError(f"job did not end in {JOB_TIMEOUT_S} s:\n{output[-3000:]}"
-                                 ) from None
+            raise AssertionError(
+                f"job did not end in {JOB_TIMEOUT_S} s:\n{output[-3000:]}"
+            ) from None
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -22,8 +22,12 @@ def test_repeated_step_numbers_are_one_step_and_shares_stay_under_100pct(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "run"
-    subprocess.run([sys.executable, str(TARGETS / "step_repeats.py"), str(out)], check=True,
-                   timeout=120, env={**os.environ, "WSPROF_QUIET": "1"})
+    subprocess.run(
+        [sys.executable, str(TARGETS / "step_repeats.py"), str(out)],
+        check=True,
+        timeout=120,
+        env={**os.environ, "WSPROF_QUIET": "1"},
+    )
     analysis = analyze_path(str(out))
     [pa] = analysis.processes
     assert [r.step for r in pa.steps] == [0, 1, 2, 3, 4]

@@ -19,11 +19,17 @@ JOB = str(TARGETS / "run_job.py")
 PRESETS = str(REPO / "tests" / "standins" / "presets")
 
 
-def wsprof_run(out: Path, *cmd: str, env: dict[str, str] | None = None,
-               python: str = sys.executable) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([python, "-m", "wsprof", "run", "--out", str(out), "--", *cmd],
-                          capture_output=True, text=True, timeout=180, check=False,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})})
+def wsprof_run(
+    out: Path, *cmd: str, env: dict[str, str] | None = None, python: str = sys.executable
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [python, "-m", "wsprof", "run", "--out", str(out), "--", *cmd],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
+    )
 
 
 def _calls_by_rank(out: Path) -> dict[int | None, int]:
@@ -32,8 +38,18 @@ def _calls_by_rank(out: Path) -> dict[int | None, int]:
 
 def test_torchrun_job_every_rank_patched_launcher_not(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    res = wsprof_run(out, sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                     "--master-port", str(free_port()), JOB, "plain")
+    res = wsprof_run(
+        out,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+        JOB,
+        "plain",
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert _calls_by_rank(out) == {0: 60, 1: 60}  # two traces: the launcher wrote none
     assert f"wsprof: run folder {out}" in res.stderr
@@ -48,10 +64,15 @@ def test_multiprocessing_spawn_children_are_patched(tmp_path: Path) -> None:
 
 
 def test_exit_codes_pass_through(tmp_path: Path) -> None:
-    assert wsprof_run(tmp_path / "a", sys.executable, "-c", "import sys; sys.exit(3)"
-                      ).returncode == 3
-    killed = wsprof_run(tmp_path / "b", sys.executable, "-c",
-                        "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
+    assert (
+        wsprof_run(tmp_path / "a", sys.executable, "-c", "import sys; sys.exit(3)").returncode == 3
+    )
+    killed = wsprof_run(
+        tmp_path / "b",
+        sys.executable,
+        "-c",
+        "import os, signal; os.kill(os.getpid(), signal.SIGTERM)",
+    )
     assert killed.returncode == 128 + signal.SIGTERM
     # A process that never imports torch is never patched: nothing written.
     assert wsprof_run(tmp_path / "c", sys.executable, "-c", "print(1)").returncode == 0
@@ -77,27 +98,58 @@ def test_presets_mark_the_framework_phases(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr[-3000:]
     names, events = _phases(tmp_path / "auto")
     assert names == {"rollout": 3, "weight_sync": 3}
-    assert ("preset", "slime: weight_sync marked on slime.backends.megatron_utils.update_weight."
-            "update_weight_from_distributed:UpdateWeightFromDistributed.update_weights") in events
+    assert (
+        "preset",
+        "slime: weight_sync marked on slime.backends.megatron_utils.update_weight."
+        "update_weight_from_distributed:UpdateWeightFromDistributed.update_weights",
+    ) in events
     missing = [d for k, d in events if k == "preset_missing"]
-    assert any(d.startswith("verl: verl.checkpoint_engine.base:CheckpointEngineManager."
-                            "update_weights not found") for d in missing), events
+    assert any(
+        d.startswith(
+            "verl: verl.checkpoint_engine.base:CheckpointEngineManager.update_weights not found"
+        )
+        for d in missing
+    ), events
     # The broadcasts of update_weights are stamped with the phase.
     [trace] = [t for t in read_run(str(tmp_path / "auto")) if len(t.calls)]
     assert set(trace.calls.phase[trace.calls.op == "broadcast"].tolist()) == {"weight_sync"}
     # A named preset wraps only its own framework.
-    res = subprocess.run([sys.executable, "-m", "wsprof", "run", "--preset", "verl", "--out",
-                          str(tmp_path / "verl"), "--", sys.executable, JOB, "slime",
-                          str(free_port())], capture_output=True, text=True, timeout=180,
-                         env={**os.environ, **env}, check=False)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wsprof",
+            "run",
+            "--preset",
+            "verl",
+            "--out",
+            str(tmp_path / "verl"),
+            "--",
+            sys.executable,
+            JOB,
+            "slime",
+            str(free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, **env},
+        check=False,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     names, events = _phases(tmp_path / "verl")
     assert names == {} and not [e for e in events if e[1].startswith("slime")]
 
 
 def test_bad_preset_is_a_warning_not_an_error(tmp_path: Path) -> None:
-    res = wsprof_run(tmp_path / "run", sys.executable, JOB, "slime", str(free_port()),
-                     env={"PYTHONPATH": PRESETS, "WSPROF_PRESET": "nemo"})
+    res = wsprof_run(
+        tmp_path / "run",
+        sys.executable,
+        JOB,
+        "slime",
+        str(free_port()),
+        env={"PYTHONPATH": PRESETS, "WSPROF_PRESET": "nemo"},
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "WSPROF_PRESET='nemo' is not one of slime, verl" in res.stderr
 
@@ -107,9 +159,23 @@ def test_works_from_a_wheel_install(tmp_path: Path) -> None:
     interpreter's torch, and run a job through that install: the bootstrap ships inside the
     wheel."""
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(wheels), str(REPO)], check=True, capture_output=True,
-                   timeout=240)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheels),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=240,
+    )
     [wheel] = list(wheels.glob("wsprof-*.whl"))
     env_dir = tmp_path / "venv"
     venv.create(env_dir, system_site_packages=True, with_pip=True)
@@ -117,18 +183,36 @@ def test_works_from_a_wheel_install(tmp_path: Path) -> None:
     # torch and the other dependencies come from the interpreter running the tests (a venv on
     # a fresh machine, where the base interpreter has none of them): its site-packages go on
     # the new venv's path after the venv's own, so the wheel's wsprof is the one imported.
-    own = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         check=True, capture_output=True, text=True).stdout.strip()
+    own = subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (Path(own) / "wsprof_test_deps.pth").write_text("\n".join(sorted(deps)) + "\n")
-    subprocess.run([py, "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True,
-                   capture_output=True, timeout=240)
-    where = subprocess.run([py, "-c", "import wsprof; print(wsprof.__file__)"], check=True,
-                           capture_output=True, text=True, cwd=tmp_path).stdout
+    subprocess.run(
+        [py, "-m", "pip", "install", "--no-deps", "-q", str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=240,
+    )
+    where = subprocess.run(
+        [py, "-c", "import wsprof; print(wsprof.__file__)"],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    ).stdout
     assert where.startswith(str(env_dir)), where
     out = tmp_path / "run"
-    res = subprocess.run([py, "-m", "wsprof", "run", "--out", str(out), "--", py, JOB, "spawn",
-                          str(free_port())], capture_output=True, text=True, timeout=180,
-                         cwd=tmp_path, check=False)
+    res = subprocess.run(
+        [py, "-m", "wsprof", "run", "--out", str(out), "--", py, JOB, "spawn", str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert sorted(len(t.calls) for t in read_run(str(out))) == [0, 61, 61]

@@ -18,7 +18,7 @@ from helpers import pyspy_skip_reason, running_target
 from wsprof.analysis.phases import build_patterns, phase_shares_by_window
 from wsprof.analysis.run import analyze_run
 from wsprof.analysis.samples import early_late_shift
-from wsprof.capture.pyspy import STOP_DURATION, PySpySampler
+from wsprof.capture.pyspy.sampler import STOP_DURATION, PySpySampler
 from wsprof.trace.reader import read_run, read_trace
 from wsprof.trace.writer import TraceWriter
 
@@ -45,8 +45,9 @@ def test_weight_sync_share_grows_in_real_samples(tmp_path: Path) -> None:
     assert reason == STOP_DURATION and sampler.samples > 0
 
     samples = read_trace(sampler.path).samples
-    rows = [r for r in phase_shares_by_window(samples, build_patterns(None, PATTERNS))
-            if r.n_active > 0]
+    rows = [
+        r for r in phase_shares_by_window(samples, build_patterns(None, PATTERNS)) if r.n_active > 0
+    ]
     assert len(rows) >= 4, f"expected {WINDOWS} windows with samples, got {len(rows)}"
     for r in rows:  # the target only generates and syncs
         assert (r.rollout_share or 0) + (r.weight_sync_share or 0) >= 0.8
@@ -69,6 +70,8 @@ def test_weight_sync_share_grows_in_real_samples(tmp_path: Path) -> None:
     assert pa is not None and pa.pid == proc.pid and pa.phase_source == "user"
     assert len(pa.windows) >= 4
     found = {f.kind: f for f in analysis.findings}
-    assert found["sampled_phase_share"].evidence["late_weight_sync_share"] > (
-        found["sampled_phase_share"].evidence["early_weight_sync_share"])
+    assert (
+        found["sampled_phase_share"].evidence["late_weight_sync_share"]
+        > (found["sampled_phase_share"].evidence["early_weight_sync_share"])
+    )
     assert any(r.series.name == "window_weight_sync_share" for r in analysis.series)

@@ -36,8 +36,14 @@ def _all_bytes(folder: Path) -> bytes:
 
 def test_no_environment_value_and_no_tensor_content_in_a_trace(tmp_path: Path) -> None:
     env = {**os.environ, "WSPROF_TEST_SECRET": TOKEN, "HF_TOKEN": TOKEN}
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path), str(free_port())],
-                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(tmp_path), str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     traces = list(tmp_path.glob("*.wsprof"))
     assert traces
@@ -52,9 +58,26 @@ def test_attach_traces_are_user_only_and_hold_no_environment(tmp_path: Path) -> 
     env = {**os.environ, "WSPROF_TEST_SECRET": TOKEN}
     with running_target() as target:
         done = subprocess.run(
-            [sys.executable, "-c", "import sys; from wsprof.cli import main; sys.exit(main())",
-             "attach", str(target.pid), "--duration", "2", "--window", "1", "--out", str(out),
-             "--no-report"], env=env, capture_output=True, text=True, timeout=120, check=False)
+            [
+                sys.executable,
+                "-c",
+                "import sys; from wsprof.cli import main; sys.exit(main())",
+                "attach",
+                str(target.pid),
+                "--duration",
+                "2",
+                "--window",
+                "1",
+                "--out",
+                str(out),
+                "--no-report",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     assert done.returncode == 0, done.stderr
     files = list(out.glob("*.wsprof"))
     assert len(files) == 2

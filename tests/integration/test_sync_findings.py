@@ -21,8 +21,16 @@ from wsprof.trace.writer import TraceWriter
 def test_growing_gap_inside_the_sync_is_found_in_a_real_run(tmp_path: Path) -> None:
     """Two gloo ranks; each weight sync sleeps 0.04 s x step between its broadcasts and its end."""
     out = tmp_path / "run"
-    run_ranks(TARGETS / "counters_target.py", 2, str(out), "7", "0", "0.02", "0.04",
-              env={"WSPROF_COUNTERS": "0"})
+    run_ranks(
+        TARGETS / "counters_target.py",
+        2,
+        str(out),
+        "7",
+        "0",
+        "0.02",
+        "0.04",
+        env={"WSPROF_COUNTERS": "0"},
+    )
     a = analyze_path(str(out))
     gaps = [s for s in a.primary.steps]  # type: ignore[union-attr]
     values = [s.sync_gap_s for s in gaps]
@@ -34,8 +42,13 @@ def test_growing_gap_inside_the_sync_is_found_in_a_real_run(tmp_path: Path) -> N
     assert "in no collective" in found[0].title and "grows" in found[0].title
 
 
-def _trace(path: Path, util_in_sync: float, steps: int = 6, calls_per_step: int = 50,
-           growing_calls: bool = False) -> Path:
+def _trace(
+    path: Path,
+    util_in_sync: float,
+    steps: int = 6,
+    calls_per_step: int = 50,
+    growing_calls: bool = False,
+) -> Path:
     """A written trace: steps of 1 s with a 0.5 s weight-sync phase full of 1 MiB broadcasts, and
     NVML utilization samples every 50 ms (``util_in_sync`` inside the sync, 90 outside)."""
     w = TraceWriter(str(path))
@@ -48,9 +61,26 @@ def _trace(path: Path, util_in_sync: float, steps: int = 6, calls_per_step: int 
         n = calls_per_step * (step + 1) if growing_calls else calls_per_step
         for i in range(n):
             c0 = t0 + 5 * 10**8 + i * (5 * 10**8 // n)
-            calls.append((c0, c0 + 200_000 + (i % 3) * 1000, 150_000, 1, 7, "broadcast",
-                          "dist.broadcast", "api", 2**20 * (1 + i % 4), "bfloat16", "0", 0, 0,
-                          step, "weight_sync", None))
+            calls.append(
+                (
+                    c0,
+                    c0 + 200_000 + (i % 3) * 1000,
+                    150_000,
+                    1,
+                    7,
+                    "broadcast",
+                    "dist.broadcast",
+                    "api",
+                    2**20 * (1 + i % 4),
+                    "bfloat16",
+                    "0",
+                    0,
+                    0,
+                    step,
+                    "weight_sync",
+                    None,
+                )
+            )
         for k in range(20):
             t = t0 + k * 50_000_000
             counters.append((t, "nvml.gpu0.util_pct", util_in_sync if k >= 10 else 90.0))
@@ -76,8 +106,26 @@ def test_cost_model_recovers_the_fixed_per_call_cost() -> None:
     for i in range(3000):
         nbytes = int(2 ** rng.integers(12, 27))
         dur = (50.0 + 10.0 * nbytes / 2**20) * (1 + 0.01 * rng.standard_normal()) * 1e3
-        rows.append((i * 10**6, i * 10**6 + int(dur), 0, 1, 7, "broadcast", "dist.broadcast",
-                     "api", nbytes, "float32", "0", 0, 0, 0, None, None))
+        rows.append(
+            (
+                i * 10**6,
+                i * 10**6 + int(dur),
+                0,
+                1,
+                7,
+                "broadcast",
+                "dist.broadcast",
+                "api",
+                nbytes,
+                "float32",
+                "0",
+                0,
+                0,
+                0,
+                None,
+                None,
+            )
+        )
     model = call_cost_model(CallTable.from_rows(rows))
     assert model is not None and model.n_sizes == 15
     assert model.fixed_us == pytest.approx(50.0, rel=0.1)

@@ -24,20 +24,47 @@ JOB = str(TARGETS / "unmarked_sync_job.py")
 
 def _run(tmp_path: Path, growth: int, barrier: bool, leak_rank: int = 0) -> Analysis:
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "GROWTH": str(growth),
-           "BARRIER": "1" if barrier else "0", "LEAK_RANK": str(leak_rank)}
+    env = {
+        **os.environ,
+        "PYTHONWARNINGS": "ignore",
+        "GROWTH": str(growth),
+        "BARRIER": "1" if barrier else "0",
+        "LEAK_RANK": str(leak_rank),
+    }
     res = subprocess.run(
-        [sys.executable, "-m", "wsprof", "run", "--out", str(out), "--", sys.executable, "-m",
-         "torch.distributed.run", "--nproc-per-node", "3", "--master-addr", "127.0.0.1",
-         "--master-port", str(free_port()), JOB],
-        capture_output=True, text=True, timeout=240, check=False, env=env)
+        [
+            sys.executable,
+            "-m",
+            "wsprof",
+            "run",
+            "--out",
+            str(out),
+            "--",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "3",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(free_port()),
+            JOB,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env=env,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return analyze_path(str(out))
 
 
 @pytest.mark.parametrize(("growth", "barrier"), [(12000, True), (12000, False), (5000, True)])
 def test_leaking_wrapper_without_markers_is_accumulating_and_named(
-        tmp_path: Path, growth: int, barrier: bool) -> None:
+    tmp_path: Path, growth: int, barrier: bool
+) -> None:
     a = _run(tmp_path, growth, barrier)
     pa = a.primary
     assert pa is not None and pa.rank == 0
@@ -45,8 +72,11 @@ def test_leaking_wrapper_without_markers_is_accumulating_and_named(
     sync = next(r for r in a.series if r.series.name == "weight_sync_s")
     assert sync.verdict.accumulating, (sync.verdict.shape, sync.series.values)
     assert a.verdict.status == "problems"
-    slow = [f for f in a.findings if f.kind == "accumulating_slowdown"
-            and f.evidence["series"] == "weight_sync_s"]
+    slow = [
+        f
+        for f in a.findings
+        if f.kind == "accumulating_slowdown" and f.evidence["series"] == "weight_sync_s"
+    ]
     assert slow and slow[0].severity in ("warning", "critical")
     # The wrapper that issues the broadcasts is named, with its file and line.
     assert slow[0].where is not None and slow[0].where.startswith("push (")
@@ -57,8 +87,9 @@ def test_leaking_wrapper_without_markers_is_accumulating_and_named(
 
 
 @pytest.mark.parametrize("barrier", [True, False])
-def test_healthy_twin_gets_no_warning_and_waiting_is_not_sync(tmp_path: Path,
-                                                              barrier: bool) -> None:
+def test_healthy_twin_gets_no_warning_and_waiting_is_not_sync(
+    tmp_path: Path, barrier: bool
+) -> None:
     a = _run(tmp_path, 0, barrier)
     pa = a.primary
     assert pa is not None and pa.step_source == "rhythm" and len(pa.steps) == 10

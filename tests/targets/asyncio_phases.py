@@ -67,8 +67,10 @@ async def in_phase(name: str, label: str) -> None:
 
 
 async def interleaved() -> None:
-    await asyncio.gather(in_phase("rollout", "interleaved_rollout"),
-                         in_phase("weight_sync", "interleaved_weight_sync"))
+    await asyncio.gather(
+        in_phase("rollout", "interleaved_rollout"),
+        in_phase("weight_sync", "interleaved_weight_sync"),
+    )
 
 
 def thread_body() -> None:

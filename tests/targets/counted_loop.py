@@ -66,8 +66,7 @@ def main() -> None:
     faulthandler.disable()  # die by the signal itself, not by faulthandler's re-raise
     fd = os.open(counter_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     os.pwrite(fd, COUNTER.pack(0, -1), 0)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
-                            world_size=1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     wsprof.patch(out, keep_steps=0)
     t = torch.ones(8)
     n = 0

@@ -31,8 +31,9 @@ def main() -> None:
     pause = float(sys.argv[7]) if len(sys.argv) > 7 else 0.1
     gap = float(sys.argv[8]) if len(sys.argv) > 8 else 0.0
     wsprof.patch(out, flush_interval_s=0.1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
     kept: list[Leaky] = []
     for step in range(steps):
         wsprof.step()

@@ -131,6 +131,7 @@ def _sharded(rank: int) -> nn.Sequential:
 
 # --- plain_broadcast -----------------------------------------------------------------------
 
+
 def plain_broadcast_step(model: nn.Module, i: int, out: Sink) -> None:
     for p in model.parameters():
         if dist.get_rank() == 0:
@@ -140,6 +141,7 @@ def plain_broadcast_step(model: nn.Module, i: int, out: Sink) -> None:
 
 
 # --- FSDP2 ---------------------------------------------------------------------------------
+
 
 def fsdp2_train_setup(rank: int, world: int) -> Any:
     model = _sharded(rank)
@@ -169,6 +171,7 @@ def fsdp2_state_dict_step(model: nn.Module, i: int, out: Sink) -> None:
 
 
 # --- DTensor -------------------------------------------------------------------------------
+
 
 def dtensor_1d_setup(rank: int, world: int) -> Any:
     mesh = init_device_mesh("cpu", (world,))
@@ -201,6 +204,7 @@ def dtensor_2d_step(state: Any, i: int, out: Sink) -> None:
 
 # --- functional collectives ----------------------------------------------------------------
 
+
 def funcol_step(_: Any, i: int, out: Sink) -> None:
     g = dist.group.WORLD
     w = dist.get_world_size()
@@ -215,11 +219,13 @@ def funcol_step(_: Any, i: int, out: Sink) -> None:
     peer = 1 - dist.get_rank()
     recv = torch.zeros(4)
     outs = torch.ops._c10d_functional.batch_p2p_ops(
-        ["isend", "irecv"], [peer, peer], [0, 0], [t[:4].clone(), recv], g.group_name)
+        ["isend", "irecv"], [peer, peer], [0, 0], [t[:4].clone(), recv], g.group_name
+    )
     out(*(funcol.wait_tensor(o) for o in outs))
 
 
 # --- torch.compile -------------------------------------------------------------------------
+
 
 def compiled_setup(rank: int, world: int) -> Any:
     def fn(x: torch.Tensor) -> torch.Tensor:
@@ -235,9 +241,11 @@ def dynamo_counts() -> dict[str, Any]:
     """Graphs compiled, frames recompiled and graph breaks so far (torch._dynamo's counters)."""
     from torch._dynamo.utils import counters
 
-    return {"unique_graphs": int(counters["stats"].get("unique_graphs", 0)),
-            "frames_compiled": int(counters["frames"].get("ok", 0)),
-            "graph_breaks": int(sum(counters["graph_break"].values()))}
+    return {
+        "unique_graphs": int(counters["stats"].get("unique_graphs", 0)),
+        "frames_compiled": int(counters["frames"].get("ok", 0)),
+        "graph_breaks": int(sum(counters["graph_break"].values())),
+    }
 
 
 def compiled_step(cfn: Any, i: int, out: Sink) -> None:
@@ -245,6 +253,7 @@ def compiled_step(cfn: Any, i: int, out: Sink) -> None:
 
 
 # --- coalescing, Backend objects, DDP's module sync, sparse --------------------------------
+
 
 def coalescing_setup(rank: int, world: int) -> Any:
     return [torch.full((4,), float(rank + k)) for k in range(3)]
@@ -284,14 +293,16 @@ def broadcast_coalesced_step(model: nn.Module, i: int, out: Sink) -> None:
 
 def sparse_step(_: Any, i: int, out: Sink) -> None:
     rank = dist.get_rank()
-    s = torch.sparse_coo_tensor(torch.tensor([[rank, 2 + i]]), torch.tensor([1.0, 2.0 + rank]),
-                                (8,))
+    s = torch.sparse_coo_tensor(
+        torch.tensor([[rank, 2 + i]]), torch.tensor([1.0, 2.0 + rank]), (8,)
+    )
     work = dist.group.WORLD.allreduce([s])
     work.wait()
     out(*work.result())
 
 
 # --- Python subclasses of ProcessGroup and Work --------------------------------------------
+
 
 class MyPG(dist.ProcessGroup):
     """A Python ProcessGroup that overrides no collective (as torch's own tests build one)."""
@@ -325,12 +336,13 @@ PATHS: dict[str, CovPath] = {
     "funcol": CovPath(2, lambda r, w: None, funcol_step),
     "compiled": CovPath(2, compiled_setup, compiled_step, steps=4, probe=dynamo_counts),
     "coalescing_by_name": CovPath(
-        2, coalescing_setup, coalescing_step,
-        expect=lambda ts: {"coalesced_bytes": sum(int(t.nbytes) for t in ts),
-                           "blocks_per_step": 1}),
+        2,
+        coalescing_setup,
+        coalescing_step,
+        expect=lambda ts: {"coalesced_bytes": sum(int(t.nbytes) for t in ts), "blocks_per_step": 1},
+    ),
     "backend_object": CovPath(2, backend_setup, backend_step),
-    "broadcast_coalesced": CovPath(2, lambda r, w: _mlp(r, (8, 8, 8, 4)),
-                                   broadcast_coalesced_step),
+    "broadcast_coalesced": CovPath(2, lambda r, w: _mlp(r, (8, 8, 8, 4)), broadcast_coalesced_step),
     "sparse_allreduce": CovPath(2, lambda r, w: None, sparse_step),
     "pg_subclass": CovPath(2, lambda r, w: None, pg_subclass_step),
 }
@@ -342,8 +354,10 @@ def paths_for(world: int) -> list[str]:
 
 
 #: ``_c10d_functional::`` events that are not collectives (they carry no ``c10d::`` child).
-FUNCOL_NOT_COLLECTIVES = ("_c10d_functional::wait_tensor",
-                          "_c10d_functional::_wrap_tensor_autograd")
+FUNCOL_NOT_COLLECTIVES = (
+    "_c10d_functional::wait_tensor",
+    "_c10d_functional::_wrap_tensor_autograd",
+)
 
 
 def ground_truth(prof: Any) -> dict[str, Counter[str]]:
@@ -360,8 +374,9 @@ def ground_truth(prof: Any) -> dict[str, Counter[str]]:
             out["funcol"][name] += 1
         elif name.startswith("c10d::"):
             parent = e.cpu_parent
-            while parent is not None and not parent.name.startswith(("c10d::",
-                                                                      "_c10d_functional::")):
+            while parent is not None and not parent.name.startswith(
+                ("c10d::", "_c10d_functional::")
+            ):
                 parent = parent.cpu_parent
             if parent is not None:
                 out["nested"][f"{parent.name} > {name}"] += 1
@@ -379,9 +394,17 @@ def _exc(e: BaseException) -> list[str]:
 def run_path(name: str, rank: int, world: int, patched: bool) -> dict[str, Any]:
     """Set up and run one path; every exception is recorded, none escapes."""
     path = PATHS[name]
-    result: dict[str, Any] = {"path": name, "rank": rank, "world": world,
-                              "mode": "wsprof" if patched else "bare", "steps": [],
-                              "exception": None, "errors": [], "expect": {}, "n_results": 0}
+    result: dict[str, Any] = {
+        "path": name,
+        "rank": rank,
+        "world": world,
+        "mode": "wsprof" if patched else "bare",
+        "steps": [],
+        "exception": None,
+        "errors": [],
+        "expect": {},
+        "n_results": 0,
+    }
     sink = Sink()
     try:
         state = path.setup(rank, world)
@@ -407,8 +430,15 @@ def run_path(name: str, rank: int, world: int, patched: bool) -> dict[str, Any]:
             t1 = time.monotonic_ns()
         truth = ground_truth(prof)
         probe = path.probe() if path.probe is not None else None
-        result["steps"].append({"t0_ns": t0, "t1_ns": t1, "error": err, "probe": probe,
-                                **{k: dict(v) for k, v in truth.items()}})
+        result["steps"].append(
+            {
+                "t0_ns": t0,
+                "t1_ns": t1,
+                "error": err,
+                "probe": probe,
+                **{k: dict(v) for k, v in truth.items()},
+            }
+        )
         result["errors"].append(err)
         if err is not None and result["exception"] is None:
             result["exception"] = err

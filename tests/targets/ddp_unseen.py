@@ -32,8 +32,7 @@ def main() -> None:
     trace = wsprof.patch(out)  # before the group: the group's count starts under the hooks
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)),
-                bucket_cap_mb=1)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)), bucket_cap_mb=1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(STEPS):
         wsprof.step()

@@ -312,12 +312,21 @@ def _async_all_reduce(rank: int) -> list[Any]:
     return [t.tolist(), handle, bool(done)]
 
 
-SCENARIOS = ("captured", "wrapped_after", "wrapped_before", "forwarding_group", "threads",
-             "logical_calls", "coalescing", "async_op")
+SCENARIOS = (
+    "captured",
+    "wrapped_after",
+    "wrapped_before",
+    "forwarding_group",
+    "threads",
+    "logical_calls",
+    "coalescing",
+    "async_op",
+)
 
 
-def run_scenario(name: str, rank: int, world: int, out_dir: str,
-                 groups: list[dist.ProcessGroup]) -> dict[str, Any]:
+def run_scenario(
+    name: str, rank: int, world: int, out_dir: str, groups: list[dist.ProcessGroup]
+) -> dict[str, Any]:
     """Run one scenario in its own patch()/unpatch() cycle; never leaves anything patched."""
     folder = os.path.join(out_dir, name)
     res: dict[str, Any] = {}

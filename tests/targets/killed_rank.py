@@ -32,6 +32,7 @@ warnings.simplefilter("ignore")
 def main() -> None:
     out, mode = sys.argv[1], sys.argv[2]
     if mode == "handler":
+
         def on_term(signum: int, frame: object) -> None:
             with open(os.path.join(out, "handler-ran"), "w") as fh:
                 fh.write("yes")

@@ -21,8 +21,9 @@ def main() -> None:
     steps, calls, keep, thin = (int(v) for v in sys.argv[5:9])
     os.environ["WSPROF_THINNED_STEP_CALLS"] = str(thin)
     wsprof.patch(out, keep_steps=keep, flush_interval_s=0.05)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
     t = torch.zeros(16)
     for _ in range(steps):
         wsprof.step()

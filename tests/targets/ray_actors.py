@@ -157,8 +157,13 @@ class CollectiveActor:
         import ray.util.collective as col
 
         self.rank = rank
-        col.init_collective_group(world, rank, backend="gloo", group_name="default",
-                                  gloo_timeout=RENDEZVOUS_TIMEOUT_S * 1000)
+        col.init_collective_group(
+            world,
+            rank,
+            backend="gloo",
+            group_name="default",
+            gloo_timeout=RENDEZVOUS_TIMEOUT_S * 1000,
+        )
 
     def work(self, steps: int) -> list[bytes]:
         """Per step: ``allreduce``, ``broadcast``, ``allgather`` through ``ray.util.collective``,

@@ -30,11 +30,16 @@ def main(order: str) -> None:
     import wsprof
     from wsprof.capture import collectives
 
-    print(json.dumps({
-        "torch_before": torch_before,
-        "trace": wsprof.trace_path(),
-        "hooked": collectives.is_hook(col.allreduce) and col.allreduce is impl.allreduce,
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "torch_before": torch_before,
+                "trace": wsprof.trace_path(),
+                "hooked": collectives.is_hook(col.allreduce) and col.allreduce is impl.allreduce,
+            }
+        ),
+        flush=True,
+    )
     wsprof.unpatch()
 
 

@@ -33,7 +33,14 @@ WORLD = 3
 SYNCS = 3
 #: The weights, one broadcast each per sync: (shape, float32), 8 MiB in all.
 PARAMS: tuple[tuple[int, ...], ...] = (
-    (1024, 1024), (1024,), (512, 1024), (512,), (1024, 512), (1024,), (256, 1024), (256,),
+    (1024, 1024),
+    (1024,),
+    (512, 1024),
+    (512,),
+    (1024, 512),
+    (1024,),
+    (256, 1024),
+    (256,),
 )
 #: Broadcasts per actor.
 CALLS = SYNCS * len(PARAMS)
@@ -78,8 +85,13 @@ class SyncActor:
                     p.add_(1)
                 dist.broadcast(p, src=0)
                 calls += 1
-        return {"rank": self.rank, "pid": os.getpid(), "trace": path, "calls": calls,
-                "wsprof": wsprof.__file__}
+        return {
+            "rank": self.rank,
+            "pid": os.getpid(),
+            "trace": path,
+            "calls": calls,
+            "wsprof": wsprof.__file__,
+        }
 
 
 def main() -> None:
@@ -101,9 +113,11 @@ def main() -> None:
         node_ip = ray.util.get_node_ip_address()
         nodes = [n["NodeManagerAddress"] for n in ray.nodes()]
         port = free_port()
-        env = {k: os.environ[k] for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",
-                                          "GLOO_SOCKET_IFNAME", "PYTHONWARNINGS")
-               if k in os.environ}
+        env = {
+            k: os.environ[k]
+            for k in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "GLOO_SOCKET_IFNAME", "PYTHONWARNINGS")
+            if k in os.environ
+        }
         remote = ray.remote(SyncActor).options(runtime_env={"env_vars": env})
         actors = [remote.remote(r, WORLD, port) for r in range(WORLD)]
         ray.get([a.setup.remote() for a in actors], timeout=TIMEOUT_S)

@@ -26,8 +26,9 @@ def steps() -> None:
 
 
 def rank_main(rank: int, world: int, port: str) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
     steps()
     dist.barrier()
     dist.destroy_process_group()
@@ -55,8 +56,9 @@ def main() -> None:
         )
         from slime.ray.rollout import RolloutManager
 
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[2]}", rank=0,
-                                world_size=1)
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{sys.argv[2]}", rank=0, world_size=1
+        )
         sync, rollout = UpdateWeightFromDistributed(), RolloutManager()
         for i in range(3):
             rollout.generate(i)

@@ -88,10 +88,13 @@ def main() -> None:
         from wsprof.demo.run import free_port
 
         port = free_port()
-        peer = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank", "1",
-                                 "--port", str(port)], stdin=subprocess.DEVNULL)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=args.rank,
-                            world_size=2)
+        peer = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--rank", "1", "--port", str(port)],
+            stdin=subprocess.DEVNULL,
+        )
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=args.rank, world_size=2
+    )
     params = [torch.zeros(PARAM_NUMEL) for _ in range(N_PARAMS)]
     if args.rank == 1:
         while keep_going(dist, torch, True):

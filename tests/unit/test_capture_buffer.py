@@ -62,8 +62,9 @@ def test_records_written_are_read_back_in_order(tmp_path: Path, writer: Any) -> 
 
 
 @pytest.mark.parametrize("writer", WRITERS, ids=lambda w: w.__module__.split(".")[-1])
-def test_a_full_ring_drops_new_records_and_counts_them_per_step(tmp_path: Path,
-                                                                 writer: Any) -> None:
+def test_a_full_ring_drops_new_records_and_counts_them_per_step(
+    tmp_path: Path, writer: Any
+) -> None:
     ring, mm = _open(tmp_path / "r", 1024, writer)
     ok = [ring.put(*_call(i, step=i // 1000)) for i in range(1500)]
     assert ok == [True] * 1024 + [False] * 476
@@ -96,11 +97,15 @@ def test_the_ring_wraps_and_the_reader_takes_only_the_latest_lap(tmp_path: Path)
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(1, 1500), cut=st.one_of(st.none(), st.integers(0, 4096 + 1024 * 128)),
-       flips=st.lists(st.integers(0, 4096 + 1024 * 128 - 1), max_size=6),
-       drained=st.integers(0, 200))
+@given(
+    n=st.integers(1, 1500),
+    cut=st.one_of(st.none(), st.integers(0, 4096 + 1024 * 128)),
+    flips=st.lists(st.integers(0, 4096 + 1024 * 128 - 1), max_size=6),
+    drained=st.integers(0, 200),
+)
 def test_fuzz_a_damaged_ring_gives_its_intact_records_and_one_line_for_the_rest(
-        tmp_path_factory: Any, n: int, cut: int | None, flips: list[int], drained: int) -> None:
+    tmp_path_factory: Any, n: int, cut: int | None, flips: list[int], drained: int
+) -> None:
     path = tmp_path_factory.mktemp("ring") / "r"
     ring, mm = _open(path, 1024, WRITERS[-1])
     for i in range(n):
@@ -121,7 +126,7 @@ def test_fuzz_a_damaged_ring_gives_its_intact_records_and_one_line_for_the_rest(
     expected = []
     for seq in range(max(drained + 1, n - 1023), n + 1):
         off = 4096 + (seq % 1024) * 128
-        if off + 128 <= len(data) and data[off:off + 128] == original[off:off + 128]:
+        if off + 128 <= len(data) and data[off : off + 128] == original[off : off + 128]:
             expected.append(seq)
     got = tail.words[:, 0].tolist()
     if header_ok:
@@ -129,7 +134,8 @@ def test_fuzz_a_damaged_ring_gives_its_intact_records_and_one_line_for_the_rest(
     else:
         assert set(got) <= set(expected)
     damaged = (cut is not None and cut < 4096 + 1024 * 128) or any(
-        o < 72 or (o >= 4096 and _written(o, n)) for o in flips)
+        o < 72 or (o >= 4096 and _written(o, n)) for o in flips
+    )
     if damaged:
         assert len(tail.problems) >= 1 or got == expected
     for p in tail.problems:
@@ -162,7 +168,7 @@ def test_journal_entries_survive_and_a_torn_or_damaged_line_is_one_line(tmp_path
     assert len(entries) == 4 and offset == path.stat().st_size
     j.close()
     with open(path, "ab") as fh:
-        fh.write(b"not json\n[\"s\", 1, \"tor")  # a damaged line, then a torn last line
+        fh.write(b'not json\n["s", 1, "tor')  # a damaged line, then a torn last line
     got, problems = jfmt.read_entries(str(path))
     rows = jfmt.rows(got)
     assert rows.strings == [(0, "broadcast")] and rows.sites == [(0, "train.py", 12, "sync")]

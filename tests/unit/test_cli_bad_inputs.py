@@ -32,8 +32,24 @@ PAGE_BYTES = 4096
 
 
 def _call(t0: int, step: int) -> tuple[object, ...]:
-    return (t0, t0 + 1000, 600, 1, 7, "broadcast", "dist.broadcast", "api", 64, "float32", "0",
-            0, 0, step, "weight_sync", None)
+    return (
+        t0,
+        t0 + 1000,
+        600,
+        1,
+        7,
+        "broadcast",
+        "dist.broadcast",
+        "api",
+        64,
+        "float32",
+        "0",
+        0,
+        0,
+        step,
+        "weight_sync",
+        None,
+    )
 
 
 def write_trace(path: Path, steps: int = 6, calls_per_step: int = 400) -> Path:
@@ -43,13 +59,17 @@ def write_trace(path: Path, steps: int = 6, calls_per_step: int = 400) -> Path:
     step_ns = 10**9
     for s in range(steps):
         t = s * step_ns
-        w.write({
-            "sites": [(0, "train.py", 42, "sync_weights")],
-            "calls": [_call(t + 1000 * i, s) for i in range(calls_per_step)],
-            "spans": [("step", str(s), t, t + step_ns - 1, s, 7),
-                      ("phase", "weight_sync", t, t + 10**6, s, 7)],
-            "counters": [(t, "cuda.segments", float(s))],
-        })
+        w.write(
+            {
+                "sites": [(0, "train.py", 42, "sync_weights")],
+                "calls": [_call(t + 1000 * i, s) for i in range(calls_per_step)],
+                "spans": [
+                    ("step", str(s), t, t + step_ns - 1, s, 7),
+                    ("phase", "weight_sync", t, t + 10**6, s, 7),
+                ],
+                "counters": [(t, "cuda.segments", float(s))],
+            }
+        )
     w.close()
     return path
 
@@ -78,8 +98,9 @@ def assert_one_line_error(rc: int, out: str, err: str, path: Path, expect: str) 
     assert expect in err, err
 
 
-def _analyze_and_report(path: Path, tmp_path: Path, expect: str,
-                        capsys: pytest.CaptureFixture[str]) -> str:
+def _analyze_and_report(
+    path: Path, tmp_path: Path, expect: str, capsys: pytest.CaptureFixture[str]
+) -> str:
     rc, out, err = run_cli(["analyze", str(path)], capsys)
     assert_one_line_error(rc, out, err, path, expect)
     html = tmp_path / "report.html"
@@ -90,6 +111,7 @@ def _analyze_and_report(path: Path, tmp_path: Path, expect: str,
 
 
 # Traces ----------------------------------------------------------------------------------------
+
 
 def test_good_trace_is_analysed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The baseline the bad cases below are damaged from."""
@@ -104,8 +126,9 @@ def test_good_trace_is_analysed(tmp_path: Path, capsys: pytest.CaptureFixture[st
     [100, PAGE_BYTES, 2 * PAGE_BYTES, 3 * PAGE_BYTES + 17, "half", "last_byte"],
     ids=["header-only", "first-page", "page-boundary", "mid-page", "half", "last-byte"],
 )
-def test_truncated_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                         cut: int | str) -> None:
+def test_truncated_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cut: int | str
+) -> None:
     """A trace cut short (disk full, copy interrupted): never a traceback; SQLite notices the
     missing pages, so each of these cuts is an error that says to re-record or to analyse the
     run folder (where the trace becomes a note, see the mixed-folder test)."""
@@ -118,8 +141,9 @@ def test_truncated_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     assert "re-record" in err
 
 
-def test_corrupt_trace_garbage_after_the_magic(tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_corrupt_trace_garbage_after_the_magic(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     p = tmp_path / "h-1.wsprof"
     p.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 40)
     _analyze_and_report(p, tmp_path, "corrupt or truncated trace", capsys)
@@ -153,11 +177,20 @@ Columns = list[list[str]]
         (lambda c: json.dumps([["t_start_ns", "what"], *c[1:]]), "not understood"),
         (lambda c: json.dumps([[n, "<i8"] for n, _ in c]), "shorter than its columns"),
     ],
-    ids=["not-json", "object", "names-only", "missing", "duplicate", "float", "bad-dtype",
-         "wrong-widths"],
+    ids=[
+        "not-json",
+        "object",
+        "names-only",
+        "missing",
+        "duplicate",
+        "float",
+        "bad-dtype",
+        "wrong-widths",
+    ],
 )
-def test_call_chunk_columns_json_wrong(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                       edit: Callable[[Columns], str], expect: str) -> None:
+def test_call_chunk_columns_json_wrong(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], edit: Callable[[Columns], str], expect: str
+) -> None:
     p = write_trace(tmp_path / "h-1.wsprof")
     db = sqlite3.connect(p)
     (columns,) = db.execute("SELECT columns FROM call_chunks LIMIT 1").fetchone()
@@ -170,14 +203,17 @@ def test_call_chunk_columns_json_wrong(tmp_path: Path, capsys: pytest.CaptureFix
 
 @pytest.mark.parametrize(
     ("value", "expect"),
-    [("1", "trace schema version 1, this wsprof reads versions 2, 3"),
-     ("6", "trace schema version 6,"),
-     ('"3"', "trace schema version '3',"),
-     (None, "no schema version")],
+    [
+        ("1", "trace schema version 1, this wsprof reads versions 2, 3"),
+        ("6", "trace schema version 6,"),
+        ('"3"', "trace schema version '3',"),
+        (None, "no schema version"),
+    ],
     ids=["older", "newer", "text", "missing"],
 )
-def test_wrong_schema_version(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                              value: str | None, expect: str) -> None:
+def test_wrong_schema_version(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str | None, expect: str
+) -> None:
     p = write_trace(tmp_path / "h-1.wsprof")
     if value is None:
         _sql(p, ("DELETE FROM meta WHERE key='schema_version'", ()))
@@ -199,8 +235,13 @@ DEEP_JSON = "[" * 5000  # nested deeper than Python's recursion limit
     ],
     ids=["update-past-int64", "infinite-line", "deep-stack", "deep-meta"],
 )
-def test_values_out_of_range(tmp_path: Path, capsys: pytest.CaptureFixture[str], statement: str,
-                             params: tuple[object, ...], expect: str | None) -> None:
+def test_values_out_of_range(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    statement: str,
+    params: tuple[object, ...],
+    expect: str | None,
+) -> None:
     """Values no writer produces (an integer past int64, infinity, JSON nested 5,000 deep)
     used to escape as a raw OverflowError or RecursionError; now the trace is "malformed". A
     meta value that is not JSON is kept as text (as before), so the trace still reads."""
@@ -219,14 +260,17 @@ def test_call_without_an_op(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     sorting ops (None < str)."""
     p = write_trace(tmp_path / "h-1.wsprof", steps=1)
     matrix = np.array([[1000, 2000, 600, 1, 7, -1, 0, 1, 64, 2, 3, 0, 0, 0, -1, -1]], np.int64)
-    _sql(p, ("INSERT INTO call_chunks (n_rows, columns, data) VALUES (1, ?, ?)",
-             pack_columns(matrix)))
+    _sql(
+        p,
+        ("INSERT INTO call_chunks (n_rows, columns, data) VALUES (1, ?, ?)", pack_columns(matrix)),
+    )
     err = _analyze_and_report(p, tmp_path, "malformed trace", capsys)
     assert "a call has no 'op'" in err
 
 
-def test_run_folder_mixing_traces_and_other_files(tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_folder_mixing_traces_and_other_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The good traces are analysed (exit 0). Each unreadable ``*.wsprof`` (corrupt, truncated,
     zero-byte, a folder so named) becomes one note ``skipped <path>: <why>; <what to do>``.
     Files that are not named ``*.wsprof`` (notes, a CSV, sub-folders, SQLite's ``-wal``) are not
@@ -250,8 +294,12 @@ def test_run_folder_mixing_traces_and_other_files(tmp_path: Path,
     notes = json.loads(out)["notes"]
     skipped = [n for n in notes if n.startswith("skipped ")]
     assert len(skipped) == 4, notes
-    for name, why in [("h-3", "corrupt or truncated"), ("h-4", "empty file"),
-                      ("h-5", "corrupt or truncated"), ("h-6", "not a regular file")]:
+    for name, why in [
+        ("h-3", "corrupt or truncated"),
+        ("h-4", "empty file"),
+        ("h-5", "corrupt or truncated"),
+        ("h-6", "not a regular file"),
+    ]:
         (note,) = [n for n in skipped if f"{name}.wsprof:" in n]
         assert why in note and ";" in note and "\n" not in note
     assert not any(x in n for n in notes for x in ("notes.txt", "metrics.csv", "-wal", "logs"))
@@ -259,8 +307,9 @@ def test_run_folder_mixing_traces_and_other_files(tmp_path: Path,
     assert rc == 0 and "skipped" in out and "Traceback" not in out + err
 
 
-def test_run_folder_with_no_readable_trace(tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_folder_with_no_readable_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = tmp_path / "run"
     run.mkdir()
     (run / "a-1.wsprof").write_bytes(b"")
@@ -271,6 +320,7 @@ def test_run_folder_with_no_readable_trace(tmp_path: Path,
 
 
 # CSV series ------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("text", "expect"),
@@ -288,11 +338,24 @@ def test_run_folder_with_no_readable_trace(tmp_path: Path,
         ("step,sync_s\n0," + "x" * 5000 + "\n", "is not a number"),
         ("step,sync_s\n", "a header but no data rows"),
     ],
-    ids=["zero-byte", "non-numeric", "two-dots", "all-nan", "nan-step", "inf-step", "duplicate",
-         "ragged", "missing-header", "newline-in-header", "long-cell", "header-only"],
+    ids=[
+        "zero-byte",
+        "non-numeric",
+        "two-dots",
+        "all-nan",
+        "nan-step",
+        "inf-step",
+        "duplicate",
+        "ragged",
+        "missing-header",
+        "newline-in-header",
+        "long-cell",
+        "header-only",
+    ],
 )
-def test_bad_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
-                 expect: str) -> None:
+def test_bad_csv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, expect: str
+) -> None:
     p = tmp_path / "metrics.csv"
     p.write_text(text)
     err = _analyze_and_report(p, tmp_path, expect, capsys)
@@ -308,8 +371,13 @@ def test_bad_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
     ],
     ids=["single-row", "unsorted", "some-nan"],
 )
-def test_csv_that_is_fine(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
-                          steps: list[int], values: list[float | None]) -> None:
+def test_csv_that_is_fine(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    text: str,
+    steps: list[int],
+    values: list[float | None],
+) -> None:
     """A single row, unsorted steps (sorted) and missing values (NaN or empty) are answered,
     not refused."""
     p = tmp_path / "metrics.csv"
@@ -322,6 +390,7 @@ def test_csv_that_is_fine(tmp_path: Path, capsys: pytest.CaptureFixture[str], te
 
 # Logs ------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("name", "data", "expect"),
     [
@@ -332,8 +401,9 @@ def test_csv_that_is_fine(tmp_path: Path, capsys: pytest.CaptureFixture[str], te
     ],
     ids=["text", "binary-escape", "zero-byte", "txt"],
 )
-def test_log_with_no_recognisable_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                       name: str, data: bytes, expect: str) -> None:
+def test_log_with_no_recognisable_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, data: bytes, expect: str
+) -> None:
     p = tmp_path / name
     p.write_bytes(data)
     err = _analyze_and_report(p, tmp_path, expect, capsys)
@@ -345,8 +415,13 @@ def test_real_command_line_prints_one_line(tmp_path: Path) -> None:
     p = write_trace(tmp_path / "h-1.wsprof", steps=2)
     p.write_bytes(p.read_bytes()[: PAGE_BYTES + 10])
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    r = subprocess.run([sys.executable, "-m", "wsprof", "analyze", str(p)], capture_output=True,
-                       text=True, timeout=120, env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "wsprof", "analyze", str(p)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.startswith(f"wsprof: error: {p}: ") and r.stderr.count("\n") == 1, r.stderr
 

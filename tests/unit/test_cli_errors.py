@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import helpers
+import pytest
 from helpers import CASES
 
 from wsprof.cli import main
@@ -31,8 +31,9 @@ def _file(name: str, data: bytes) -> object:
     ids=["missing", "empty", "binary", "csv-no-step", "empty-folder"],
 )
 @pytest.mark.parametrize("command", ["analyze", "report"])
-def test_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], make: object, expect: str,
-                   command: str) -> None:
+def test_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: object, expect: str, command: str
+) -> None:
     path = make(tmp_path)  # type: ignore[operator]
     args = [command, str(path)] + (["-o", str(tmp_path / "r.html")] if command == "report" else [])
     assert main(args) == 2
@@ -50,8 +51,9 @@ def test_report_to_unwritable_path(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "cannot write the report" in err and "Traceback" not in err
 
 
-def test_csv_column_without_finite_values_is_a_note(tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_csv_column_without_finite_values_is_a_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     p = tmp_path / "x.csv"
     p.write_text("step,a_s,b_s\n0,inf,1\n1,inf,2\n2,inf,3\n")
     assert main(["analyze", str(p)]) == 0
@@ -63,5 +65,7 @@ def test_fail_on_critical(capsys: pytest.CaptureFixture[str]) -> None:
     csv = CASES / "series" / "seed_weight_sync.csv"
     helpers.require_cases(csv)
     assert main(["analyze", str(csv), "--fail-on", "critical"]) == 1
-    assert main(["analyze", str(CASES / "series" / "noisy_flat_sync.csv"),
-                 "--fail-on", "warning"]) == 0
+    assert (
+        main(["analyze", str(CASES / "series" / "noisy_flat_sync.csv"), "--fail-on", "warning"])
+        == 0
+    )

@@ -45,8 +45,9 @@ def _one_line(err: str, path: Path) -> str:
     return line
 
 
-def test_attach_to_an_unwritable_out_is_one_line(unwritable: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_attach_to_an_unwritable_out_is_one_line(
+    unwritable: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     skip = pyspy_skip_reason()
     if skip:
         pytest.skip(skip)
@@ -57,8 +58,9 @@ def test_attach_to_an_unwritable_out_is_one_line(unwritable: Path,
     assert captured.out == ""
 
 
-def test_demo_to_an_unwritable_out_is_one_line(unwritable: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_to_an_unwritable_out_is_one_line(
+    unwritable: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["demo", "--steps", "2", "--no-pyspy", "--out", str(unwritable)]) == 2
     captured = capsys.readouterr()
     _one_line(captured.err, unwritable)

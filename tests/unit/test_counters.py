@@ -77,8 +77,9 @@ def test_budget_refuses_while_in_debt_and_rejects_bad_fractions() -> None:
             Budget(bad)
 
 
-def _run_sampler(probes: list[Probe], fraction: float, seconds: float,
-                 rec: _Recorder | None = None) -> tuple[CounterSampler, float]:
+def _run_sampler(
+    probes: list[Probe], fraction: float, seconds: float, rec: _Recorder | None = None
+) -> tuple[CounterSampler, float]:
     rec = rec or _Recorder()
     sampler = CounterSampler(rec, probes, Budget(fraction, cap_ns=2_000_000), tick_s=0.005)  # type: ignore[arg-type]
     t0 = time.monotonic()
@@ -91,8 +92,12 @@ def _run_sampler(probes: list[Probe], fraction: float, seconds: float,
 def test_an_expensive_probe_is_held_to_the_budget() -> None:
     """A probe costing 5 ms of CPU, due every tick: at a 2 % budget it runs about 2 % / 5 ms per
     second, not 200 times; the share stays within budget plus the cap and one probe."""
-    probe = Probe("costly", lambda: (_burn_cpu(5_000_000), [("x", 1.0)])[1],
-                  frozenset({"periodic"}), interval_s=0.0)
+    probe = Probe(
+        "costly",
+        lambda: (_burn_cpu(5_000_000), [("x", 1.0)])[1],
+        frozenset({"periodic"}),
+        interval_s=0.0,
+    )
     sampler, wall = _run_sampler([probe], 0.02, 1.5)
     spent = sampler.budget.spent_ns / 1e9
     assert spent <= 0.02 * wall + 0.002 + 0.006, (spent, wall)
@@ -133,8 +138,13 @@ def test_boundary_probes_run_at_step_boundaries_only() -> None:
     rec = _Recorder()
     boundary = [0]
     probe = Probe("steps", lambda: [("z", float(boundary[0]))], frozenset({"boundary"}))
-    sampler = CounterSampler(rec, [probe], Budget(0.5), boundaries=lambda: boundary[0],  # type: ignore[arg-type]
-                             tick_s=0.01)
+    sampler = CounterSampler(
+        rec,
+        [probe],
+        Budget(0.5),
+        boundaries=lambda: boundary[0],  # type: ignore[arg-type]
+        tick_s=0.01,
+    )
     sampler.start()
     time.sleep(0.1)
     runs_idle = probe.runs
@@ -209,9 +219,14 @@ def test_growing_types_names_what_the_process_keeps() -> None:
 def test_allocator_reading_derives_mappings() -> None:
     """From a ``torch.cuda.memory_stats()`` dict with expandable segments: one segment, many
     mappings."""
-    stats = {"segment.all.current": 1, "reserved_bytes.all.current": 8 << 30,
-             "num_device_alloc": 260, "num_device_free": 4, "num_alloc_retries": 0,
-             "unrelated.key": 7}
+    stats = {
+        "segment.all.current": 1,
+        "reserved_bytes.all.current": 8 << 30,
+        "num_device_alloc": 260,
+        "num_device_free": 4,
+        "num_alloc_retries": 0,
+        "unrelated.key": 7,
+    }
     reading = dict(allocator_reading(stats, 3))
     assert reading["cuda3.mappings"] == 256
     assert reading["cuda3.segment.all.current"] == 1
@@ -221,12 +236,26 @@ def test_allocator_reading_derives_mappings() -> None:
 def test_snapshot_summary_keeps_no_raw_snapshot() -> None:
     """A snapshot in the shape ``torch.cuda.memory_snapshot()`` returns (segments with blocks)."""
     snap = [
-        {"device": 0, "address": 1, "total_size": 2 << 20, "allocated_size": 1 << 20,
-         "is_expandable": False, "frames": [{"filename": "secret.py"}],
-         "blocks": [{"size": 1 << 20, "state": "active_allocated"},
-                    {"size": 1 << 20, "state": "inactive"}]},
-        {"device": 0, "address": 2, "total_size": 1 << 30, "allocated_size": 0,
-         "is_expandable": True, "blocks": [{"size": 1 << 30, "state": "inactive"}]},
+        {
+            "device": 0,
+            "address": 1,
+            "total_size": 2 << 20,
+            "allocated_size": 1 << 20,
+            "is_expandable": False,
+            "frames": [{"filename": "secret.py"}],
+            "blocks": [
+                {"size": 1 << 20, "state": "active_allocated"},
+                {"size": 1 << 20, "state": "inactive"},
+            ],
+        },
+        {
+            "device": 0,
+            "address": 2,
+            "total_size": 1 << 30,
+            "allocated_size": 0,
+            "is_expandable": True,
+            "blocks": [{"size": 1 << 30, "state": "inactive"}],
+        },
     ]
     s = summarize_snapshot(snap)
     assert s["segments"] == 2 and s["expandable_segments"] == 1
@@ -244,10 +273,16 @@ def test_step_probes_wait_for_the_sync_burst_to_end() -> None:
     steps = [0]
     ran_at: list[int] = []
     burst = threading.Event()
-    probe = Probe("per_step", lambda: (ran_at.append(len(rec.calls)), [("s", 1.0)])[1],
-                  frozenset({"step"}))
-    sampler = CounterSampler(rec, [probe], Budget(0.5), steps=lambda: steps[0],  # type: ignore[arg-type]
-                             tick_s=0.01)
+    probe = Probe(
+        "per_step", lambda: (ran_at.append(len(rec.calls)), [("s", 1.0)])[1], frozenset({"step"})
+    )
+    sampler = CounterSampler(
+        rec,
+        [probe],
+        Budget(0.5),
+        steps=lambda: steps[0],  # type: ignore[arg-type]
+        tick_s=0.01,
+    )
     sampler.start()
     stop = threading.Event()
 
@@ -273,3 +308,60 @@ def test_step_probes_wait_for_the_sync_burst_to_end() -> None:
     assert during == 0  # a once-per-step probe has no baseline at start
     assert probe.runs == 2  # once for the step, after the burst; the last round at stop
     assert ran_at[0] >= n_at_end  # it ran after the last call of the burst
+
+
+def test_probe_registry_shares_sum_to_the_whole_budget_exactly() -> None:
+    from wsprof.capture.counters import BUDGET_SHARES, PROBES, check_shares
+
+    check_shares(PROBES)
+    assert sum(p.share_pct for p in PROBES) == 100
+    assert [p.name for p in PROBES] == ["allocator", "process", "gc_types", "snapshot", "nvml"]
+    assert {p.name: p.share_pct / 100 for p in PROBES} == BUDGET_SHARES
+
+
+def test_a_new_probe_needs_an_explicit_share_taken_from_the_others() -> None:
+    from wsprof.capture.counters import PROBES, ProbeSpec, check_shares
+
+    with pytest.raises(TypeError):
+        ProbeSpec(
+            "new",
+            when=frozenset({"step"}),
+            interval_s=1.0,  # type: ignore[call-arg]
+            make=lambda ctx: list,
+        )
+    extra = ProbeSpec("new", 10, frozenset({"step"}), 1.0, lambda ctx: list)
+    with pytest.raises(ValueError, match=r"sum to 110 %, not 100 %"):
+        check_shares((*PROBES, extra))
+    with pytest.raises(ValueError, match=r"share_pct must be an integer percent > 0"):
+        check_shares((*PROBES, ProbeSpec("free", 0, frozenset({"step"}), 1.0, lambda ctx: list)))
+    with pytest.raises(ValueError, match=r"named twice"):
+        check_shares((*PROBES, PROBES[0]))
+
+
+def test_install_builds_each_probe_with_its_share_and_skips_unavailable_ones() -> None:
+    from wsprof.capture import counters
+
+    rec = _Recorder()
+    specs = (
+        counters.ProbeSpec("a", 60, frozenset({"periodic"}), None, lambda ctx: lambda: []),
+        counters.ProbeSpec("b", 30, frozenset({"periodic"}), 2.0, lambda ctx: lambda: []),
+        counters.ProbeSpec("gone", 10, frozenset({"periodic"}), 1.0, lambda ctx: "no source"),
+    )
+    sampler = counters.install(
+        rec,
+        lambda: 0,
+        lambda: 0,  # type: ignore[arg-type]
+        fraction=0.01,
+        interval_s=0.25,
+        probes=specs,
+    )
+    try:
+        by_name = {p.name: p for p in sampler.probes}
+        assert sorted(by_name) == ["a", "b"]
+        assert by_name["a"].interval_s == 0.25 and by_name["b"].interval_s == 2.0
+        assert by_name["a"].budget is not None and by_name["b"].budget is not None
+        assert by_name["a"].budget.fraction == pytest.approx(0.006)
+        assert by_name["b"].budget.fraction == pytest.approx(0.003)
+        assert ("counters", "no source") in rec.events
+    finally:
+        sampler.stop()

@@ -38,7 +38,7 @@ def test_every_case_column_loads() -> None:
 def test_seed_case_values_and_units() -> None:
     series = {s.name: s for s in load_series_csv(str(CASES / "seed_weight_sync.csv"))}
     sync = series["update_weights_time_s"]
-    assert sync.unit == "s"
+    assert sync.unit_label == "s"
     assert sync.steps == (0, 1, 2, 3)
     assert sync.values == (143.0, 363.0, 966.0, 1596.0)
     assert sync.config is None

@@ -41,14 +41,39 @@ def _at(value: PerStep, step: int) -> float:
 
 
 def _call(t0: int, dur: int, op: str, site: int, step: int) -> tuple[object, ...]:
-    return (t0, t0 + dur, dur - 1000, 1, 7, op, f"dist.{op}", "api", 64, "float32", "0", 0,
-            site, step, "weight_sync", None)
+    return (
+        t0,
+        t0 + dur,
+        dur - 1000,
+        1,
+        7,
+        op,
+        f"dist.{op}",
+        "api",
+        64,
+        "float32",
+        "0",
+        0,
+        site,
+        step,
+        "weight_sync",
+        None,
+    )
 
 
-def write_run(path: Path, steps: Sequence[int], bcast_ms: PerStep, gather_ms: PerStep, *,
-              markers: bool = True, sites: Sequence[tuple[int, str, int, str]] = (SITE_A, SITE_B),
-              samples: Sequence[tuple[Sequence[str], int]] = (),
-              retention: Retention | None = None, rank: int = 0, pid: int = 100) -> Path:
+def write_run(
+    path: Path,
+    steps: Sequence[int],
+    bcast_ms: PerStep,
+    gather_ms: PerStep,
+    *,
+    markers: bool = True,
+    sites: Sequence[tuple[int, str, int, str]] = (SITE_A, SITE_B),
+    samples: Sequence[tuple[Sequence[str], int]] = (),
+    retention: Retention | None = None,
+    rank: int = 0,
+    pid: int = 100,
+) -> Path:
     """One trace (rank 0 unless told): per step a rollout phase, then a weight_sync phase of
     ``N_BCAST`` broadcasts from site A and ``N_GATHER`` all_gathers from site B of the given
     lengths.
@@ -115,7 +140,8 @@ def _names(items: Sequence[ItemDiff]) -> list[tuple[str, str]]:
 
 
 def test_fix_shows_what_got_faster_slower_and_where_overhead_moved(
-        fixed: tuple[Path, Path]) -> None:
+    fixed: tuple[Path, Path],
+) -> None:
     r = diff_paths(str(fixed[0]), str(fixed[1]))
     bcast, gather = _item(r, "op", "broadcast"), _item(r, "op", "all_gather")
     assert bcast.s_per_step is not None and gather.s_per_step is not None
@@ -130,11 +156,14 @@ def test_fix_shows_what_got_faster_slower_and_where_overhead_moved(
     assert site_a.s_per_step is not None and site_a.s_per_step.change == pytest.approx(-0.38)
     assert site_a.detail == "line 10"
     assert ("op", "broadcast") in _names(r.faster) and ("site", "push_a (sync.py)") in _names(
-        r.faster)
+        r.faster
+    )
     assert _names(r.slower) == [("op", "all_gather"), ("site", "gather_b (meta.py)")]
     assert _names(r.moved_to) == [("op", "all_gather"), ("site", "gather_b (meta.py)")]
-    assert any(v.startswith("overhead moved to all_gather") and "gather_b (meta.py)" in v
-               for v in r.verdict)
+    assert any(
+        v.startswith("overhead moved to all_gather") and "gather_b (meta.py)" in v
+        for v in r.verdict
+    )
     assert r.verdict[0].startswith("faster per step")
     # headline numbers: step time and weight sync per step, rollout unchanged
     assert r.step_s.change == pytest.approx(-(N_BCAST * 0.019 - N_GATHER * 0.028), abs=1e-4)
@@ -166,8 +195,12 @@ def test_same_run_is_about_the_same(fixed: tuple[Path, Path]) -> None:
 def test_two_step_windows_of_one_run(tmp_path: Path) -> None:
     """Steps 0-4 slow broadcasts; the fix lands at step 5, where all_gathers get slower."""
     run = tmp_path / "run"
-    write_run(run / "h.wsprof", range(10), lambda s: 20.0 if s < 5 else 1.0,
-              lambda s: 2.0 if s < 5 else 30.0)
+    write_run(
+        run / "h.wsprof",
+        range(10),
+        lambda s: 20.0 if s < 5 else 1.0,
+        lambda s: 2.0 if s < 5 else 30.0,
+    )
     r = diff_paths(str(run), str(run), parse_step_range("0:5"), parse_step_range("5:10"))
     assert r.before.steps == (0, 1, 2, 3, 4) and r.after.steps == (5, 6, 7, 8, 9)
     bcast = _item(r, "op", "broadcast")
@@ -183,17 +216,28 @@ def test_two_step_windows_of_one_run(tmp_path: Path) -> None:
     assert (r2.before.steps, r2.after.steps) == (r.before.steps, r.after.steps)
 
 
-@pytest.mark.parametrize(("text", "expect"), [
-    ("0:5", (0, 5)), (":5", (None, 5)), ("5:", (5, None)), (" 3 : 7 ", (3, 7)),
-])
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        ("0:5", (0, 5)),
+        (":5", (None, 5)),
+        ("5:", (5, None)),
+        (" 3 : 7 ", (3, 7)),
+    ],
+)
 def test_parse_step_range(text: str, expect: tuple[int | None, int | None]) -> None:
     assert parse_step_range(text) == expect
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("5:5", "empty step range"), ("7:3", "empty step range"), ("x:y", "expected A:B"),
-    ("5", "expected A:B"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("5:5", "empty step range"),
+        ("7:3", "empty step range"),
+        ("x:y", "expected A:B"),
+        ("5", "expected A:B"),
+    ],
+)
 def test_parse_step_range_rejects(text: str, message: str) -> None:
     with pytest.raises(InputError, match=message) as e:
         parse_step_range(text, "--before-steps")
@@ -204,8 +248,13 @@ def test_thinned_trace_per_op_numbers_stay_exact(tmp_path: Path) -> None:
     """Retention keeps 3 calls in detail of the middle steps: calls and time per step of each
     op still come out exact (from the trace's per-step totals)."""
     run = tmp_path / "run"
-    write_run(run / "h.wsprof", range(10), lambda s: 20.0 if s < 5 else 1.0, 2.0,
-              retention=Retention(keep_steps=2, calls_per_thinned_step=3))
+    write_run(
+        run / "h.wsprof",
+        range(10),
+        lambda s: 20.0 if s < 5 else 1.0,
+        2.0,
+        retention=Retention(keep_steps=2, calls_per_thinned_step=3),
+    )
     r = diff_paths(str(run), str(run), (0, 5), (5, 10))
     bcast = _item(r, "op", "broadcast")
     assert bcast.calls_per_step is not None and bcast.s_per_step is not None
@@ -221,10 +270,28 @@ def test_bursts_and_sampled_frames(tmp_path: Path) -> None:
     """No markers: steps from sync bursts. py-spy samples move from push_a to gather_b, and
     the frames match across runs although their lines changed."""
     main_frame = "main (train.py:1)"
-    write_run(tmp_path / "b" / "h.wsprof", range(6), 20.0, 2.0, markers=False, samples=[
-        ([main_frame, "push_a (sync.py:10)"], 80), ([main_frame, "gather_b (meta.py:20)"], 20)])
-    write_run(tmp_path / "a" / "h.wsprof", range(6), 1.0, 30.0, markers=False, samples=[
-        ([main_frame, "push_a (sync.py:12)"], 10), ([main_frame, "gather_b (meta.py:24)"], 90)])
+    write_run(
+        tmp_path / "b" / "h.wsprof",
+        range(6),
+        20.0,
+        2.0,
+        markers=False,
+        samples=[
+            ([main_frame, "push_a (sync.py:10)"], 80),
+            ([main_frame, "gather_b (meta.py:20)"], 20),
+        ],
+    )
+    write_run(
+        tmp_path / "a" / "h.wsprof",
+        range(6),
+        1.0,
+        30.0,
+        markers=False,
+        samples=[
+            ([main_frame, "push_a (sync.py:12)"], 10),
+            ([main_frame, "gather_b (meta.py:24)"], 90),
+        ],
+    )
     r = diff_paths(str(tmp_path / "b"), str(tmp_path / "a"))
     # Found from the job itself (sync bursts, or the rhythm of its calls).
     assert r.before.step_source in ("bursts", "rhythm") and len(r.before.steps) == 6
@@ -241,16 +308,22 @@ def _write_sampler(path: Path, pid: int, samples: Sequence[tuple[Sequence[str], 
     """A py-spy sampler's trace (as ``wsprof attach`` writes it): samples of ``pid`` only."""
     w = TraceWriter(str(path))
     w.set_meta({"pid": 999, "targets": [pid]})
-    w.write({"stacks": [(i, json.dumps(list(f))) for i, (f, _) in enumerate(samples)],
-             "samples": [(0, 10**12, pid, 7, i, n) for i, (_, n) in enumerate(samples)]})
+    w.write(
+        {
+            "stacks": [(i, json.dumps(list(f))) for i, (f, _) in enumerate(samples)],
+            "samples": [(0, 10**12, pid, 7, i, n) for i, (_, n) in enumerate(samples)],
+        }
+    )
     w.close()
 
 
 def test_run_of_several_traces_compares_the_primary(tmp_path: Path) -> None:
     """Rank 1 (read first: its file sorts first) has the opposite pattern; rank 0 is compared,
     and the py-spy samples of its pid come from a separate sampler trace."""
-    for side, (b, g, hot) in {"b": (20.0, 2.0, "push_a (sync.py:10)"),
-                              "a": (1.0, 30.0, "gather_b (meta.py:20)")}.items():
+    for side, (b, g, hot) in {
+        "b": (20.0, 2.0, "push_a (sync.py:10)"),
+        "a": (1.0, 30.0, "gather_b (meta.py:20)"),
+    }.items():
         write_run(tmp_path / side / "a-101.wsprof", range(5), g, b, rank=1, pid=101)
         write_run(tmp_path / side / "b-100.wsprof", range(5), b, g)
         _write_sampler(tmp_path / side / "c-pyspy.wsprof", 100, [(["main (t.py:1)", hot], 50)])
@@ -273,8 +346,9 @@ def test_series_files(tmp_path: Path) -> None:
     assert uw is not None and (uw.before, uw.after) == (363, 100)
 
 
-def write_unstepped(path: Path, n_bcast: int, n_gather: int, call_ms: float,
-                    wall_ms: float) -> Path:
+def write_unstepped(
+    path: Path, n_bcast: int, n_gather: int, call_ms: float, wall_ms: float
+) -> Path:
     """One trace of a job whose steps cannot be found: its calls (``n_bcast`` broadcasts from
     site A, ``n_gather`` all_gathers from site B, ``call_ms`` each, in a shuffled order) are
     evenly spread over ``wall_ms`` with no idle gap and no rhythm; a process counter is read
@@ -292,8 +366,13 @@ def write_unstepped(path: Path, n_bcast: int, n_gather: int, call_ms: float,
     for op in ops:
         calls.append(_call(t, dur, op, 0 if op == "broadcast" else 1, -1))
         t += dur + gap
-    w.write({"sites": [SITE_A, SITE_B], "calls": calls,
-             "counters": [(t0, "proc.rss_bytes", 1e9), (t - gap, "proc.rss_bytes", 1e9)]})
+    w.write(
+        {
+            "sites": [SITE_A, SITE_B],
+            "calls": calls,
+            "counters": [(t0, "proc.rss_bytes", 1e9), (t - gap, "proc.rss_bytes", 1e9)],
+        }
+    )
     w.close()
     return path
 
@@ -338,8 +417,12 @@ def test_one_figure_for_the_time_in_sync(tmp_path: Path) -> None:
     median fell (-40%) and its time per step rose (+56%). One figure, the time per step (total
     over the steps / steps, like every item), in every output; no phase item repeats it."""
     write_run(tmp_path / "b" / "h.wsprof", range(5), 4.0, 4.0)
-    write_run(tmp_path / "a" / "h.wsprof", range(5), lambda s: 2.4 if s < 3 else 12.0,
-              lambda s: 2.4 if s < 3 else 12.0)
+    write_run(
+        tmp_path / "a" / "h.wsprof",
+        range(5),
+        lambda s: 2.4 if s < 3 else 12.0,
+        lambda s: 2.4 if s < 3 else 12.0,
+    )
     r = diff_paths(str(tmp_path / "b"), str(tmp_path / "a"))
     assert r.weight_sync_s.before == pytest.approx(0.100, abs=1e-3)
     assert r.weight_sync_s.after == pytest.approx((3 * 0.060 + 2 * 0.300) / 5, abs=1e-3)
@@ -348,7 +431,8 @@ def test_one_figure_for_the_time_in_sync(tmp_path: Path) -> None:
     lines = render_diff_text(r).splitlines()
     sync = [line for line in lines if "weight sync" in line or "weight_sync" in line]
     assert [line.split()[:2] for line in sync if not line.startswith("VERDICT")] == [
-        ["weight", "sync"]]
+        ["weight", "sync"]
+    ]
     assert all("-40%" not in line for line in sync)
     assert "+56%" in sync[-1]
     doc = diff_to_dict(r)
@@ -382,10 +466,10 @@ def test_cli_text(fixed: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) 
 
 
 def test_cli_text_step_windows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = write_run(tmp_path / "run" / "h.wsprof", range(10),
-                    lambda s: 20.0 if s < 5 else 1.0, 2.0).parent
-    assert main(["diff", str(run), str(run), "--before-steps", "0:5",
-                 "--after-steps", "5:10"]) == 0
+    run = write_run(
+        tmp_path / "run" / "h.wsprof", range(10), lambda s: 20.0 if s < 5 else 1.0, 2.0
+    ).parent
+    assert main(["diff", str(run), str(run), "--before-steps", "0:5", "--after-steps", "5:10"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "steps 0-4 (5 from markers) of --before-steps 0:5" in out
     assert "steps 5-9 (5 from markers) of --after-steps 5:10" in out
@@ -403,8 +487,9 @@ def test_cli_json(fixed: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) 
     assert doc["before"]["steps"] == [0, 1, 2, 3, 4] and doc["before"]["step_range"] is None
 
 
-def test_cli_html(fixed: tuple[Path, Path], tmp_path: Path,
-                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_html(
+    fixed: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "d" / "diff.html"
     assert main(["diff", str(fixed[0]), str(fixed[1]), "--format", "html", "-o", str(out)]) == 0
     assert capsys.readouterr().out.strip() == str(out)
@@ -413,9 +498,12 @@ def test_cli_html(fixed: tuple[Path, Path], tmp_path: Path,
     assert "<script" not in html and "http://" not in html and "https://" not in html
 
 
-def test_cli_html_default_path(fixed: tuple[Path, Path], tmp_path: Path,
-                               monkeypatch: pytest.MonkeyPatch,
-                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_html_default_path(
+    fixed: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["diff", str(fixed[0]), str(fixed[1]), "--format", "html"]) == 0
     printed = capsys.readouterr().out.strip()
@@ -440,20 +528,36 @@ def _one_error_line(err: str, expect: str) -> None:
     assert expect in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize(("args", "expect"), [
-    (["{b}", "{missing}"], "no such file or folder"),
-    (["{missing}", "{a}"], "no such file or folder"),
-    (["{b}", "{a}", "--before-steps", "3:3"], "empty step range"),
-    (["{b}", "{a}", "--after-steps", "9:2"], "empty step range"),
-    (["{b}", "{a}", "--before-steps", "zero:five"], "expected A:B"),
-    (["{b}", "{a}", "--after-steps", "50:60"], "selects none of rank 0's steps (0-4)"),
-    (["{b}", "{csv}"], "cannot compare a run with a series"),
-    (["{b}", "{a}", "--format", "pdf"], "Invalid value"),
-], ids=["missing-after", "missing-before", "empty-range", "reversed-range", "not-numbers",
-        "range-outside", "run-vs-series", "bad-format"])
-def test_bad_input_is_one_line_exit_2(fixed: tuple[Path, Path], tmp_path: Path,
-                                      capsys: pytest.CaptureFixture[str], args: list[str],
-                                      expect: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        (["{b}", "{missing}"], "no such file or folder"),
+        (["{missing}", "{a}"], "no such file or folder"),
+        (["{b}", "{a}", "--before-steps", "3:3"], "empty step range"),
+        (["{b}", "{a}", "--after-steps", "9:2"], "empty step range"),
+        (["{b}", "{a}", "--before-steps", "zero:five"], "expected A:B"),
+        (["{b}", "{a}", "--after-steps", "50:60"], "selects none of rank 0's steps (0-4)"),
+        (["{b}", "{csv}"], "cannot compare a run with a series"),
+        (["{b}", "{a}", "--format", "pdf"], "Invalid value"),
+    ],
+    ids=[
+        "missing-after",
+        "missing-before",
+        "empty-range",
+        "reversed-range",
+        "not-numbers",
+        "range-outside",
+        "run-vs-series",
+        "bad-format",
+    ],
+)
+def test_bad_input_is_one_line_exit_2(
+    fixed: tuple[Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    expect: str,
+) -> None:
     csv = tmp_path / "x.csv"
     csv.write_text("step,x_s\n0,1\n1,2\n")
     paths = {"b": fixed[0], "a": fixed[1], "missing": tmp_path / "nope", "csv": csv}
@@ -466,11 +570,28 @@ def test_bad_input_is_one_line_exit_2(fixed: tuple[Path, Path], tmp_path: Path,
 def test_real_process_exit_codes(fixed: tuple[Path, Path]) -> None:
     """``python -m wsprof diff`` end to end: text on stdout and exit 0; an empty step range is
     one line on stderr and exit 2."""
-    ok = subprocess.run([sys.executable, "-m", "wsprof", "diff", str(fixed[0]), str(fixed[1])],
-                        capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(
+        [sys.executable, "-m", "wsprof", "diff", str(fixed[0]), str(fixed[1])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.splitlines()[1].startswith("VERDICT: ")
-    bad = subprocess.run([sys.executable, "-m", "wsprof", "diff", str(fixed[0]), str(fixed[0]),
-                          "--before-steps", "2:2"], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wsprof",
+            "diff",
+            str(fixed[0]),
+            str(fixed[0]),
+            "--before-steps",
+            "2:2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and bad.stdout == ""
     _one_error_line(bad.stderr, "--before-steps '2:2': empty step range")

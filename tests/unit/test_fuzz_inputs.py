@@ -24,7 +24,7 @@ import numpy as np
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from wsprof.analysis.model import Series
+from wsprof.contracts.series import Series
 from wsprof.errors import InputError
 from wsprof.importers.csv_series import load_series_csv
 from wsprof.trace.model import CALL_COLUMNS, ProcessTrace
@@ -47,8 +47,11 @@ _FUZZ = settings(
     deadline=None,
     derandomize=True,
     database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                           HealthCheck.filter_too_much],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
 )
 
 
@@ -58,8 +61,24 @@ def fuzz(max_examples: int) -> settings:
 
 
 def _call(t0: int, op: str, step: int) -> tuple[object, ...]:
-    return (t0, t0 + 1000, 600, 1, 7, op, f"dist.{op}", "api", 64, "float32", "0", op == "recv",
-            0, step, "weight_sync", None)
+    return (
+        t0,
+        t0 + 1000,
+        600,
+        1,
+        7,
+        op,
+        f"dist.{op}",
+        "api",
+        64,
+        "float32",
+        "0",
+        op == "recv",
+        0,
+        step,
+        "weight_sync",
+        None,
+    )
 
 
 def _valid_trace_bytes() -> bytes:
@@ -69,17 +88,23 @@ def _valid_trace_bytes() -> bytes:
         w = TraceWriter(path)
         w.set_meta({"pid": 11, "rank": 0, "world_size": 2, "anchor": [1, 2]})
         for chunk in range(2):
-            w.write({
-                "sites": [(0, "train.py", 42, "sync")],
-                "calls": [_call(10_000 * chunk + 100 * i, ("broadcast", "recv")[i % 2], chunk)
-                          for i in range(20)],
-                "call_updates": [(10_000 * chunk + 100, 7, 10_000 * chunk + 5000, 900)],
-                "spans": [("step", str(chunk), 10_000 * chunk, 10_000 * chunk + 9000, chunk, 7)],
-                "counters": [(10_000 * chunk, "cuda.segments", 3.0 + chunk)],
-                "events": [(1, "patched", "x")],
-                "stacks": [(0, json.dumps(["main (a.py:1)", "sync (a.py:2)"]))],
-                "samples": [(0, 5000, 11, 7, 0, 3)],
-            })
+            w.write(
+                {
+                    "sites": [(0, "train.py", 42, "sync")],
+                    "calls": [
+                        _call(10_000 * chunk + 100 * i, ("broadcast", "recv")[i % 2], chunk)
+                        for i in range(20)
+                    ],
+                    "call_updates": [(10_000 * chunk + 100, 7, 10_000 * chunk + 5000, 900)],
+                    "spans": [
+                        ("step", str(chunk), 10_000 * chunk, 10_000 * chunk + 9000, chunk, 7)
+                    ],
+                    "counters": [(10_000 * chunk, "cuda.segments", 3.0 + chunk)],
+                    "events": [(1, "patched", "x")],
+                    "stacks": [(0, json.dumps(["main (a.py:1)", "sync (a.py:2)"]))],
+                    "samples": [(0, 5000, 11, 7, 0, 3)],
+                }
+            )
         w.close()
         return Path(path).read_bytes()
 
@@ -132,6 +157,7 @@ def test_seed_trace_reads() -> None:
 
 # (a) random bytes, and random damage to a valid trace file ------------------------------------
 
+
 @fuzz(N_RANDOM_BYTES)
 @given(st.booleans(), st.binary(max_size=8192))
 def test_random_bytes(sqlite_magic: bool, data: bytes) -> None:
@@ -155,13 +181,13 @@ def damaged_traces(draw: st.DrawFn) -> bytes:
             data[at] = draw(st.integers(0, 255))
         elif kind == "zero_page":
             page = at - at % 4096
-            data[page: page + 4096] = bytes(len(data[page: page + 4096]))
+            data[page : page + 4096] = bytes(len(data[page : page + 4096]))
         elif kind == "truncate":
             del data[at:]
         elif kind == "insert":
             data[at:at] = draw(st.binary(min_size=1, max_size=64))
         else:
-            del data[at: at + draw(st.integers(1, 512))]
+            del data[at : at + draw(st.integers(1, 512))]
     return bytes(data)
 
 
@@ -174,14 +200,35 @@ def test_damaged_trace(data: bytes) -> None:
 
 # (c) random call-chunk payloads and table values inside an otherwise valid trace --------------
 
-_DTYPES = ["<i1", "<i2", "<i4", "<i8", "<u1", "<u8", "|b1", ">i4", "<f8", "<f4", "<c16", "|O",
-           "<U4", "|S3", "<M8[s]", "<V0", "(2,)<i4", "i4,i4", "zzz", ""]
+_DTYPES = [
+    "<i1",
+    "<i2",
+    "<i4",
+    "<i8",
+    "<u1",
+    "<u8",
+    "|b1",
+    ">i4",
+    "<f8",
+    "<f4",
+    "<c16",
+    "|O",
+    "<U4",
+    "|S3",
+    "<M8[s]",
+    "<V0",
+    "(2,)<i4",
+    "i4,i4",
+    "zzz",
+    "",
+]
 
-_int64 = st.integers(-2**63, 2**63 - 1)
+_int64 = st.integers(-(2**63), 2**63 - 1)
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner,
-                                                                 max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -196,8 +243,12 @@ def columns_json(draw: st.DrawFn) -> object:
     names = list(CALL_COLUMNS)
     if kind == "edited":
         names = draw(st.lists(st.sampled_from([*CALL_COLUMNS, "extra", ""]), max_size=20))
-    return json.dumps([[n, draw(st.sampled_from(_DTYPES[:4]) if kind == "valid"
-                                else st.sampled_from(_DTYPES))] for n in names])
+    return json.dumps(
+        [
+            [n, draw(st.sampled_from(_DTYPES[:4]) if kind == "valid" else st.sampled_from(_DTYPES))]
+            for n in names
+        ]
+    )
 
 
 @st.composite
@@ -212,12 +263,21 @@ def chunk_rows(draw: st.DrawFn) -> tuple[object, object, object]:
             matrix[:, [5, 6, 7, 9, 10, 14, 15]] = draw(st.integers(-1, 3))
             columns, data = pack_columns(matrix)
         return n, columns, data
-    n_rows = draw(st.integers(-3, 50) | st.sampled_from([2**62, 2**63 - 1, -2**63]) |
-                  st.floats() | st.text(max_size=4))
+    n_rows = draw(
+        st.integers(-3, 50)
+        | st.sampled_from([2**62, 2**63 - 1, -(2**63)])
+        | st.floats()
+        | st.text(max_size=4)
+    )
     payload = draw(st.binary(max_size=300))
     form = draw(st.sampled_from(["compressed", "raw", "text"]))
-    blob = (zlib.compress(payload) if form == "compressed" else
-            payload if form == "raw" else payload.decode("latin-1"))
+    blob = (
+        zlib.compress(payload)
+        if form == "compressed"
+        else payload
+        if form == "raw"
+        else payload.decode("latin-1")
+    )
     return n_rows, draw(columns_json()), blob
 
 
@@ -238,9 +298,18 @@ def _relaxed_seed() -> bytes:
 
 
 _TABLES = {
-    "meta": 2, "sites": 4, "strings": 2, "call_chunks": 6, "call_totals": 11, "call_updates": 4,
-    "spans": 6, "issued": 6,
-    "counters": 3, "events": 3, "stacks": 2, "samples": 6,
+    "meta": 2,
+    "sites": 4,
+    "strings": 2,
+    "call_chunks": 6,
+    "call_totals": 11,
+    "call_updates": 4,
+    "spans": 6,
+    "issued": 6,
+    "counters": 3,
+    "events": 3,
+    "stacks": 2,
+    "samples": 6,
 }
 RELAXED_SEED = _relaxed_seed()
 
@@ -272,8 +341,14 @@ def test_random_call_chunks(rows: list[tuple[object, object, object]], keep: boo
         _check_trace(path)
 
 
-_sql_value = (st.none() | _int64 | st.floats() | st.text(max_size=20) |
-              st.binary(max_size=20) | st.sampled_from([float("inf"), -float("inf"), 1e300]))
+_sql_value = (
+    st.none()
+    | _int64
+    | st.floats()
+    | st.text(max_size=20)
+    | st.binary(max_size=20)
+    | st.sampled_from([float("inf"), -float("inf"), 1e300])
+)
 
 
 @st.composite
@@ -283,8 +358,11 @@ def table_edits(draw: st.DrawFn) -> Statements:
         table = draw(st.sampled_from(sorted(set(_TABLES) - {"call_chunks"})))
         n = _TABLES[table]
         if table == "meta":
-            key = draw(st.sampled_from(["schema_version", "rank", "pid", "world_size", "anchor",
-                                        "targets", "x"]))
+            key = draw(
+                st.sampled_from(
+                    ["schema_version", "rank", "pid", "world_size", "anchor", "targets", "x"]
+                )
+            )
             value = draw(_sql_value | _json.map(json.dumps) | st.just("[" * 5000))
             out.append(("INSERT OR REPLACE INTO meta VALUES (?,?)", (key, value)))
             continue
@@ -305,10 +383,39 @@ def test_random_table_values(sql: Statements) -> None:
 _cell = st.one_of(
     st.integers(-5, 30).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
-    st.sampled_from(["", " ", "nan", "NaN", "inf", "-inf", "Infinity", "1e309", "-1e309",
-                     "1e-320", "9" * 400, "0x10", "1_000", "1,5", "\"1\"", "١٢", "+3", "-0",
-                     "3.0", "2.5", "tp=8", "null", "None", "\x00", "\u2603", "1 2", "x" * 300,
-                     "1\n2", "1\r\n"]),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "nan",
+            "NaN",
+            "inf",
+            "-inf",
+            "Infinity",
+            "1e309",
+            "-1e309",
+            "1e-320",
+            "9" * 400,
+            "0x10",
+            "1_000",
+            "1,5",
+            '"1"',
+            "١٢",
+            "+3",
+            "-0",
+            "3.0",
+            "2.5",
+            "tp=8",
+            "null",
+            "None",
+            "\x00",
+            "\u2603",
+            "1 2",
+            "x" * 300,
+            "1\n2",
+            "1\r\n",
+        ]
+    ),
     st.text(max_size=8),
 )
 _number = st.one_of(
@@ -316,13 +423,27 @@ _number = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.sampled_from(["", "nan", "inf", "1e309", "-0", "2.5"]),
 )
-_header_name = st.sampled_from(["step", "Step", " step ", "sync_s", "mem_gib", "config", "x",
-                                "", "loss", "é_ms", "sync_s", "a\nb_s", "y" * 300]) | st.text(
-                                    max_size=6)
+_header_name = st.sampled_from(
+    [
+        "step",
+        "Step",
+        " step ",
+        "sync_s",
+        "mem_gib",
+        "config",
+        "x",
+        "",
+        "loss",
+        "é_ms",
+        "sync_s",
+        "a\nb_s",
+        "y" * 300,
+    ]
+) | st.text(max_size=6)
 
 
 def _csv_cell(text: str) -> str:
-    if any(c in text for c in ",\"\r\n"):
+    if any(c in text for c in ',"\r\n'):
         return '"' + text.replace('"', '""') + '"'
     return text
 
@@ -333,8 +454,14 @@ def csv_texts(draw: st.DrawFn) -> str:
     often load, with NaN, inf, huge, unsorted or repeated steps), half anything at all."""
     clean = draw(st.booleans())
     if clean:
-        names = draw(st.lists(st.sampled_from(["sync_s", "mem_gib", "config", "loss", "é_ms",
-                                               "a\nb_s"]), min_size=1, max_size=3, unique=True))
+        names = draw(
+            st.lists(
+                st.sampled_from(["sync_s", "mem_gib", "config", "loss", "é_ms", "a\nb_s"]),
+                min_size=1,
+                max_size=3,
+                unique=True,
+            )
+        )
         header = draw(st.permutations(["step", *names]))
     else:
         header = draw(st.lists(_header_name, min_size=1, max_size=5))
@@ -344,16 +471,22 @@ def csv_texts(draw: st.DrawFn) -> str:
     for _ in range(draw(st.integers(0, 6))):
         width = len(header) if draw(st.integers(0, 7)) else draw(st.integers(0, 6))
         if clean:
-            row = [str(draw(st.integers(-2, 6))) if h == "step" else
-                   draw(st.text(max_size=4)) if h == "config" else draw(_number)
-                   for h in header][:width]
+            row = [
+                str(draw(st.integers(-2, 6)))
+                if h == "step"
+                else draw(st.text(max_size=4))
+                if h == "config"
+                else draw(_number)
+                for h in header
+            ][:width]
             row += [draw(_number) for _ in range(width - len(row))]
         else:
             row = [draw(_cell) for _ in range(width)]
         lines.append(row)
     end = draw(st.sampled_from(["\n", "\r\n", "\r"]))
     return end.join(",".join(_csv_cell(c) for c in row) for row in lines) + draw(
-        st.sampled_from(["", end, end * 2]))
+        st.sampled_from(["", end, end * 2])
+    )
 
 
 def _check_csv(data: bytes) -> list[Series] | None:
@@ -386,8 +519,12 @@ def test_csv_structured(text: str) -> None:
 
 
 @fuzz(N_CSV_TEXT)
-@given(st.text(alphabet=st.sampled_from("step,_s0123456789.-+eE naNiIf\"\r\n\t;\x00\u2603"),
-               max_size=80) | st.text(max_size=80))
+@given(
+    st.text(
+        alphabet=st.sampled_from('step,_s0123456789.-+eE naNiIf"\r\n\t;\x00\u2603'), max_size=80
+    )
+    | st.text(max_size=80)
+)
 def test_csv_any_text(text: str) -> None:
     _check_csv(_utf8(text))
 
@@ -400,6 +537,13 @@ def test_csv_any_bytes(data: bytes) -> None:
 
 def test_fuzz_case_budget() -> None:
     """The issue asks for at least 1,000 fuzz cases per CI run."""
-    total = (N_RANDOM_BYTES + N_TRACE_MUTATIONS + N_CHUNK_PAYLOADS + N_TABLE_VALUES
-             + N_CSV_CELLS + N_CSV_TEXT + N_CSV_BYTES)
+    total = (
+        N_RANDOM_BYTES
+        + N_TRACE_MUTATIONS
+        + N_CHUNK_PAYLOADS
+        + N_TABLE_VALUES
+        + N_CSV_CELLS
+        + N_CSV_TEXT
+        + N_CSV_BYTES
+    )
     assert total >= 1000

@@ -47,9 +47,11 @@ def _analysis(file: str) -> Analysis:
 
 def _advice_on(findings: tuple[Finding, ...], metric: str) -> list[str]:
     """Titles of the findings about ``metric`` (named as the place or in the evidence)."""
-    return [f"{f.kind}: {f.title}" for f in findings
-            if f.where == metric or metric in (f.evidence.get("series"),
-                                               f.evidence.get("counter"))]
+    return [
+        f"{f.kind}: {f.title}"
+        for f in findings
+        if f.where == metric or metric in (f.evidence.get("series"), f.evidence.get("counter"))
+    ]
 
 
 @pytest.mark.parametrize(("file", "key", "want"), _cases())
@@ -67,8 +69,11 @@ def test_handed_log(file: str, key: str, want: Any) -> None:
         assert v.accumulating is want["accumulating"], (file, key, v)
         assert v.shape in want["shape"], (file, key, v.shape, v.evidence)
     elif key == "no_warning_findings":
-        bad = [f"[{f.severity}] {f.kind}: {f.title}" for f in a.findings
-               if f.severity in WARNING_OR_WORSE]
+        bad = [
+            f"[{f.severity}] {f.kind}: {f.title}"
+            for f in a.findings
+            if f.severity in WARNING_OR_WORSE
+        ]
         assert not (want and bad), bad
     elif key == "never_leak_advice_on":
         for metric in want:

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import wsprof.importers.logs as logs
-from wsprof.analysis.model import Series
 from wsprof.analysis.run import analyze_path
 from wsprof.cli import main
+from wsprof.contracts.series import Series
 from wsprof.errors import EXIT_USAGE, InputError
 from wsprof.importers.logs import (
     clean_line,
@@ -50,6 +50,7 @@ def _by_name(series: tuple[Series, ...]) -> dict[str, Series]:
 
 # Line cleaning ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("raw", "clean"),
     [
@@ -68,6 +69,7 @@ def test_clean_line(raw: str, clean: str) -> None:
 
 
 # slime -----------------------------------------------------------------------------------------
+
 
 def slime_log(sync_s: tuple[float, ...]) -> str:
     """A slime log: line ``perf N`` of the actor holds the sync that ran before rollout N, so
@@ -99,14 +101,14 @@ def test_slime_values_and_alignment(tmp_path: Path) -> None:
     # The initial sync (30.5 s, line 0) is dropped; step 4's sync is logged on no line.
     assert s["weight_sync_s"].steps == (0, 1, 2, 3)
     assert s["weight_sync_s"].values == GROWING
-    assert s["weight_sync_s"].unit == "s"
+    assert s["weight_sync_s"].unit_label == "s"
     assert s["rollout_s"].steps == (0, 1, 2, 3, 4)
     assert s["rollout_s"].values == (68.0, 68.1, 68.2, 68.3, 68.4)
     assert s["step_s"].values == (400.0, 401.0, 402.0, 403.0, 404.0)  # perf/step_time, not moved
     assert s["perf/actor_train_time"].steps == (0, 1, 2, 3, 4)
-    assert s["perf/actor_train_time"].unit == "s"
-    assert s["perf/actor_train_tok_per_s"].unit == ""  # a rate, not a time
-    assert s["perf/wait_time_ratio"].unit == ""
+    assert s["perf/actor_train_time"].unit_label == "s"
+    assert s["perf/actor_train_tok_per_s"].unit_label == ""  # a rate, not a time
+    assert s["perf/wait_time_ratio"].unit_label == ""
     assert "perf/update_weights_time" not in s and "perf/rollout_time" not in s
     assert [x.name for x in imp.series][:3] == ["weight_sync_s", "rollout_s", "step_s"]
     assert any("perf/update_weights_time logged at step k+1" in n for n in imp.notes)
@@ -114,14 +116,17 @@ def test_slime_values_and_alignment(tmp_path: Path) -> None:
 
 def test_slime_json_body_and_resumed_run() -> None:
     """JSON bodies read too; a run resumed at rollout 100 drops its first line's sync."""
-    lines = [f'perf {n}: {{"perf/update_weights_time": {v}, "perf/rollout_time": 60}}'
-             for n, v in ((100, 5.0), (101, 10.0), (102, 20.0))]
+    lines = [
+        f'perf {n}: {{"perf/update_weights_time": {v}, "perf/rollout_time": 60}}'
+        for n, v in ((100, 5.0), (101, 10.0), (102, 20.0))
+    ]
     s = _by_name(parse_log_lines(lines, "x.log").series)
     assert s["weight_sync_s"].steps == (100, 101) and s["weight_sync_s"].values == (10.0, 20.0)
     assert s["rollout_s"].steps == (100, 101, 102)
 
 
 # verl ------------------------------------------------------------------------------------------
+
 
 def verl_log(sync_s: tuple[float, ...], key: str = "timing_s/update_weights") -> str:
     lines = [
@@ -153,15 +158,17 @@ def test_verl_values(tmp_path: Path) -> None:
     assert s["critic/score/mean"].values == (0.1, 0.2, 0.3, 0.4)
     assert s["actor/pg_loss"].values == (-0.0123,) * 4
     assert s["actor/lr"].values == (1e-06,) * 4
-    assert s["timing_per_token_ms/gen"].unit == "ms"
+    assert s["timing_per_token_ms/gen"].unit_label == "ms"
     assert s["val-core/openai/gsm8k/reward/mean@1"].steps == (0,)
     assert "actor/is_clipped" not in s  # booleans are not metrics
-    assert s["perf/throughput"].unit == "" and s["response_length/clip_ratio"].unit == ""
+    assert s["perf/throughput"].unit_label == ""
+    assert s["response_length/clip_ratio"].unit_label == ""
 
 
 def test_verl_older_reshard_key() -> None:
-    s = _by_name(parse_log_lines(verl_log(FLAT, key="timing_s/reshard").splitlines(),
-                                 "x.log").series)
+    s = _by_name(
+        parse_log_lines(verl_log(FLAT, key="timing_s/reshard").splitlines(), "x.log").series
+    )
     assert s["weight_sync_s"].values == FLAT
     assert "timing_s/reshard" not in s
 
@@ -182,9 +189,12 @@ def test_duplicate_steps_keep_last_and_unsorted_steps_are_sorted() -> None:
 
 # OpenRLHF --------------------------------------------------------------------------------------
 
+
 def openrlhf_log(sync_s: tuple[float, ...]) -> str:
-    lines = ["[2025-08-01 10:00:00,001] [INFO] [launch.py:256:main] process 811 spawned",
-             "Episode [1/1]:   0%|          | 0/4 [00:00<?, ?it/s]"]
+    lines = [
+        "[2025-08-01 10:00:00,001] [INFO] [launch.py:256:main] process 811 spawned",
+        "Episode [1/1]:   0%|          | 0/4 [00:00<?, ?it/s]",
+    ]
     for i, sync in enumerate(sync_s, start=1):
         lines.append(
             f"(PPOTrainer pid=811) [2025-08-01 10:0{i}:00] [INFO] ppo_trainer.py:512 - Global step "
@@ -205,11 +215,12 @@ def test_openrlhf_values(tmp_path: Path) -> None:
     assert s["rollout_s"].values == (68.1, 68.2, 68.3, 68.4)
     assert s["step_s"].values == (401.0, 402.0, 403.0, 404.0)
     assert s["reward"].values == (0.1, 0.2, 0.3, 0.4)
-    assert s["timing/ppo_train"].unit == "s"
+    assert s["timing/ppo_train"].unit_label == "s"
     assert "lr" not in s and "generated_samples" not in s
 
 
 # AReaL -----------------------------------------------------------------------------------------
+
 
 def areal_log(sync_s: tuple[float, ...]) -> str:
     lines = ["20250801-10:00:00.001 Launcher INFO: starting trial"]
@@ -240,7 +251,7 @@ def test_areal_values(tmp_path: Path) -> None:
     assert s["rollout_s"].values == (68.1, 68.2, 68.3, 68.4)
     assert s["ppo_actor/task_reward/avg"].values == (0.50001, 0.50002, 0.50003, 0.50004)
     assert s["ppo_actor/seq_len/avg"].values == (512.0,) * 4
-    assert s["timeperf/train_step"].unit == "s"
+    assert s["timeperf/train_step"].unit_label == "s"
     assert "step_s" not in s
 
 
@@ -276,11 +287,20 @@ def test_table_row(row: str, pairs: dict[str, float] | None) -> None:
 
 @pytest.mark.parametrize(
     ("key", "unit"),
-    [("weight_sync_s", "s"), ("timing_s/old_log_prob", "s"), ("timing/broadcast", "s"),
-     ("timeperf/eval", "s"), ("perf/log_probs_time", "s"), ("perf/log_probs_tflops", ""),
-     ("perf/max_memory_allocated_gb", "GB"), ("timing_s/generation_timing/topk_ratio", ""),
-     ("actor/loss", ""), ("perf/time_per_step", "s"), ("global_seqlen/balanced_min", ""),
-     ("timing_per_token_ms/gen", "ms")],
+    [
+        ("weight_sync_s", "s"),
+        ("timing_s/old_log_prob", "s"),
+        ("timing/broadcast", "s"),
+        ("timeperf/eval", "s"),
+        ("perf/log_probs_time", "s"),
+        ("perf/log_probs_tflops", ""),
+        ("perf/max_memory_allocated_gb", "GB"),
+        ("timing_s/generation_timing/topk_ratio", ""),
+        ("actor/loss", ""),
+        ("perf/time_per_step", "s"),
+        ("global_seqlen/balanced_min", ""),
+        ("timing_per_token_ms/gen", "ms"),
+    ],
 )
 def test_metric_unit(key: str, unit: str) -> None:
     assert metric_unit(key) == unit
@@ -293,13 +313,17 @@ LOGS = {"slime": slime_log, "verl": verl_log, "openrlhf": openrlhf_log, "areal":
 
 def _sync_findings(out: str) -> list[dict[str, object]]:
     doc = json.loads(out)
-    return [f for f in doc["findings"] if f["kind"] == "accumulating_slowdown"
-            and f["evidence"]["series"] == "weight_sync_s"]
+    return [
+        f
+        for f in doc["findings"]
+        if f["kind"] == "accumulating_slowdown" and f["evidence"]["series"] == "weight_sync_s"
+    ]
 
 
 @pytest.mark.parametrize("fmt", sorted(LOGS))
-def test_analyze_reports_growing_sync_and_not_flat(tmp_path: Path, fmt: str,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_analyze_reports_growing_sync_and_not_flat(
+    tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     grow = _write(tmp_path, "grow.log", LOGS[fmt](GROWING))
     assert main(["analyze", grow, "--format", "json"]) == 0
     found = _sync_findings(capsys.readouterr().out)
@@ -330,23 +354,42 @@ def test_counters_and_quality_metrics_of_a_healthy_log_get_no_advice(tmp_path: P
 
 
 def test_memory_metric_of_a_log_still_grows(tmp_path: Path) -> None:
-    lines = [f"step:{i} - perf/max_memory_reserved_gb:{20 + 1.0 * i + 0.01 * (i % 3)} - "
-             f"training/global_step:{i}" for i in range(1, 9)]
+    lines = [
+        f"step:{i} - perf/max_memory_reserved_gb:{20 + 1.0 * i + 0.01 * (i % 3)} - "
+        f"training/global_step:{i}"
+        for i in range(1, 9)
+    ]
     a = analyze_path(_write(tmp_path, "leak.log", "\n".join(lines) + "\n"))
     assert [f.where for f in a.findings if f.kind == "memory_growth"] == [
-        "perf/max_memory_reserved_gb"]
+        "perf/max_memory_reserved_gb"
+    ]
 
 
 def test_real_command_line_on_a_log(tmp_path: Path) -> None:
     path = _write(tmp_path, "train.log", verl_log(GROWING))
-    r = subprocess.run([sys.executable, "-m", "wsprof", "analyze", path, "--format", "json",
-                        "--fail-on", "critical"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wsprof",
+            "analyze",
+            path,
+            "--format",
+            "json",
+            "--fail-on",
+            "critical",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 1, r.stderr
     assert len(_sync_findings(r.stdout)) == 1
     assert any(n.startswith("read as a verl log") for n in json.loads(r.stdout)["notes"])
 
 
 # Bad input: one line, exit 2 -------------------------------------------------------------------
+
 
 def _one_line_error(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     rc = main(args)
@@ -357,8 +400,9 @@ def _one_line_error(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return err
 
 
-def test_no_recognisable_line_names_the_formats(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_recognisable_line_names_the_formats(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _write(tmp_path, "train.log", "INFO starting\nstep 3 took 4s\n(pid=1) loss 0.5\n")
     err = _one_line_error(["analyze", path], capsys)
     assert path in err
@@ -374,12 +418,16 @@ def test_step_lines_without_values(tmp_path: Path, capsys: pytest.CaptureFixture
 
 @pytest.mark.parametrize(
     ("data", "expect"),
-    [(b"\x00\x01\x02ELF", "a binary file"), (b"\x1f\x8b\x08\x00\x00\x00", "gzip-compressed"),
-     (b"", "empty file")],
+    [
+        (b"\x00\x01\x02ELF", "a binary file"),
+        (b"\x1f\x8b\x08\x00\x00\x00", "gzip-compressed"),
+        (b"", "empty file"),
+    ],
     ids=["binary", "gzip", "empty"],
 )
-def test_binary_gzip_or_empty_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                   data: bytes, expect: str) -> None:
+def test_binary_gzip_or_empty_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data: bytes, expect: str
+) -> None:
     path = tmp_path / "train.log"
     path.write_bytes(data)
     err = _one_line_error(["analyze", str(path)], capsys)
@@ -411,16 +459,21 @@ def test_undecodable_bytes_are_replaced(tmp_path: Path) -> None:
 
 # Metric exports (W&B CSV) ----------------------------------------------------------------------
 
+
 def test_wandb_history_csv(tmp_path: Path) -> None:
-    path = _write(tmp_path, "history.csv", (
-        "_step,_runtime,rollout/step,perf/update_weights_time,perf/rollout_time,train/loss\n"
-        "0,12.5,0,30.5,68.0,\n"
-        "1,13.0,,,,0.71\n"
-        "2,900.3,1,143,67.1,\n"
-        "3,901.0,2,363,67.5,\n"
-        "4,999.0,3,966,NaN,\n"
-        "5,1200.0,4,1596,68.2,\n"
-    ))
+    path = _write(
+        tmp_path,
+        "history.csv",
+        (
+            "_step,_runtime,rollout/step,perf/update_weights_time,perf/rollout_time,train/loss\n"
+            "0,12.5,0,30.5,68.0,\n"
+            "1,13.0,,,,0.71\n"
+            "2,900.3,1,143,67.1,\n"
+            "3,901.0,2,363,67.5,\n"
+            "4,999.0,3,966,NaN,\n"
+            "5,1200.0,4,1596,68.2,\n"
+        ),
+    )
     imp = load_csv(path)
     assert imp.format == "metrics-csv"
     s = _by_name(imp.series)
@@ -431,11 +484,15 @@ def test_wandb_history_csv(tmp_path: Path) -> None:
 
 
 def test_wandb_panel_export_csv(tmp_path: Path) -> None:
-    path = _write(tmp_path, "panel.csv", (
-        "Step,run-7 - timing_s/update_weights,run-7 - timing_s/update_weights__MIN,"
-        "run-7 - timing_s/update_weights__MAX,run-8 - timing_s/update_weights\n"
-        "3,966,960,970,1\n1,143,140,150,1\n2,363,360,370,1\n4,1596,1590,1600,1\n2,363,0,0,1\n"
-    ))
+    path = _write(
+        tmp_path,
+        "panel.csv",
+        (
+            "Step,run-7 - timing_s/update_weights,run-7 - timing_s/update_weights__MIN,"
+            "run-7 - timing_s/update_weights__MAX,run-8 - timing_s/update_weights\n"
+            "3,966,960,970,1\n1,143,140,150,1\n2,363,360,370,1\n4,1596,1590,1600,1\n2,363,0,0,1\n"
+        ),
+    )
     imp = load_csv(path)
     (sync,) = imp.series
     assert sync.name == "weight_sync_s" and sync.steps == (1, 2, 3, 4) and sync.values == GROWING
@@ -443,8 +500,11 @@ def test_wandb_panel_export_csv(tmp_path: Path) -> None:
 
 
 def test_verl_wandb_export_steps_by_training_global_step(tmp_path: Path) -> None:
-    path = _write(tmp_path, "verl.csv", ("_step,training/global_step,timing_s/update_weights\n"
-                                         "0,1,5\n1,2,6\n2,3,7\n"))
+    path = _write(
+        tmp_path,
+        "verl.csv",
+        ("_step,training/global_step,timing_s/update_weights\n0,1,5\n1,2,6\n2,3,7\n"),
+    )
     s = _by_name(load_csv(path).series)
     assert s["weight_sync_s"].steps == (1, 2, 3)
     assert "training/global_step" not in s  # the step column, not a metric
@@ -477,26 +537,97 @@ def test_analyze_path_of_wandb_csv(tmp_path: Path) -> None:
     rows = "\n".join(f"{i},{v}" for i, v in enumerate(GROWING))
     a = analyze_path(_write(tmp_path, "h.csv", f"_step,timeperf/update_weights\n{rows}\n"))
     assert [f.evidence["series"] for f in a.findings if f.kind == "accumulating_slowdown"] == [
-        "weight_sync_s"]
+        "weight_sync_s"
+    ]
 
 
 # Fuzz: random lines and bytes raise nothing but InputError -------------------------------------
 
-_FUZZ = settings(deadline=None, derandomize=True, database=None, max_examples=200,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+_FUZZ = settings(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    max_examples=200,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
-_fragment = st.sampled_from([
-    "perf ", "step:", "Global step ", "Train step ", "/4 done.", ": {", "}", "'", '"', ": ",
-    " - ", ":", "|", "│", "timing_s/update_weights", "perf/update_weights_time", "timeperf/rollout",
-    "np.float64(", ")", "tensor(", "nan", "inf", "-1e309", "9" * 30, "1.5", "0", "-3",
-    "(pid=1) ", "(TaskRunner pid=99, ip=1.2.3.4) ", f"{ESC}[36m", f"{ESC}[0m", ESC, " ",
-    "\t", "\r", "\x00", "\u2603", " [repeated 2x across cluster]", "True", "None", ",",
-])
+_fragment = st.sampled_from(
+    [
+        "perf ",
+        "step:",
+        "Global step ",
+        "Train step ",
+        "/4 done.",
+        ": {",
+        "}",
+        "'",
+        '"',
+        ": ",
+        " - ",
+        ":",
+        "|",
+        "│",
+        "timing_s/update_weights",
+        "perf/update_weights_time",
+        "timeperf/rollout",
+        "np.float64(",
+        ")",
+        "tensor(",
+        "nan",
+        "inf",
+        "-1e309",
+        "9" * 30,
+        "1.5",
+        "0",
+        "-3",
+        "(pid=1) ",
+        "(TaskRunner pid=99, ip=1.2.3.4) ",
+        f"{ESC}[36m",
+        f"{ESC}[0m",
+        ESC,
+        " ",
+        "\t",
+        "\r",
+        "\x00",
+        "\u2603",
+        " [repeated 2x across cluster]",
+        "True",
+        "None",
+        ",",
+    ]
+)
 _line = st.lists(_fragment | st.text(max_size=6), max_size=14).map("".join)
-_key = st.sampled_from(["timing_s/update_weights", "perf/update_weights_time", "timing/broadcast",
-                        "timeperf/update_weights", "timing_s/gen", "a", "x/y", "", "'", ":"])
-_value = st.sampled_from(["1", "-2.5", "1e3", "nan", "inf", "1e400", "np.float64(3)", "True",
-                          "None", "'t'", "9" * 40, "tensor(2.0, device='cuda:0')", ""])
+_key = st.sampled_from(
+    [
+        "timing_s/update_weights",
+        "perf/update_weights_time",
+        "timing/broadcast",
+        "timeperf/update_weights",
+        "timing_s/gen",
+        "a",
+        "x/y",
+        "",
+        "'",
+        ":",
+    ]
+)
+_value = st.sampled_from(
+    [
+        "1",
+        "-2.5",
+        "1e3",
+        "nan",
+        "inf",
+        "1e400",
+        "np.float64(3)",
+        "True",
+        "None",
+        "'t'",
+        "9" * 40,
+        "tensor(2.0, device='cuda:0')",
+        "",
+    ]
+)
 _step_no = st.integers(-3, 12).map(str) | st.sampled_from(["9" * 19, "1e3", ""])
 
 
@@ -504,13 +635,29 @@ _step_no = st.integers(-3, 12).map(str) | st.sampled_from(["9" * 19, "1e3", ""])
 def step_lines(draw: st.DrawFn) -> str:
     """A step line of one of the formats, with random keys, values, prefixes and a random cut."""
     n, k, v = draw(_step_no), draw(_key), draw(_value)
-    line = draw(st.sampled_from([
-        f"perf {n}: {{'{k}': {v}, '{k}x': {v}}}", f'perf {n}: {{"{k}": {v}}}',
-        f"step:{n} - {k}:{v} - {k}:{v}", f"Global step {n}: {{'{k}': {v}}}",
-        f"Train step {n}/9 done.", f"│ {k} │ {v} │ {k} │", f"{k}  {v}",
-    ]))
-    prefix = draw(st.sampled_from(["", "(pid=1) ", f"{ESC}[36m(TaskRunner pid=9){ESC}[0m ",
-                                   "[2025-01-01 00:00:00] x.py:1 - "]))
+    line = draw(
+        st.sampled_from(
+            [
+                f"perf {n}: {{'{k}': {v}, '{k}x': {v}}}",
+                f'perf {n}: {{"{k}": {v}}}',
+                f"step:{n} - {k}:{v} - {k}:{v}",
+                f"Global step {n}: {{'{k}': {v}}}",
+                f"Train step {n}/9 done.",
+                f"│ {k} │ {v} │ {k} │",
+                f"{k}  {v}",
+            ]
+        )
+    )
+    prefix = draw(
+        st.sampled_from(
+            [
+                "",
+                "(pid=1) ",
+                f"{ESC}[36m(TaskRunner pid=9){ESC}[0m ",
+                "[2025-01-01 00:00:00] x.py:1 - ",
+            ]
+        )
+    )
     cut = draw(st.integers(0, len(line)))
     return prefix + (line[:cut] if draw(st.integers(0, 3)) == 0 else line)
 
@@ -542,11 +689,25 @@ def test_fuzz_log_lines(lines: list[str]) -> None:
     _check_log("\n".join(lines).encode("utf-8", "surrogatepass"))
 
 
-_csv_cell = st.sampled_from(["", "0", "1", "2", "2.0", "-1", "nan", "x", "1e400", "9" * 30,
-                             '"1,5"', "\u2603"])
-_csv_head = st.sampled_from(["_step", "Step", "global_step", "rollout/step", "perf/rollout_time",
-                             "timing/broadcast", "r - timing_s/gen", "r - timing_s/gen__MIN",
-                             "_runtime", "Wall time", "kl", ""])
+_csv_cell = st.sampled_from(
+    ["", "0", "1", "2", "2.0", "-1", "nan", "x", "1e400", "9" * 30, '"1,5"', "\u2603"]
+)
+_csv_head = st.sampled_from(
+    [
+        "_step",
+        "Step",
+        "global_step",
+        "rollout/step",
+        "perf/rollout_time",
+        "timing/broadcast",
+        "r - timing_s/gen",
+        "r - timing_s/gen__MIN",
+        "_runtime",
+        "Wall time",
+        "kl",
+        "",
+    ]
+)
 
 
 @st.composite

@@ -31,7 +31,8 @@ from wsprof.trace.reader import read_run, read_trace
 
 def _bench() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
-        "bench_many_ranks", REPO / "scripts" / "bench_many_ranks.py")
+        "bench_many_ranks", REPO / "scripts" / "bench_many_ranks.py"
+    )
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses resolve annotations through sys.modules
@@ -50,6 +51,7 @@ def _outliers(a: Analysis) -> list[Finding]:
 
 
 # --- alignment (pure) ----------------------------------------------------------------------
+
 
 def test_same_wall_time_maps_to_same_run_time_across_hosts() -> None:
     # Host a booted 1,000 s before the run, host b 900,000 s: monotonic clocks far apart.
@@ -73,19 +75,31 @@ def test_same_wall_time_maps_to_same_run_time_across_hosts() -> None:
 def test_one_host_shares_its_offset_and_a_disagreeing_host_does_not() -> None:
     # Processes of one host read their anchors with a few µs between the two clock reads:
     # they get the host's one offset, so their monotonic times compare exactly.
-    same = align([ClockInput(f"rank {i}", "a", 10**12 + i, 5 * 10**18 + i + jitter, 10**12)
-                  for i, jitter in enumerate((0, 3_000, -2_000))])
+    same = align(
+        [
+            ClockInput(f"rank {i}", "a", 10**12 + i, 5 * 10**18 + i + jitter, 10**12)
+            for i, jitter in enumerate((0, 3_000, -2_000))
+        ]
+    )
     assert len({c.offset_ns for c in same.clocks}) == 1 and not same.notes
     # Two machines under one host name: anchors 50 s apart cannot share a monotonic clock.
-    split = align([ClockInput("rank 0", "a", 10**12, 5 * 10**18, 10**12),
-                   ClockInput("rank 1", "a", 10**12, 5 * 10**18 + 50 * 10**9, 10**12)])
+    split = align(
+        [
+            ClockInput("rank 0", "a", 10**12, 5 * 10**18, 10**12),
+            ClockInput("rank 1", "a", 10**12, 5 * 10**18 + 50 * 10**9, 10**12),
+        ]
+    )
     assert [c.basis for c in split.clocks] == [BASIS_PROCESS] * 2
     assert "do not share one monotonic clock" in split.notes[0]
 
 
 def test_process_without_anchor_is_kept_on_its_own_clock() -> None:
-    clock = align([ClockInput("rank 0", "a", 10**12, 5 * 10**18, 10**12 + 10),
-                   ClockInput("rank 1", "a", None, None, 777)])
+    clock = align(
+        [
+            ClockInput("rank 0", "a", 10**12, 5 * 10**18, 10**12 + 10),
+            ClockInput("rank 1", "a", None, None, 777),
+        ]
+    )
     c = clock.clocks[1]
     assert c.basis == BASIS_NONE and not c.aligned and c.run_ns(777) == 0
     assert any("no clock anchor" in n and "rank 1" in n for n in clock.notes)
@@ -105,6 +119,7 @@ def test_robust_z_and_its_mad_zero_fallback() -> None:
 
 # --- whole runs written with TraceWriter -----------------------------------------------------
 
+
 def test_written_anchors_align_steps_across_hosts(tmp_path: Path) -> None:
     run = BENCH.generate_run(str(tmp_path), **SMALL, outliers=(), skew_ms=0.0)
     traces = [read_trace(r.path) for r in run.ranks]
@@ -112,8 +127,12 @@ def test_written_anchors_align_steps_across_hosts(tmp_path: Path) -> None:
     first = [min(s.t_start_ns for s in t.spans if s.kind == "step") for t in traces]
     assert max(first) - min(first) > 10**14
     # ... the run clock puts a known instant (wall time of the first step) at one run time.
-    clock = align([ClockInput(t.label, t.meta["host"], *anchor_of(t.meta) or (None, None), f)
-                   for t, f in zip(traces, first)])
+    clock = align(
+        [
+            ClockInput(t.label, t.meta["host"], *anchor_of(t.meta) or (None, None), f)
+            for t, f in zip(traces, first)
+        ]
+    )
     wall = BENCH.RUN_UNIX_NS
     at = [c.run_ns(wall - r.mono_to_unix_ns) for c, r in zip(clock.clocks, run.ranks)]
     assert len(set(at)) == 1
@@ -186,9 +205,12 @@ def test_text_table_and_json_ranks(tmp_path: Path) -> None:
     a = analyze_path(str(tmp_path))
     text = render_text(a)
     assert all(len(line) <= 80 for line in text.splitlines()), text
-    table = text[text.index("\nranks: 8 on 2 hosts"):]
-    rows = [line for line in table.splitlines() if line.split()[:2][-1:] != ["host"]
-            and line.startswith("rank ")]
+    table = text[text.index("\nranks: 8 on 2 hosts") :]
+    rows = [
+        line
+        for line in table.splitlines()
+        if line.split()[:2][-1:] != ["host"] and line.startswith("rank ")
+    ]
     assert len(rows) == 8 and any(r.startswith("rank 6     node-b") for r in rows)
     row6 = next(line for line in table.splitlines() if line.startswith("rank 6 "))
     assert row6.endswith(" *") and " yes " in row6
@@ -200,11 +222,18 @@ def test_text_table_and_json_ranks(tmp_path: Path) -> None:
 
 
 def test_many_ranks_text_shows_outliers_and_a_summary(tmp_path: Path) -> None:
-    BENCH.generate_run(str(tmp_path), n_ranks=20, calls_per_rank=400, steps=8, hosts=2,
-                       outliers=(13,), growth_us=200.0)
+    BENCH.generate_run(
+        str(tmp_path),
+        n_ranks=20,
+        calls_per_rank=400,
+        steps=8,
+        hosts=2,
+        outliers=(13,),
+        growth_us=200.0,
+    )
     a = analyze_path(str(tmp_path))
     text = render_text(a)
-    table = text[text.index("\nranks: 20 on 2 hosts"):]
+    table = text[text.index("\nranks: 20 on 2 hosts") :]
     rows = [line for line in table.splitlines() if line.startswith("rank ")]
     assert [r.split()[1] for r in rows] == ["host", "0", "13"]  # the primary, for reference, and 13
     assert "(+18 more ranks" in table

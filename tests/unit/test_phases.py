@@ -92,7 +92,9 @@ def test_collectives_are_weight_sync_only_under_no_other_phase() -> None:
 # some inside the broadcast.
 LOGGER = "_exception_logger.<locals>.wrapper (torch/distributed/c10d_logger.py:83)"
 WRAPPER = [
-    "<module> (job.py:118)", "main (job.py:108)", "push_weights (job.py:62)",
+    "<module> (job.py:118)",
+    "main (job.py:108)",
+    "push_weights (job.py:62)",
     "sync_param (job.py:54)",
 ]
 IN_BROADCAST = [*WRAPPER[:3], "sync_param (job.py:56)", LOGGER, f"broadcast ({C10D}:3145)"]
@@ -119,31 +121,46 @@ def test_wrapper_of_a_collective_is_a_sync_entry_point() -> None:
 
 def test_collective_names_come_from_the_alias_table() -> None:
     from wsprof.analysis.phases import C10D_SYNC_FUNCTIONS, is_collective_frame
-    from wsprof.capture.aliases import API_OPS
+    from wsprof.contracts.ops import API_OPS
 
-    for name in ("broadcast", "all_gather_into_tensor", "_all_gather_base", "send_object_list",
-                 "batch_isend_irecv", "isend", "irecv", "_coalescing_manager"):
+    for name in (
+        "broadcast",
+        "all_gather_into_tensor",
+        "_all_gather_base",
+        "send_object_list",
+        "batch_isend_irecv",
+        "isend",
+        "irecv",
+        "_coalescing_manager",
+    ):
         assert name in C10D_SYNC_FUNCTIONS
         assert is_collective_frame(f"{name} ({C10D}:100)")
     assert {n for n, op in API_OPS.items() if op == "broadcast"} <= set(C10D_SYNC_FUNCTIONS)
-    for name in ("all_reduce", "reduce_scatter_tensor", "barrier", "monitored_barrier",
-                 "gather", "all_to_all_single"):
+    for name in (
+        "all_reduce",
+        "reduce_scatter_tensor",
+        "barrier",
+        "monitored_barrier",
+        "gather",
+        "all_to_all_single",
+    ):
         assert not is_collective_frame(f"{name} ({C10D}:100)")
     assert is_collective_frame("ProcessGroupNCCL.allgather (pg.py:3)")
     assert is_collective_frame("broadcast (torch/distributed/_functional_collectives.py:9)")
     assert not is_collective_frame("broadcast (job.py:9)")  # the user's own function
     # Barriers are waiting, not weight sync: a function calling one is no entry point.
-    barrier = ["<module> (j.py:1)", "main (j.py:2)", "wait_all (j.py:3)",
-               f"barrier ({C10D}:4000)"]
+    barrier = ["<module> (j.py:1)", "main (j.py:2)", "wait_all (j.py:3)", f"barrier ({C10D}:4000)"]
     assert patterns_for(None, None, one(barrier)).entry_points == ()
 
 
 def test_loops_and_rollout_callers_are_not_entry_points() -> None:
     bcast = f"broadcast ({C10D}:3145)"
     # A loop that calls the collective itself and a sync function: the sync function only.
-    windows = [sample(0, ["<module> (j.py:1)", "main (j.py:5)", bcast], 10),
-               sample(0, ["<module> (j.py:1)", "main (j.py:6)", "push (j.py:9)", bcast], 10),
-               sample(0, ["<module> (j.py:1)", "main (j.py:7)"], 80)]
+    windows = [
+        sample(0, ["<module> (j.py:1)", "main (j.py:5)", bcast], 10),
+        sample(0, ["<module> (j.py:1)", "main (j.py:6)", "push (j.py:9)", bcast], 10),
+        sample(0, ["<module> (j.py:1)", "main (j.py:7)"], 80),
+    ]
     patterns = patterns_for(None, None, windows)
     assert patterns.entry_points == ("push (j.py)",)
     assert classify_stack(["<module> (j.py:1)", "main (j.py:7)"], patterns) == OTHER
@@ -151,18 +168,22 @@ def test_loops_and_rollout_callers_are_not_entry_points() -> None:
     assert patterns_for(None, None, one(["<module> (j.py:1)", bcast])).entry_points == ()
     # A function that also drives training (backward under it) is not a sync entry point.
     step = ["<module> (j.py:1)", "main (j.py:2)", "train_step (j.py:30)"]
-    windows = [sample(0, [*step, bcast], 5),
-               sample(0, [*step, "backward (torch/_tensor.py:620)"], 50),
-               sample(0, step, 45)]
+    windows = [
+        sample(0, [*step, bcast], 5),
+        sample(0, [*step, "backward (torch/_tensor.py:620)"], 50),
+        sample(0, step, 45),
+    ]
     patterns = patterns_for(None, None, windows)
     assert patterns.entry_points == ()
     assert classify_stack(step, patterns) == OTHER
     # Collectives under a rollout frame are the engine's tensor parallelism: rollout, and
     # their caller inside the engine is no entry point.
-    gen = ["<module> (j.py:1)", "LLM.generate (vllm/entrypoints/llm.py:380)",
-           "GroupCoordinator.all_gather (vllm/distributed/parallel_state.py:400)"]
-    windows = [sample(0, [*gen, f"all_gather_into_tensor ({C10D}:3800)"], 10),
-               sample(0, gen, 90)]
+    gen = [
+        "<module> (j.py:1)",
+        "LLM.generate (vllm/entrypoints/llm.py:380)",
+        "GroupCoordinator.all_gather (vllm/distributed/parallel_state.py:400)",
+    ]
+    windows = [sample(0, [*gen, f"all_gather_into_tensor ({C10D}:3800)"], 10), sample(0, gen, 90)]
     patterns = patterns_for(None, None, windows)
     assert patterns.entry_points == ()
     [row] = phase_shares_by_window(windows, patterns)
@@ -171,7 +192,8 @@ def test_loops_and_rollout_callers_are_not_entry_points() -> None:
     # innermost frame decides); a user pattern beats the inferred entry points.
     user = patterns_for(None, {"refresh": r"push"}, [sample(0, IN_BROADCAST, 1)])
     assert classify_stack(["<module> (j.py:1)", "main (j.py:6)", "push (j.py:9)"], user) == (
-        "refresh")
+        "refresh"
+    )
 
 
 def test_idle_leaf_is_idle_whatever_the_stack() -> None:
@@ -188,88 +210,180 @@ def test_idle_leaf_is_idle_whatever_the_stack() -> None:
 # One realistic stack per framework and phase, as py-spy shows it; the source each entry point
 # was checked against is named in wsprof/analysis/phases.py.
 FRAMEWORK_STACKS = [
-    ("slime", WEIGHT_SYNC, [
-        "MegatronTrainRayActor.update_weights (slime/backends/megatron_utils/actor.py:560)",
-        "timer.<locals>.wrapper (slime/utils/timer.py:60)",
-        "UpdateWeightFromDistributed.update_weights "
-        "(slime/backends/megatron_utils/update_weight/update_weight_from_distributed.py:120)",
-        "UpdateWeightFromDistributed._update_bucket_weights_from_distributed "
-        "(slime/backends/megatron_utils/update_weight/update_weight_from_distributed.py:390)",
-        f"broadcast ({C10D}:2720)",
-    ]),
-    ("slime", WEIGHT_SYNC, [  # Python 3.10, source checkout: bare names and file names
-        "update_weights (actor.py:560)",
-        "update_weights (update_weight_from_distributed.py:120)",
-    ]),
-    ("slime", ROLLOUT, [
-        "RolloutManager.generate (slime/ray/rollout.py:250)",
-        "generate_rollout (slime/rollout/sglang_rollout.py:520)",
-        "generate_and_rm (slime/rollout/sglang_rollout.py:230)",
-    ]),
-    ("slime", TRAIN, [
-        "MegatronTrainRayActor.train_actor (slime/backends/megatron_utils/actor.py:420)",
-        "train (slime/backends/megatron_utils/model.py:380)",
-        "train_one_step (slime/backends/megatron_utils/model.py:300)",
-    ]),
-    ("verl", WEIGHT_SYNC, [
-        "RayPPOTrainer.fit (verl/trainer/ppo/ray_trainer.py:1100)",
-        "CheckpointEngineManager.update_weights (verl/checkpoint_engine/base.py:380)",
-    ]),
-    ("verl", WEIGHT_SYNC, [  # older verl: the sharding manager syncs inside generate_sequences
-        "ActorRolloutRefWorker.generate_sequences (verl/workers/fsdp_workers.py:820)",
-        "FSDPVLLMShardingManager.__enter__ (verl/workers/sharding_manager/fsdp_vllm.py:160)",
-    ]),
-    ("verl", WEIGHT_SYNC, [
-        "ActorRolloutRefWorker.rollout_mode (verl/workers/fsdp_workers.py:650)",
-    ]),
-    ("verl", ROLLOUT, [
-        "ActorRolloutRefWorker.generate_sequences (verl/workers/fsdp_workers.py:820)",
-        "vLLMRollout.generate_sequences "
-        "(verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:300)",
-    ]),
-    ("verl", TRAIN, [
-        "ActorRolloutRefWorker.update_actor (verl/workers/fsdp_workers.py:760)",
-        "DataParallelPPOActor.update_policy (verl/workers/actor/dp_actor.py:420)",
-    ]),
-    ("openrlhf", WEIGHT_SYNC, [
-        "PolicyModelActor.broadcast_to_vllm (openrlhf/trainer/ray/ppo_actor.py:520)",
-        "ActorPPOTrainer._broadcast_to_vllm (openrlhf/trainer/ray/ppo_actor.py:330)",
-        "ActorPPOTrainer._broadcast_to_vllm.<locals>._broadcast_param "
-        "(openrlhf/trainer/ray/ppo_actor.py:350)",
-    ]),
-    ("openrlhf", ROLLOUT, [
-        "SamplesGenerator.generate_samples (openrlhf/trainer/ppo_utils/experience_maker.py:110)",
-        "SamplesGenerator._generate_vllm (openrlhf/trainer/ppo_utils/experience_maker.py:160)",
-    ]),
-    ("openrlhf", TRAIN, [
-        "ActorPPOTrainer.ppo_train (openrlhf/trainer/ray/ppo_actor.py:150)",
-        "ActorPPOTrainer.training_step (openrlhf/trainer/ray/ppo_actor.py:210)",
-    ]),
-    ("areal", WEIGHT_SYNC, [
-        "FSDPEngine.update_weights (areal/engine/fsdp_engine.py:480)",
-        "FSDPEngine._update_weights_from_distributed (areal/engine/fsdp_engine.py:500)",
-    ]),
-    ("areal", ROLLOUT, [
-        "RemoteSGLangEngine.rollout_batch (areal/engine/sglang_remote.py:420)",
-    ]),
-    ("areal", TRAIN, [
-        "FSDPPPOActor.ppo_update (areal/engine/ppo/actor.py:300)",
-    ]),
-    ("trl", WEIGHT_SYNC, [
-        "GRPOTrainer._move_model_to_vllm (trl/trainer/grpo_trainer.py:1000)",
-    ]),
-    ("trl", ROLLOUT, [
-        "GRPOTrainer._generate_and_score_completions (trl/trainer/grpo_trainer.py:1300)",
-        "VLLMGeneration.generate (trl/generation/vllm_generation.py:540)",
-    ]),
-    ("trl", TRAIN, [
-        "GRPOTrainer.compute_loss (trl/trainer/grpo_trainer.py:1700)",
-    ]),
+    (
+        "slime",
+        WEIGHT_SYNC,
+        [
+            "MegatronTrainRayActor.update_weights (slime/backends/megatron_utils/actor.py:560)",
+            "timer.<locals>.wrapper (slime/utils/timer.py:60)",
+            "UpdateWeightFromDistributed.update_weights "
+            "(slime/backends/megatron_utils/update_weight/update_weight_from_distributed.py:120)",
+            "UpdateWeightFromDistributed._update_bucket_weights_from_distributed "
+            "(slime/backends/megatron_utils/update_weight/update_weight_from_distributed.py:390)",
+            f"broadcast ({C10D}:2720)",
+        ],
+    ),
+    (
+        "slime",
+        WEIGHT_SYNC,
+        [  # Python 3.10, source checkout: bare names and file names
+            "update_weights (actor.py:560)",
+            "update_weights (update_weight_from_distributed.py:120)",
+        ],
+    ),
+    (
+        "slime",
+        ROLLOUT,
+        [
+            "RolloutManager.generate (slime/ray/rollout.py:250)",
+            "generate_rollout (slime/rollout/sglang_rollout.py:520)",
+            "generate_and_rm (slime/rollout/sglang_rollout.py:230)",
+        ],
+    ),
+    (
+        "slime",
+        TRAIN,
+        [
+            "MegatronTrainRayActor.train_actor (slime/backends/megatron_utils/actor.py:420)",
+            "train (slime/backends/megatron_utils/model.py:380)",
+            "train_one_step (slime/backends/megatron_utils/model.py:300)",
+        ],
+    ),
+    (
+        "verl",
+        WEIGHT_SYNC,
+        [
+            "RayPPOTrainer.fit (verl/trainer/ppo/ray_trainer.py:1100)",
+            "CheckpointEngineManager.update_weights (verl/checkpoint_engine/base.py:380)",
+        ],
+    ),
+    (
+        "verl",
+        WEIGHT_SYNC,
+        [  # older verl: the sharding manager syncs inside generate_sequences
+            "ActorRolloutRefWorker.generate_sequences (verl/workers/fsdp_workers.py:820)",
+            "FSDPVLLMShardingManager.__enter__ (verl/workers/sharding_manager/fsdp_vllm.py:160)",
+        ],
+    ),
+    (
+        "verl",
+        WEIGHT_SYNC,
+        [
+            "ActorRolloutRefWorker.rollout_mode (verl/workers/fsdp_workers.py:650)",
+        ],
+    ),
+    (
+        "verl",
+        ROLLOUT,
+        [
+            "ActorRolloutRefWorker.generate_sequences (verl/workers/fsdp_workers.py:820)",
+            "vLLMRollout.generate_sequences "
+            "(verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:300)",
+        ],
+    ),
+    (
+        "verl",
+        TRAIN,
+        [
+            "ActorRolloutRefWorker.update_actor (verl/workers/fsdp_workers.py:760)",
+            "DataParallelPPOActor.update_policy (verl/workers/actor/dp_actor.py:420)",
+        ],
+    ),
+    (
+        "verl",
+        TRAIN,
+        [  # verl >= 0.9: the training engines (dp_actor.py is gone)
+            "TrainingWorker.train_batch (verl/workers/engine_workers.py:343)",
+            "FSDPEngine.forward_backward_batch (verl/workers/engine/fsdp/transformer_impl.py:724)",
+        ],
+    ),
+    (
+        "verl",
+        TRAIN,
+        [  # an editable checkout: bare file names, qualified names
+            "TrainingWorker.train_batch (engine_workers.py:343)",
+            "MegatronEngine.forward_backward_batch (transformer_impl.py:834)",
+        ],
+    ),
+    (
+        "openrlhf",
+        WEIGHT_SYNC,
+        [
+            "PolicyModelActor.broadcast_to_vllm (openrlhf/trainer/ray/ppo_actor.py:520)",
+            "ActorPPOTrainer._broadcast_to_vllm (openrlhf/trainer/ray/ppo_actor.py:330)",
+            "ActorPPOTrainer._broadcast_to_vllm.<locals>._broadcast_param "
+            "(openrlhf/trainer/ray/ppo_actor.py:350)",
+        ],
+    ),
+    (
+        "openrlhf",
+        ROLLOUT,
+        [
+            "SamplesGenerator.generate_samples"
+            " (openrlhf/trainer/ppo_utils/experience_maker.py:110)",
+            "SamplesGenerator._generate_vllm (openrlhf/trainer/ppo_utils/experience_maker.py:160)",
+        ],
+    ),
+    (
+        "openrlhf",
+        TRAIN,
+        [
+            "ActorPPOTrainer.ppo_train (openrlhf/trainer/ray/ppo_actor.py:150)",
+            "ActorPPOTrainer.training_step (openrlhf/trainer/ray/ppo_actor.py:210)",
+        ],
+    ),
+    (
+        "areal",
+        WEIGHT_SYNC,
+        [
+            "FSDPEngine.update_weights (areal/engine/fsdp_engine.py:480)",
+            "FSDPEngine._update_weights_from_distributed (areal/engine/fsdp_engine.py:500)",
+        ],
+    ),
+    (
+        "areal",
+        ROLLOUT,
+        [
+            "RemoteSGLangEngine.rollout_batch (areal/engine/sglang_remote.py:420)",
+        ],
+    ),
+    (
+        "areal",
+        TRAIN,
+        [
+            "FSDPPPOActor.ppo_update (areal/engine/ppo/actor.py:300)",
+        ],
+    ),
+    (
+        "trl",
+        WEIGHT_SYNC,
+        [
+            "GRPOTrainer._move_model_to_vllm (trl/trainer/grpo_trainer.py:1000)",
+        ],
+    ),
+    (
+        "trl",
+        ROLLOUT,
+        [
+            "GRPOTrainer._generate_and_score_completions (trl/trainer/grpo_trainer.py:1300)",
+            "VLLMGeneration.generate (trl/generation/vllm_generation.py:540)",
+        ],
+    ),
+    (
+        "trl",
+        TRAIN,
+        [
+            "GRPOTrainer.compute_loss (trl/trainer/grpo_trainer.py:1700)",
+        ],
+    ),
 ]
 
 
-@pytest.mark.parametrize(("framework", "phase", "stack"), FRAMEWORK_STACKS,
-                         ids=[f"{f}-{p}-{i}" for i, (f, p, _) in enumerate(FRAMEWORK_STACKS)])
+@pytest.mark.parametrize(
+    ("framework", "phase", "stack"),
+    FRAMEWORK_STACKS,
+    ids=[f"{f}-{p}-{i}" for i, (f, p, _) in enumerate(FRAMEWORK_STACKS)],
+)
 def test_framework_entry_points(framework: str, phase: str, stack: list[str]) -> None:
     frames = ["<module> (main.py:1)", *stack, "_spin (kernels.py:3)"]
     assert classify_stack(frames, build_patterns(framework)) == phase
@@ -286,16 +400,21 @@ def test_generic_patterns_engines_and_autograd() -> None:
     sched = "sglang/srt/managers/scheduler.py"
     sglang = [f"Scheduler.event_loop_normal ({sched}:900)"]
     assert classify_stack([*sglang, f"Scheduler.run_batch ({sched}:1700)"], GENERIC) == ROLLOUT
-    upd = ("ModelRunner.update_weights_from_distributed "
-           "(sglang/srt/model_executor/model_runner.py:800)")
+    upd = (
+        "ModelRunner.update_weights_from_distributed "
+        "(sglang/srt/model_executor/model_runner.py:800)"
+    )
     assert classify_stack([*sglang, upd], GENERIC) == WEIGHT_SYNC
     adam = ["main (t.py:1)", "Adam.step (torch/optim/adam.py:210)"]
     assert classify_stack(adam, GENERIC) == TRAIN
 
 
 def test_user_patterns_win_anywhere_in_the_stack() -> None:
-    stack = ["main (job.py:1)", "my_refresh (job.py:40)",
-             "LLM.generate (vllm/entrypoints/llm.py:380)"]
+    stack = [
+        "main (job.py:1)",
+        "my_refresh (job.py:40)",
+        "LLM.generate (vllm/entrypoints/llm.py:380)",
+    ]
     assert classify_stack(stack, GENERIC) == ROLLOUT
     user = build_patterns(None, {"weight-sync": r"my_refresh"})
     assert classify_stack(stack, user) == WEIGHT_SYNC
@@ -354,8 +473,11 @@ def growing_sync(n_windows: int = 8) -> list[SampleWindow]:
     for i in range(n_windows):
         out.append(sample(i, ["<module> (job.py:1)", STEP, GEN, SPIN], 60))
         out.append(sample(i, ["<module> (job.py:1)", STEP, SYNC, SPIN], 10 + 15 * i))
-        out.append(sample(i, ["thread (7): helper", "run (job.py:90)", "wait (threading.py:327)"],
-                          20, tid=2))
+        out.append(
+            sample(
+                i, ["thread (7): helper", "run (job.py:90)", "wait (threading.py:327)"], 20, tid=2
+            )
+        )
     return out
 
 
@@ -388,9 +510,11 @@ def test_window_summaries_top_and_common_frame() -> None:
 def test_common_frame_is_deepest_frame_in_half_the_samples() -> None:
     root = "<module> (job.py:1)"
     # update_weights in 60% of the samples, generate in 40%: update_weights is common.
-    samples = [sample(0, [root, STEP, SYNC, "a (job.py:1)"], 30),
-               sample(0, [root, STEP, SYNC, "b (job.py:2)"], 30),
-               sample(0, [root, STEP, GEN, "c (job.py:3)"], 40)]
+    samples = [
+        sample(0, [root, STEP, SYNC, "a (job.py:1)"], 30),
+        sample(0, [root, STEP, SYNC, "b (job.py:2)"], 30),
+        sample(0, [root, STEP, GEN, "c (job.py:3)"], 40),
+    ]
     assert common_frame(samples) == "update_weights (job.py)"
     # Three unrelated threads of a third each: no frame in half of the samples.
     threads = [sample(0, [f"t{i} (job.py:{i})"], 10, tid=i) for i in range(3)]
@@ -430,8 +554,12 @@ def test_early_late_shift_window_counts() -> None:
 def test_callers_tie_goes_to_the_deeper_frame() -> None:
     root = "<module> (job.py:1)"
     outer = "push_all (job.py:10)"
-    samples = [sample(0, [root, GEN], 90), sample(0, [root, outer, SYNC], 10),
-               sample(1, [root, GEN], 10), sample(1, [root, outer, SYNC], 90)]
+    samples = [
+        sample(0, [root, GEN], 90),
+        sample(0, [root, outer, SYNC], 10),
+        sample(1, [root, GEN], 10),
+        sample(1, [root, outer, SYNC], 90),
+    ]
     shift = early_late_shift(samples)
     assert shift is not None
     assert [g.frame for g in shift.gained[:2]] == ["update_weights (job.py)", "push_all (job.py)"]
@@ -440,8 +568,9 @@ def test_callers_tie_goes_to_the_deeper_frame() -> None:
 # --- through analyze_run on real trace files ----------------------------------------------
 
 
-def write_attach_run(folder: Path, samples: Sequence[SampleWindow], meta: dict[str, object],
-                     target: int = 4242) -> None:
+def write_attach_run(
+    folder: Path, samples: Sequence[SampleWindow], meta: dict[str, object], target: int = 4242
+) -> None:
     """An attach run as written on disk: the target's process trace (meta only) and the
     sampler's trace holding the interned stacks and the samples."""
     proc = TraceWriter(str(folder / f"host-{target}.wsprof"))
@@ -454,16 +583,21 @@ def write_attach_run(folder: Path, samples: Sequence[SampleWindow], meta: dict[s
     for w in samples:
         sid = stacks.setdefault(w.frames, len(stacks))
         rows.append((w.t_start_ns, w.t_end_ns, target, w.tid, sid, w.count))
-    sampler.write({"stacks": [(i, json.dumps(list(f))) for f, i in stacks.items()],
-                   "samples": rows})
+    sampler.write(
+        {"stacks": [(i, json.dumps(list(f))) for f, i in stacks.items()], "samples": rows}
+    )
     sampler.close()
 
 
 def test_attach_run_series_findings_text_and_json(tmp_path: Path) -> None:
-    write_attach_run(tmp_path, growing_sync(9), {
-        "phase_patterns": {"weight_sync": r"update_weights", "rollout": r"(?:^|\.)generate \("},
-        "framework": None,
-    })
+    write_attach_run(
+        tmp_path,
+        growing_sync(9),
+        {
+            "phase_patterns": {"weight_sync": r"update_weights", "rollout": r"(?:^|\.)generate \("},
+            "framework": None,
+        },
+    )
     analysis = analyze_run(read_run(str(tmp_path)), str(tmp_path))
     pa = analysis.primary
     assert pa is not None and pa.pid == 4242 and not pa.steps
@@ -472,7 +606,7 @@ def test_attach_run_series_findings_text_and_json(tmp_path: Path) -> None:
 
     series = {r.series.name: r for r in analysis.series}
     sync = series["window_weight_sync_share"]
-    assert sync.series.unit == "ratio" and sync.series.steps == tuple(range(9))
+    assert sync.series.unit_label == "ratio" and sync.series.steps == tuple(range(9))
     assert sync.verdict.accumulating
     assert series["window_rollout_share"].verdict.slope_per_step < 0
 
@@ -520,8 +654,9 @@ def test_framework_meta_and_detection_through_analyze_run(tmp_path: Path) -> Non
 
 
 def test_bad_user_pattern_is_a_note_not_an_error(tmp_path: Path) -> None:
-    write_attach_run(tmp_path, growing_sync(3), {"phase_patterns": {"rollout": "gen(",
-                                                                     "weight_sync": "update"}})
+    write_attach_run(
+        tmp_path, growing_sync(3), {"phase_patterns": {"rollout": "gen(", "weight_sync": "update"}}
+    )
     analysis = analyze_run(read_run(str(tmp_path)), str(tmp_path))
     assert any("bad regular expression" in n for n in analysis.notes)
     pa = analysis.primary

@@ -328,15 +328,20 @@ def test_a_process_with_dozens_of_counters_draws_the_named_ones_first() -> None:
     """What patch() records (allocator, NVML, psutil, gc, wsprof's own probe costs): a
     finding's counter first, then gauges; never wsprof's own or cumulative counts; at most 8."""
     p = make_run_analysis().processes[0]
-    names = ([f"wsprof.probe_us.p{i}" for i in range(5)] + ["cuda0.num_device_alloc"]
-             + [f"gc.type.mod.T{i}" for i in range(20)] + ["cuda0.mappings"])
+    names = (
+        [f"wsprof.probe_us.p{i}" for i in range(5)]
+        + ["cuda0.num_device_alloc"]
+        + [f"gc.type.mod.T{i}" for i in range(20)]
+        + ["cuda0.mappings"]
+    )
     tracks = tuple(CounterTrack(n, (0.0, 1.0), (1.0, 2.0)) for n in names)
     p = dataclasses.replace(p, counters=tracks)
     shown = [c.name for c in shown_counters(p, named=["cuda0.mappings"])]
     assert shown[0] == "cuda0.mappings" and len(shown) == 8
     assert not any(n.startswith("wsprof.") or n.endswith("num_device_alloc") for n in shown)
     assert [c.name for c in shown_counters(p, ["cuda0.mappings"], only_named=True)] == [
-        "cuda0.mappings"]
+        "cuda0.mappings"
+    ]
 
 
 def _section(html: str, sid: str) -> str:
@@ -361,8 +366,9 @@ def test_ranks_heatmap_names_every_rank(run_html: str) -> None:
 def test_ranks_heatmap_marks_the_outlier_rank_red() -> None:
     a = make_run_analysis()
     rank1 = a.ranks[1]
-    outlier = dataclasses.replace(a.findings[0], kind="outlier_rank",
-                                  evidence={"label": rank1.label})
+    outlier = dataclasses.replace(
+        a.findings[0], kind="outlier_rank", evidence={"label": rank1.label}
+    )
     html = render_html(dataclasses.replace(a, findings=(*a.findings, outlier)))
     plain_html = render_html(a)
     red = figures._C_GAINED
@@ -381,12 +387,14 @@ def test_hostile_names_in_wrappers_are_escaped(hostile_html: str) -> None:
 
 def test_growth_figure_draws_a_band_around_the_fit() -> None:
     r = make_series_analysis().series[0]
-    noisy = dataclasses.replace(r.series, values=tuple(
-        v * (1.05 if i % 2 else 0.95) for i, v in enumerate(r.series.values)))
+    noisy = dataclasses.replace(
+        r.series, values=tuple(v * (1.05 if i % 2 else 0.95) for i, v in enumerate(r.series.values))
+    )
     svg = figures.growth_figure(SeriesResult(noisy, r.verdict))
     assert svg is not None and "band: fit ± 2σ" in svg
-    exact = figures.growth_figure(SeriesResult(
-        dataclasses.replace(r.series, values=r.verdict.fitted), r.verdict))
+    exact = figures.growth_figure(
+        SeriesResult(dataclasses.replace(r.series, values=r.verdict.fitted), r.verdict)
+    )
     assert exact is not None and "band: fit" not in exact  # no residuals, no band
 
 
@@ -401,8 +409,12 @@ def test_per_site_latency_figure(run_html: str) -> None:
 
 def test_a_large_run_draws_figures_for_the_first_ranks_and_the_named_ones() -> None:
     a = make_run_analysis(n_processes=7)
-    named = dataclasses.replace(a.findings[0], kind="outlier_rank", title="rank 6: grows",
-                                evidence={"label": "rank 6", "rank": 6})
+    named = dataclasses.replace(
+        a.findings[0],
+        kind="outlier_rank",
+        title="rank 6: grows",
+        evidence={"label": "rank 6", "rank": 6},
+    )
     html = render_html(dataclasses.replace(a, findings=(*a.findings, named)))
     ops = _section(html, "ops")
     assert ops.count('aria-label="per-call collective latency over call index"') == 5  # 0-3, 6

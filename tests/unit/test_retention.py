@@ -25,8 +25,26 @@ def _calls(step: int, first: int, n: int) -> list[tuple[object, ...]]:
     out = []
     for i in range(first, first + n):
         t0 = (step * 10_000 + i) * 100_000
-        out.append((t0, t0 + 1000 + i, 400, 1, 7, "broadcast", "dist.broadcast", "api", 64,
-                    "float32", "0", 0, 0, step, "weight_sync", None))
+        out.append(
+            (
+                t0,
+                t0 + 1000 + i,
+                400,
+                1,
+                7,
+                "broadcast",
+                "dist.broadcast",
+                "api",
+                64,
+                "float32",
+                "0",
+                0,
+                0,
+                step,
+                "weight_sync",
+                None,
+            )
+        )
     return out
 
 
@@ -36,8 +54,12 @@ def _write(path: Path, retention: Retention | None) -> None:
     for step in range(STEPS):
         t0 = step * 10_000 * 100_000
         # each step in two writes, so that a step's calls span chunks
-        w.write({"calls": _calls(step, 0, CALLS // 2),
-                 "spans": [("step", str(step), t0, t0 + 10_000 * 100_000, step, 7)]})
+        w.write(
+            {
+                "calls": _calls(step, 0, CALLS // 2),
+                "spans": [("step", str(step), t0, t0 + 10_000 * 100_000, step, 7)],
+            }
+        )
         w.write({"calls": _calls(step, CALLS // 2, CALLS // 2)})
     w.close()
 
@@ -47,8 +69,7 @@ def test_first_and_last_steps_full_middle_thinned_totals_exact(tmp_path: Path) -
     _write(p, Retention(keep_steps=KEEP, calls_per_thinned_step=THIN))
     t = read_trace(str(p))
     per_step = {s: int((t.calls.step == s).sum()) for s in range(STEPS)}
-    assert per_step == {0: CALLS, 1: CALLS, 2: THIN, 3: THIN, 4: THIN, 5: THIN, 6: CALLS,
-                        7: CALLS}
+    assert per_step == {0: CALLS, 1: CALLS, 2: THIN, 3: THIN, 4: THIN, 5: THIN, 6: CALLS, 7: CALLS}
     # evenly spaced: every (CALLS / THIN)-th call of the step, across its two chunks
     kept_i = (t.calls.t_start_ns[t.calls.step == 3] // 100_000) - 3 * 10_000
     assert kept_i.tolist() == list(range(0, CALLS, CALLS // THIN))
@@ -78,7 +99,8 @@ def test_same_numbers_with_and_without_retention(tmp_path: Path) -> None:
     a, b = analyze_process(read_trace(str(full))), analyze_process(read_trace(str(thin)))
     assert not read_trace(str(full)).thinned
     assert [(r.n_calls, r.collective_s, r.between_layers_s) for r in a.steps] == [
-        (r.n_calls, r.collective_s, r.between_layers_s) for r in b.steps]
+        (r.n_calls, r.collective_s, r.between_layers_s) for r in b.steps
+    ]
     assert (a.ops[0].n_calls, a.ops[0].total_s) == (b.ops[0].n_calls, b.ops[0].total_s)
     assert thin.stat().st_size < full.stat().st_size
 

@@ -26,12 +26,37 @@ class _Job:
         self.t = 0
         self.rows: list[tuple[object, ...]] = []
 
-    def call(self, op: str, dur_ms: float, gap_ms: float = 0.1, site: int = 1,
-             nbytes: int = 1024, grp: str = "0") -> None:
+    def call(
+        self,
+        op: str,
+        dur_ms: float,
+        gap_ms: float = 0.1,
+        site: int = 1,
+        nbytes: int = 1024,
+        grp: str = "0",
+    ) -> None:
         self.t += int(gap_ms * MS)
         t0, self.t = self.t, self.t + int(dur_ms * MS)
-        self.rows.append((t0, self.t, int(dur_ms * MS), 1, 1, op, f"dist.{op}", "api", nbytes,
-                          "torch.float32", grp, 0, site, -1, None, None))
+        self.rows.append(
+            (
+                t0,
+                self.t,
+                int(dur_ms * MS),
+                1,
+                1,
+                op,
+                f"dist.{op}",
+                "api",
+                nbytes,
+                "torch.float32",
+                grp,
+                0,
+                site,
+                -1,
+                None,
+                None,
+            )
+        )
 
     def table(self) -> CallTable:
         return CallTable.from_rows(self.rows)
@@ -70,8 +95,13 @@ def test_fsdp_like_steps_with_many_collectives_per_step() -> None:
     rng = np.random.default_rng(0)
     for _k in range(8):
         for layer in range(24):  # forward: one all-gather per layer, sizes differ per layer
-            j.call("all_gather_into_tensor", 0.2, gap_ms=rng.uniform(40, 60) if layer == 0
-                   else 0.5, site=5, nbytes=4096 * (layer + 1))
+            j.call(
+                "all_gather_into_tensor",
+                0.2,
+                gap_ms=rng.uniform(40, 60) if layer == 0 else 0.5,
+                site=5,
+                nbytes=4096 * (layer + 1),
+            )
         for layer in range(24):  # backward: reduce-scatter per layer
             j.call("reduce_scatter_tensor", 0.2, gap_ms=0.5, site=6, nbytes=4096 * (24 - layer))
         j.call("all_reduce", 0.05, site=7, nbytes=4)  # grad-norm
@@ -103,7 +133,13 @@ def test_cycle_cut_goes_before_the_longest_pause() -> None:
 def test_peer_waits_only_where_ranks_met() -> None:
     s = 10**9
     # Rank 0 starts 150 ms before rank 2; all three end together: rank 0 waited 150 ms.
-    met = [[(0, s), ], [(75 * MS, s)], [(150 * MS, s + 1000)]]
+    met = [
+        [
+            (0, s),
+        ],
+        [(75 * MS, s)],
+        [(150 * MS, s + 1000)],
+    ]
     waits = peer_waits([[0], [0], [0]], met)
     assert [round(w[0] or 0, 3) for w in waits] == [0.15, 0.075, 0.0]
     # Independent syncs (ends as spread as starts): nobody waited for anybody.
@@ -121,8 +157,9 @@ def test_steps_already_in_lockstep_neither_show_nor_refute_meeting() -> None:
     outlier rank)."""
     s = 10**9
     first = [(0, 300 * MS), (240 * MS, 300 * MS + 1000)]
-    later = [[(k * s + 100_000 * r, k * s + 50 * MS + 1000 * r) for r in range(2)]
-             for k in range(1, 8)]
+    later = [
+        [(k * s + 100_000 * r, k * s + 50 * MS + 1000 * r) for r in range(2)] for k in range(1, 8)
+    ]
     spans = [[first[r]] + [step[r] for step in later] for r in range(2)]
     waits = peer_waits([list(range(8))] * 2, spans)
     assert round(waits[0][0] or 0, 3) == 0.24 and waits[1][0] == 0
@@ -130,7 +167,9 @@ def test_steps_already_in_lockstep_neither_show_nor_refute_meeting() -> None:
     # Starts spread and ends as spread in most steps: still no meeting anywhere.
     apart = [[(k * s, k * s + 10 * MS), (k * s + 8 * MS, k * s + 30 * MS)] for k in range(4)]
     assert peer_waits([list(range(4))] * 2, [[a[r] for a in apart] for r in range(2)]) == [
-        [None] * 4, [None] * 4]
+        [None] * 4,
+        [None] * 4,
+    ]
 
 
 def _csv(tmp_path: Path, values: list[float]) -> str:
@@ -139,8 +178,9 @@ def _csv(tmp_path: Path, values: list[float]) -> str:
     return str(p)
 
 
-def test_few_steps_are_inconclusive_not_healthy(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_few_steps_are_inconclusive_not_healthy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     few = _csv(tmp_path, [1.0, 1.02, 0.99])
     assert main(["analyze", few]) == 0
     out = capsys.readouterr().out
@@ -157,8 +197,18 @@ def test_few_steps_are_inconclusive_not_healthy(tmp_path: Path,
 
 def _window(i: int, phase: str | None, n: int = 100) -> WindowSummary:
     samples = {phase: n} if phase else {"other": n}
-    return WindowSummary(i * 10**9, (i + 1) * 10**9, n, n, None, None,
-                         {k: v / n for k, v in samples.items()}, None, None, samples)
+    return WindowSummary(
+        i * 10**9,
+        (i + 1) * 10**9,
+        n,
+        n,
+        None,
+        None,
+        {k: v / n for k, v in samples.items()},
+        None,
+        None,
+        samples,
+    )
 
 
 def test_steps_from_sampled_phases_of_long_steps() -> None:
@@ -176,4 +226,8 @@ def test_steps_from_sampled_phases_of_long_steps() -> None:
     assert steps_from_windows([_window(i, "weight_sync") for i in range(10)]) == []
     # A rollout in the first window started before sampling: that step is left out.
     assert [r.weight_sync_s for r in steps_from_windows([_window(0, "rollout"), *ws[1:]])] == [
-        2.0, 3.0, 4.0, 5.0]
+        2.0,
+        3.0,
+        4.0,
+        5.0,
+    ]

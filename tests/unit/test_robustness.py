@@ -26,8 +26,11 @@ from wsprof.trace.writer import TraceWriter
 def test_sigterm_inside_the_users_flush_exits(tmp_path: Path) -> None:
     """The handler used to wait for the lock the interrupted flush held: the process hung."""
     for k in range(3):
-        proc = subprocess.Popen([sys.executable, str(TARGETS / "flush_loop.py"),
-                                 str(tmp_path / f"run{k}")], stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(TARGETS / "flush_loop.py"), str(tmp_path / f"run{k}")],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         time.sleep(0.3 + 0.2 * k)
         proc.send_signal(signal.SIGTERM)
@@ -46,10 +49,32 @@ def test_text_sqlite_cannot_store_is_escaped_not_fatal(tmp_path: Path) -> None:
     w = TraceWriter(str(p))
     bad = "sync\udcff"
     for i in range(3):
-        w.write({"calls": [(i * 10, i * 10 + 5, 0, 0, 7, "broadcast", "dist.broadcast", "api", 8,
-                            None, None, 0, -1, i, bad, None)],
-                 "spans": [("phase", bad, i * 10, i * 10 + 9, i, 7)],
-                 "counters": [(i * 10, bad, float(i))]})
+        w.write(
+            {
+                "calls": [
+                    (
+                        i * 10,
+                        i * 10 + 5,
+                        0,
+                        0,
+                        7,
+                        "broadcast",
+                        "dist.broadcast",
+                        "api",
+                        8,
+                        None,
+                        None,
+                        0,
+                        -1,
+                        i,
+                        bad,
+                        None,
+                    )
+                ],
+                "spans": [("phase", bad, i * 10, i * 10 + 9, i, 7)],
+                "counters": [(i * 10, bad, float(i))],
+            }
+        )
     w.close()
     t = read_trace(str(p))
     assert len(t.calls) == 3 and len(t.spans) == 3  # every write landed
@@ -86,8 +111,12 @@ def test_values_near_the_largest_double_do_not_break_analysis(tmp_path: Path) ->
     counters += [(i * 10**9 + 5, "grow_huge", 1e307 * (i + 1)) for i in range(6)]
     w.write({"spans": spans, "counters": counters})
     w.close()
-    out = subprocess.run([sys.executable, "-m", "wsprof", "analyze", str(p), "--format", "json"],
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "wsprof", "analyze", str(p), "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     json.loads(out.stdout)  # nothing but JSON on stdout
     assert "<section" in render_html(analyze_path(str(p)))
@@ -99,8 +128,11 @@ def test_meta_self_of_the_wrong_shape(tmp_path: Path) -> None:
     w.set_meta({"pid": 1})
     w.write({"spans": [("step", "0", 0, 10**9, 0, 7)]})
     w.close()
-    for value in ('"x"', '{"dropped_calls": "many", "hook_ns_per_call": "x"}',
-                  '{"probes": {"by_probe": 5, "share": "x"}}'):
+    for value in (
+        '"x"',
+        '{"dropped_calls": "many", "hook_ns_per_call": "x"}',
+        '{"probes": {"by_probe": 5, "share": "x"}}',
+    ):
         db = sqlite3.connect(p)
         db.execute("INSERT OR REPLACE INTO meta VALUES ('self', ?)", (value,))
         db.commit()
@@ -117,8 +149,26 @@ def test_step_numbers_that_restart_each_epoch_stay_bounded(tmp_path: Path) -> No
         for step in range(20):
             calls = []
             for _ in range(200):
-                calls.append((t0, t0 + 5, 0, 0, 7, "broadcast", "dist.broadcast", "api", 8,
-                              None, None, 0, -1, step, None, None))
+                calls.append(
+                    (
+                        t0,
+                        t0 + 5,
+                        0,
+                        0,
+                        7,
+                        "broadcast",
+                        "dist.broadcast",
+                        "api",
+                        8,
+                        None,
+                        None,
+                        0,
+                        -1,
+                        step,
+                        None,
+                        None,
+                    )
+                )
                 t0 += 10
             w.write({"calls": calls})
     w.close()

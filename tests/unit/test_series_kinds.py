@@ -23,40 +23,73 @@ from wsprof.analysis.kinds import (
     kind_by_name,
     series_kind,
 )
-from wsprof.analysis.model import SERIES_KINDS, GrowthVerdict, Series, SeriesResult
+from wsprof.analysis.model import SERIES_KINDS, GrowthVerdict, SeriesResult
 from wsprof.analysis.run import analyze_series
+from wsprof.contracts.series import Series, imported_series
+from wsprof.contracts.units import Unit
 from wsprof.importers.logs import metric_unit
 
-_PROPS = settings(deadline=None, derandomize=True, database=None, max_examples=150,
-                  suppress_health_check=[HealthCheck.too_slow])
+_PROPS = settings(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    max_examples=150,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 #: Names that say nothing about what they measure (the values decide).
 _SILENT_NAMES = ("x", "my_metric", "foo/bar", "custom.thing", "q7")
 #: Training-quality names of the four frameworks and of plain CSVs.
-LOSS_NAMES = ("loss", "train/loss", "actor/pg_loss", "critic/vf_loss", "policy_loss",
-              "actor/kl_loss", "eval/loss", "sft_loss", "counter:loss")
+LOSS_NAMES = (
+    "loss",
+    "train/loss",
+    "actor/pg_loss",
+    "critic/vf_loss",
+    "policy_loss",
+    "actor/kl_loss",
+    "eval/loss",
+    "sft_loss",
+    "counter:loss",
+)
 #: Bytes names: log keys, CSV columns (units from their suffix) and trace counters.
-BYTES_NAMES = (("perf/max_memory_allocated_gb", "GB"), ("reserved_gib", "GiB"),
-               ("used_mib", "MiB"), ("counter:cuda0.reserved_bytes.all.current", ""),
-               ("counter:proc.rss_bytes", ""), ("counter:nvml.process_gpu_bytes", ""),
-               ("gpu_memory_gb", "GB"))
+BYTES_NAMES = (
+    ("perf/max_memory_allocated_gb", "GB"),
+    ("reserved_gib", "GiB"),
+    ("used_mib", "MiB"),
+    ("counter:cuda0.reserved_bytes.all.current", ""),
+    ("counter:proc.rss_bytes", ""),
+    ("counter:nvml.process_gpu_bytes", ""),
+    ("gpu_memory_gb", "GB"),
+)
 
 
 def _forced(series: Series) -> SeriesResult:
     """The series with a verdict that says it grows: the rules alone decide."""
     n = len(series.values)
-    return SeriesResult(series, GrowthVerdict(
-        shape="linear", accumulating=True, confidence=1.0, slope_per_step=1.0,
-        growth_factor_per_step=None, change_point=None, fitted=series.values[:n],
-        projection=None))
+    return SeriesResult(
+        series,
+        GrowthVerdict(
+            shape="linear",
+            accumulating=True,
+            confidence=1.0,
+            slope_per_step=1.0,
+            growth_factor_per_step=None,
+            change_point=None,
+            fitted=series.values[:n],
+            projection=None,
+        ),
+    )
 
 
 def _rules(series: Series, *, time: bool, counter: bool) -> list[str]:
     name = series.name
-    facts = Facts({name: _forced(series)}, [], time_series=(name,) if time else (),
-                  counter_series=(name,) if counter else ())
-    return [f.kind for rule in (AccumulatingSlowdown(), CounterGrowth())
-            for f in rule.match(facts)]
+    facts = Facts(
+        {name: _forced(series)},
+        [],
+        time_series=(name,) if time else (),
+        counter_series=(name,) if counter else (),
+    )
+    return [f.kind for rule in (AccumulatingSlowdown(), CounterGrowth()) for f in rule.match(facts)]
 
 
 def test_kinds_match_the_model_constant() -> None:
@@ -130,28 +163,30 @@ def _stride_counter(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[float, ...]
         steps = tuple(start + stride * i for i in range(n))
     else:
         gaps = draw(st.lists(st.integers(1, 20), min_size=n - 1, max_size=n - 1))
-        steps = (start, *(start + sum(gaps[:i + 1]) for i in range(n - 1)))
+        steps = (start, *(start + sum(gaps[: i + 1]) for i in range(n - 1)))
     offset = draw(st.integers(-1000, 1000) | st.floats(-1e3, 1e3, allow_nan=False))
     return steps, tuple(float(s + offset) for s in steps)
 
 
 @_PROPS
 @given(_stride_counter(), st.sampled_from(_SILENT_NAMES))
-def test_increment_equal_to_stride_is_a_counter(data: tuple[tuple[int, ...], tuple[float, ...]],
-                                                name: str) -> None:
+def test_increment_equal_to_stride_is_a_counter(
+    data: tuple[tuple[int, ...], tuple[float, ...]], name: str
+) -> None:
     steps, values = data
     assert counter_by_values(steps, values) is not None
-    k = series_kind(Series(name, "", steps, values))
+    k = series_kind(imported_series(name, "", steps, values))
     assert k.kind is SeriesKind.COUNTER and not k.can_accumulate
 
 
 @_PROPS
 @given(st.integers(3, 40), st.integers(1, 20), st.integers(1, 4096), st.integers(0, 10**6))
-def test_whole_number_constant_increment_is_a_counter(n: int, stride: int, per_step: int,
-                                                      start: int) -> None:
+def test_whole_number_constant_increment_is_a_counter(
+    n: int, stride: int, per_step: int, start: int
+) -> None:
     steps = tuple(1 + stride * i for i in range(n))
     values = tuple(float(start + per_step * s) for s in steps)
-    assert series_kind(Series("samples", "", steps, values)).kind is SeriesKind.COUNTER
+    assert series_kind(imported_series("samples", "", steps, values)).kind is SeriesKind.COUNTER
 
 
 @_PROPS
@@ -167,20 +202,27 @@ def test_not_a_counter_unless_increments_are_constant(values: list[float]) -> No
 
 def test_flat_noisy_or_falling_series_are_not_counters() -> None:
     steps = (1, 2, 3, 4, 5)
-    for values in [(3.0,) * 5, (1.0, 2.0, 3.0, 5.0, 6.0), (5.0, 4.0, 3.0, 2.0, 1.0),
-                   (1.5, 2.5, 3.5, 4.5, math.inf)]:
+    for values in [
+        (3.0,) * 5,
+        (1.0, 2.0, 3.0, 5.0, 6.0),
+        (5.0, 4.0, 3.0, 2.0, 1.0),
+        (1.5, 2.5, 3.5, 4.5, math.inf),
+    ]:
         assert counter_by_values(steps, values) is None, values
     assert counter_by_values((1, 2), (1.0, 2.0)) is None  # two points: any line
     assert counter_by_values((2, 2, 3), (1.0, 2.0, 3.0)) is None  # steps not increasing
 
 
 @_PROPS
-@given(st.sampled_from(LOSS_NAMES),
-       st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=2, max_size=30),
-       st.integers(1, 10))
+@given(
+    st.sampled_from(LOSS_NAMES),
+    st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=2, max_size=30),
+    st.integers(1, 10),
+)
 def test_a_loss_is_never_leak_advised(name: str, values: list[float], stride: int) -> None:
-    s = Series(name, metric_unit(name), tuple(stride * i for i in range(len(values))),
-               tuple(values))
+    s = imported_series(
+        name, metric_unit(name), tuple(stride * i for i in range(len(values))), tuple(values)
+    )
     assert series_kind(s).kind is SeriesKind.QUALITY
     # whatever the growth verdict says, and wherever the facts list it
     assert _rules(s, time=True, counter=True) == []
@@ -188,7 +230,7 @@ def test_a_loss_is_never_leak_advised(name: str, values: list[float], stride: in
 
 
 def test_a_loss_that_grows_is_shown_but_not_judged() -> None:
-    s = Series("train/loss", "", tuple(range(8)), tuple(2.0**i for i in range(8)))
+    s = imported_series("train/loss", "", tuple(range(8)), tuple(2.0**i for i in range(8)))
     a = analyze_series([s], "x.log")
     assert a.findings == ()
     assert [r.series.kind for r in a.series] == ["quality"]
@@ -196,15 +238,15 @@ def test_a_loss_that_grows_is_shown_but_not_judged() -> None:
 
 
 @_PROPS
-@given(st.sampled_from(BYTES_NAMES), st.integers(4, 30), st.integers(1, 5),
-       st.floats(0.5, 64.0))
-def test_bytes_named_growth_stays_eligible(name_unit: tuple[str, str], n: int, stride: int,
-                                           per_step: float) -> None:
+@given(st.sampled_from(BYTES_NAMES), st.integers(4, 30), st.integers(1, 5), st.floats(0.5, 64.0))
+def test_bytes_named_growth_stays_eligible(
+    name_unit: tuple[str, str], n: int, stride: int, per_step: float
+) -> None:
     name, unit = name_unit
     steps = tuple(1 + stride * i for i in range(n))
     # as regular as a counter (exactly +1 per step number for per_step == 1): names come first
     values = tuple(10.0 + per_step * s for s in steps)
-    s = Series(name, unit, steps, values)
+    s = imported_series(name, unit, steps, values)
     k = series_kind(s)
     assert k.kind is SeriesKind.BYTES and k.can_accumulate
     assert _rules(s, time=False, counter=True) == ["memory_growth"]
@@ -215,20 +257,27 @@ def test_stranded_buffer_is_still_found() -> None:
     beside it, exactly as regular, gets none)."""
     steps = tuple(range(10))
     noise = (0.01, -0.02, 0.015, -0.01, 0.0, 0.02, -0.015, 0.01, -0.005, 0.0)
-    mem = Series("reserved_gib", "GiB", steps, tuple(20.0 + s + e for s, e in zip(steps, noise)))
-    step = Series("training/global_step", "", steps, tuple(float(s + 1) for s in steps))
+    mem = imported_series(
+        "reserved_gib", "GiB", steps, tuple(20.0 + s + e for s, e in zip(steps, noise))
+    )
+    step = imported_series("training/global_step", "", steps, tuple(float(s + 1) for s in steps))
     a = analyze_series([mem, step], "x.csv")
     where = [f.where for f in a.findings if f.kind == "memory_growth"]
     assert where == ["reserved_gib"], [f.title for f in a.findings]
 
 
 @_PROPS
-@given(_stride_counter(), st.sampled_from(["training/global_step", "training/epoch",
-                                           "rollout/step", "consumed_samples", "x"]))
-def test_counters_get_no_findings(data: tuple[tuple[int, ...], tuple[float, ...]],
-                                  name: str) -> None:
+@given(
+    _stride_counter(),
+    st.sampled_from(
+        ["training/global_step", "training/epoch", "rollout/step", "consumed_samples", "x"]
+    ),
+)
+def test_counters_get_no_findings(
+    data: tuple[tuple[int, ...], tuple[float, ...]], name: str
+) -> None:
     steps, values = data
-    s = Series(name, "", steps, values)
+    s = imported_series(name, "", steps, values)
     assert _rules(s, time=True, counter=True) == []
     assert analyze_series([s], "x.log").findings == ()
 
@@ -237,24 +286,28 @@ def test_trace_user_counter_defaults_to_a_resource() -> None:
     """A trace's ``counter:<name>`` that says nothing is something held (wsprof.counter()):
     its growth is still reported; one that grows by exactly 1 per step is a step counter."""
     steps = tuple(range(6))
-    held = Series("counter:cache", "", steps, (1.0, 3.0, 7.0, 8.0, 13.0, 20.0))
+    held = imported_series("counter:cache", "", steps, (1.0, 3.0, 7.0, 8.0, 13.0, 20.0))
     assert series_kind(held, default=SeriesKind.RESOURCE).kind is SeriesKind.RESOURCE
     assert _rules(held, time=False, counter=True) == ["memory_growth"]
-    ticks = Series("counter:i", "", steps, tuple(float(s) for s in steps))
+    ticks = imported_series("counter:i", "", steps, tuple(float(s) for s in steps))
     assert _rules(ticks, time=False, counter=True) == []
 
 
 def test_per_token_time_and_clock_get_no_slowdown() -> None:
     steps = tuple(range(6))
-    for name, unit in [("timing_per_token_ms/update_actor", "ms"), ("elapsed_s", "s"),
-                       ("perf/throughput", "")]:
-        s = Series(name, unit, steps, tuple(1.0 + 0.5 * i for i in steps))
+    for name, unit in [
+        ("timing_per_token_ms/update_actor", "ms"),
+        ("elapsed_s", "s"),
+        ("perf/throughput", ""),
+    ]:
+        s = imported_series(name, unit, steps, tuple(1.0 + 0.5 * i for i in steps))
         assert _rules(s, time=True, counter=True) == [], name
-    sync = Series("weight_sync_s", "s", steps, (143.0, 363.0, 966.0, 1596.0, 2400.0, 3300.0))
+    sync = imported_series(
+        "weight_sync_s", "s", steps, (143.0, 363.0, 966.0, 1596.0, 2400.0, 3300.0)
+    )
     assert _rules(sync, time=True, counter=False) == ["accumulating_slowdown"]
 
 
 def test_kind_given_by_an_importer_wins() -> None:
-    s = Series("x", "", (1, 2, 3), (1.0, 2.0, 3.0), kind="bytes")
+    s = Series("x", Unit.OTHER, (1, 2, 3), (1.0, 2.0, 3.0), kind="bytes")
     assert series_kind(s).kind is SeriesKind.BYTES
-

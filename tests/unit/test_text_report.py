@@ -28,8 +28,12 @@ def test_colour_only_when_asked() -> None:
 def test_cli_prints_no_colour_into_a_pipe(tmp_path: Path) -> None:
     csv = tmp_path / "sync.csv"
     csv.write_text("step,weight_sync_s\n0,143\n1,363\n2,966\n3,1596\n")
-    out = subprocess.run([sys.executable, "-m", "wsprof", "analyze", str(csv)],
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "wsprof", "analyze", str(csv)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     assert "\x1b[" not in out.stdout and out.stdout.splitlines()[1].startswith("VERDICT: ")
     assert max(len(ln) for ln in out.stdout.splitlines()) <= 80

@@ -16,20 +16,38 @@ from wsprof.trace.writer import TraceWriter
 
 
 def _call(t0: int, op: str = "broadcast", step: int = 0) -> tuple[object, ...]:
-    return (t0, t0 + 1000, 600, 1, 7, op, f"dist.{op}", "api", 64, "float32", "0", 0, 0, step,
-            "weight_sync", None)
+    return (
+        t0,
+        t0 + 1000,
+        600,
+        1,
+        7,
+        op,
+        f"dist.{op}",
+        "api",
+        64,
+        "float32",
+        "0",
+        0,
+        0,
+        step,
+        "weight_sync",
+        None,
+    )
 
 
 def write_trace(path: Path, n: int = 10) -> None:
     w = TraceWriter(str(path))
     w.set_meta({"pid": 123, "rank": 0, "world_size": 2})
-    w.write({
-        "sites": [(0, "train.py", 42, "sync")],
-        "calls": [_call(1000 * i) for i in range(n)],
-        "spans": [("step", "0", 0, 10**6, 0, 7)],
-        "counters": [(5, "segments", 3.0), (9, "segments", 4.0)],
-        "events": [(1, "patched", "x")],
-    })
+    w.write(
+        {
+            "sites": [(0, "train.py", 42, "sync")],
+            "calls": [_call(1000 * i) for i in range(n)],
+            "spans": [("step", "0", 0, 10**6, 0, 7)],
+            "counters": [(5, "segments", 3.0), (9, "segments", 4.0)],
+            "events": [(1, "patched", "x")],
+        }
+    )
     w.close()
 
 
@@ -65,8 +83,10 @@ def test_run_folder_reads_every_trace_and_ignores_other_files(tmp_path: Path) ->
         (lambda p: None, "no such file"),
         (lambda p: p.write_bytes(b""), "empty file"),
         (lambda p: p.write_text("step,x\n1,2\n"), "not a wsprof trace"),
-        (lambda p: sqlite3.connect(p).execute("CREATE TABLE t (x)").connection.commit(),
-         "no meta table"),
+        (
+            lambda p: sqlite3.connect(p).execute("CREATE TABLE t (x)").connection.commit(),
+            "no meta table",
+        ),
     ],
     ids=["missing", "zero-byte", "text", "other-sqlite"],
 )
@@ -121,8 +141,9 @@ def test_one_bad_trace_does_not_block_the_run(tmp_path: Path) -> None:
     assert len(problems) == 1 and "a-2.wsprof" in problems[0] and "empty file" in problems[0]
 
 
-def test_unlistable_folder_is_one_clear_line(tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unlistable_folder_is_one_clear_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A folder that cannot be listed (no read permission; root ignores permissions, hence the
     stand-in) used to escape as a raw PermissionError."""
 

@@ -12,11 +12,11 @@ never complete. Pure functions of the trace's records.
 from __future__ import annotations
 
 import bisect
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 
 from wsprof.analysis.model import Coverage, GroupCoverage
+from wsprof.contracts.events import Patched
 from wsprof.trace.model import IssuedReading, ProcessTrace, RecordedIssued
 
 #: Ops NCCL does not count in its group sequence number (``seqCollective_`` counts
@@ -45,22 +45,32 @@ def audit_process(trace: ProcessTrace, label: str) -> list[GroupCoverage] | None
     if not by_group:
         return []
     if layers == "api":
-        return [_audit(sorted(by_group), trace.issued, trace.recorded_issued, True, label,
-                       trace.rank)]
+        return [
+            _audit(sorted(by_group), trace.issued, trace.recorded_issued, True, label, trace.rank)
+        ]
     only = next(iter(by_group)) if len(by_group) == 1 else None
-    return [_audit([group], readings, [c for c in trace.recorded_issued if c.group == group or (
-                       c.group is None and only == group)], False, label, trace.rank)
-            for group, readings in by_group.items()]
+    return [
+        _audit(
+            [group],
+            readings,
+            [
+                c
+                for c in trace.recorded_issued
+                if c.group == group or (c.group is None and only == group)
+            ],
+            False,
+            label,
+            trace.rank,
+        )
+        for group, readings in by_group.items()
+    ]
 
 
 def _layers(trace: ProcessTrace) -> str:
     """The ``layers`` the process was patched with (from its ``patched`` event)."""
     for e in trace.events:
-        if e.kind == "patched":
-            try:
-                return str(json.loads(e.detail).get("layers", "both"))
-            except (ValueError, AttributeError):
-                return "both"
+        if isinstance(e, Patched):
+            return e.layers
     return "both"
 
 
@@ -88,9 +98,14 @@ def _issued_by_step(readings: Sequence[IssuedReading]) -> dict[int, int] | None:
     return dict(out)
 
 
-def _audit(groups: list[str], readings: Sequence[IssuedReading],
-           recorded: Sequence[RecordedIssued], api_only: bool, label: str,
-           rank: int | None) -> GroupCoverage:
+def _audit(
+    groups: list[str],
+    readings: Sequence[IssuedReading],
+    recorded: Sequence[RecordedIssued],
+    api_only: bool,
+    label: str,
+    rank: int | None,
+) -> GroupCoverage:
     backend = next((r.backend for r in readings if r.backend), None)
     steps = [r.step for r in readings]
     first, last = min(steps), max(steps)
@@ -110,8 +125,18 @@ def _audit(groups: list[str], readings: Sequence[IssuedReading],
         rec_by_step[_bucket(c.step, read_steps)] += n
     bucketed = {s: rec_by_step.get(s, 0) for s in issued_by_step}
     short = tuple(s for s in read_steps if issued_by_step[s] > bucketed[s] and s >= 0)
-    return GroupCoverage(label, rank, name, backend, sum(issued_by_step.values()),
-                         sum(bucketed.values()), first, last, short, exact=not api_only)
+    return GroupCoverage(
+        label,
+        rank,
+        name,
+        backend,
+        sum(issued_by_step.values()),
+        sum(bucketed.values()),
+        first,
+        last,
+        short,
+        exact=not api_only,
+    )
 
 
 def _bucket(step: int, read_steps: list[int]) -> int:

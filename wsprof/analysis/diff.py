@@ -24,25 +24,26 @@ got smaller or another item of it got faster.
 Sites and frames are named without their line numbers: a fix usually edits the file it fixes,
 so the same call site has another line after it (the lines seen are kept in ``detail``).
 
-Pure: traces in, frozen dataclasses out; never imports torch.
+Pure: loaded inputs (:mod:`wsprof.inputs`) in, frozen dataclasses out; never imports torch.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
 
 from wsprof.analysis.model import ProcessAnalysis, StepRow
+from wsprof.contracts.series import ROLLOUT_SHARE, STEP_S, WEIGHT_SYNC_S
+from wsprof.contracts.units import fmt_duration, fmt_in_unit, fmt_pct
 from wsprof.errors import InputError, quote
+from wsprof.inputs import Loaded, LoadedLog, LoadedRun, LoadedSeries, load
 from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow, Span
-from wsprof.units import fmt_duration, fmt_in_unit, fmt_pct
 
 #: A change smaller than this fraction of its before value is noise (10 %).
 MIN_REL_CHANGE = 0.10
@@ -71,9 +72,9 @@ UNKNOWN_SITE = "(unknown caller)"
 #: kept call in that step (their count and time are exact, their caller unknown).
 THINNED_SITE = "(not kept in detail)"
 #: Names of the headline series of a per-step series file.
-SERIES_STEP = "step_s"
-SERIES_WEIGHT_SYNC = "weight_sync_s"
-SERIES_ROLLOUT_SHARE = "rollout_share"
+SERIES_STEP = STEP_S
+SERIES_WEIGHT_SYNC = WEIGHT_SYNC_S
+SERIES_ROLLOUT_SHARE = ROLLOUT_SHARE
 #: The phase whose time is the weight-sync figure (never listed as a phase item as well).
 WEIGHT_SYNC_PHASE = "weight_sync"
 #: Comparison bases: per step (both sides have steps) or per second of wall time.
@@ -188,18 +189,28 @@ class SideSummary:
     notes: tuple[str, ...] = ()
     wall_s: float | None = None
 
-    def describe(self) -> str:
-        """One line: ``rank 0 of RUN, steps 0-4 (5 from markers), 120 calls``."""
+    def describe(self, range_option: str | None = None) -> str:
+        """One line: ``rank 0 of RUN, steps 0-4 (5 from markers), 120 calls``.
+
+        Args:
+            range_option: what introduces the step range asked for (a renderer of the
+                command line passes its option, ``--before-steps``); default
+                ``<role> steps``.
+        """
         who = f"{self.process} of {self.source}" if self.process else self.source
         if self.steps:
-            span = (f"step {self.steps[0]}" if len(self.steps) == 1
-                    else f"steps {self.steps[0]}-{self.steps[-1]}")
+            span = (
+                f"step {self.steps[0]}"
+                if len(self.steps) == 1
+                else f"steps {self.steps[0]}-{self.steps[-1]}"
+            )
             where = f"{span} ({len(self.steps)} from {self.step_source})"
         else:
             where = "no steps (the whole trace"
             where += f", {fmt_duration(self.wall_s)} of wall time)" if self.wall_s else ")"
         if self.step_range is not None:
-            where += f" of --{self.role}-steps {format_step_range(self.step_range)}"
+            what = range_option or f"{self.role} steps"
+            where += f" of {what} {format_step_range(self.step_range)}"
         parts = [who, where]
         if self.kind == "run":
             parts.append(f"{self.n_calls:,} calls")
@@ -309,12 +320,12 @@ class Side:
     units: int = 1
 
 
-def parse_step_range(text: str, option: str = "--steps") -> StepRange:
+def parse_step_range(text: str, option: str = "steps") -> StepRange:
     """``A:B`` as a half-open step range; ``A:`` and ``:B`` leave an end open.
 
     Args:
         text: what the user gave.
-        option: the option it came from (for the message).
+        option: what gave it (for the message: the CLI passes its option).
 
     Returns:
         ``(start, stop)``, either None where open.
@@ -330,11 +341,15 @@ def parse_step_range(text: str, option: str = "--steps") -> StepRange:
         start = stop = None
         sep = ""
     if not sep:
-        raise InputError(f"{option} {quote(text)}: expected A:B, step numbers with A < B "
-                         "(half-open: 0:5 is steps 0 to 4; A: and :B leave an end open)")
+        raise InputError(
+            f"{option} {quote(text)}: expected A:B, step numbers with A < B "
+            "(half-open: 0:5 is steps 0 to 4; A: and :B leave an end open)"
+        )
     if start is not None and stop is not None and stop <= start:
-        raise InputError(f"{option} {quote(text)}: empty step range (B must be greater than A; "
-                         f"half-open: {start}:{start + 1} is step {start} alone)")
+        raise InputError(
+            f"{option} {quote(text)}: empty step range (B must be greater than A; "
+            f"half-open: {start}:{start + 1} is step {start} alone)"
+        )
     return start, stop
 
 
@@ -352,16 +367,42 @@ def _median(values: Sequence[float]) -> float | None:
     return float(statistics.median(vals)) if vals else None
 
 
-def _is_series_file(path: str) -> bool:
-    return os.path.isfile(path) and path.lower().endswith((".csv", ".tsv"))
+class StepRangeError(InputError):
+    """A step range that selects no step of a side. The message names the side and its
+    steps, not a command-line option; :meth:`with_option` says it with the option that gave
+    the range (the CLI's wording).
+
+    Attributes:
+        role: ``before`` or ``after``.
+        source: the side's path.
+        step_range: the range asked for.
+        detail: what is wrong and what to do, after the range.
+    """
+
+    def __init__(self, role: str, source: str, step_range: StepRange, detail: str) -> None:
+        self.role, self.source, self.step_range, self.detail = role, source, step_range, detail
+        super().__init__(self.text(f"{role} steps"))
+
+    def text(self, what: str) -> str:
+        """The message, the range introduced by ``what`` (``before steps``, an option)."""
+        return (
+            f"{self.role.upper()} {self.source}: {what} "
+            f"{format_step_range(self.step_range)}{self.detail}"
+        )
+
+    def with_option(self, option: str) -> InputError:
+        """The same error, naming ``option`` (``--before-steps``) for the range."""
+        return InputError(self.text(option))
 
 
-def measure_path(path: str, step_range: StepRange | None = None,
-                 role: str = "before") -> Side:
-    """Measure one side: a run folder, a trace file or a per-step series file.
+def measure(loaded: Loaded, step_range: StepRange | None = None, role: str = "before") -> Side:
+    """Measure one side read by :func:`wsprof.inputs.load`: a run or a per-step series file.
+
+    A run's traces are read once: the primary process's trace (with its calls) comes from
+    the same pass that analyses the run.
 
     Args:
-        path: what ``wsprof analyze`` accepts.
+        loaded: the side's input.
         step_range: only these steps of the primary process (and the calls in them).
         role: ``before`` or ``after`` (names the side in messages).
 
@@ -369,90 +410,73 @@ def measure_path(path: str, step_range: StepRange | None = None,
         The side's measures.
 
     Raises:
-        InputError: the path cannot be read, or the range selects no step.
+        InputError: no trace could be read, the input is a training log, or the range
+            selects no step (:class:`StepRangeError`).
     """
-    if _is_series_file(path):
-        return _measure_series(path, step_range, role)
-    return _measure_run(path, step_range, role)
+    if isinstance(loaded, LoadedRun):
+        return _measure_run(loaded, step_range, role)
+    if isinstance(loaded, LoadedLog):
+        raise InputError(
+            f"{role.upper()} {loaded.path}: a {loaded.imported.format} training log, not a run "
+            "or a per-step series file; compare two runs (folders or .wsprof traces) or two "
+            "CSV series"
+        )
+    return _measure_series(loaded, step_range, role)
 
 
-@dataclass(frozen=True)
-class _Seen:
-    """What is kept of each trace while the run is analysed (its calls are not)."""
+def measure_path(path: str, step_range: StepRange | None = None, role: str = "before") -> Side:
+    """``measure(load(path), ...)``: a run folder, a trace file or a per-step series file.
 
-    path: str
-    pid: object
-    rank: int | None
-    n_calls: int
-    samples: list[SampleWindow]
+    Raises:
+        InputError: see :func:`wsprof.inputs.load` and :func:`measure`.
+    """
+    return measure(load(path), step_range, role)
 
 
-def _measure_run(path: str, step_range: StepRange | None, role: str) -> Side:
-    from wsprof.analysis.run import analyze_run
-    from wsprof.trace.reader import (
-        find_traces,
-        read_run_lenient,
-        read_trace,
-        require_trace_file,
+def _measure_run(run: LoadedRun, step_range: StepRange | None, role: str) -> Side:
+    from wsprof.analysis.run import analyze_loaded_run
+
+    # One trace at a time, as ``wsprof analyze`` reads a run; the primary's calls are kept.
+    result = analyze_loaded_run(run)
+    pa = result.analysis.primary
+    trace = result.primary_trace
+    if pa is None or trace is None:
+        raise InputError(f"{run.path}: no process to compare; give a run folder written by wsprof")
+    return measure_process(
+        trace, pa, result.primary_windows, step_range, role, run.path, list(run.problems)
     )
 
-    require_trace_file(path)
-    problems: list[str] = []
-    seen: list[_Seen] = []
 
-    def each() -> Iterator[ProcessTrace]:
-        for p in find_traces(path):
-            try:
-                t = read_trace(p)
-            except InputError as e:
-                problems.append(f"skipped {e}")
-                continue
-            seen.append(_Seen(p, t.meta.get("pid"), t.rank, len(t.calls), t.samples))
-            yield t
-
-    traces = each()
-    first = next(traces, None)
-    if first is None:
-        read_run_lenient(path)  # raises the reader's error for the run
-        raise InputError(f"{path}: no trace could be read; re-record the run")
-    # One trace at a time, as ``wsprof analyze`` reads a run; the primary is read again below.
-    analysis = analyze_run(itertools.chain([first], traces), path)
-    pa = analysis.primary
-    if pa is None:
-        raise InputError(f"{path}: no process to compare; give a run folder written by wsprof")
-    match = next((s for s in seen if s.pid == pa.pid and s.rank == pa.rank
-                  and s.n_calls == pa.calls.n_total), None)
-    if match is None:  # the primary is always one of the traces read; keep going if not
-        match = next((s for s in seen if s.pid == pa.pid), seen[0])
-    trace = first if match.path == seen[0].path else read_trace(match.path)
-    pid = trace.meta.get("pid")
-    windows = trace.samples or [w for s in seen for w in s.samples
-                                if isinstance(pid, int) and w.pid == pid]
-    return measure_process(trace, pa, windows, step_range, role, path, problems)
-
-
-def _select_rows(pa: ProcessAnalysis, step_range: StepRange | None, role: str,
-                 source: str) -> list[int]:
+def _select_rows(
+    pa: ProcessAnalysis, step_range: StepRange | None, role: str, source: str
+) -> list[int]:
     rows = pa.steps
     if step_range is None:
         return list(range(len(rows)))
-    rng = format_step_range(step_range)
     if not rows:
-        raise InputError(
-            f"{role.upper()} {source}: --{role}-steps {rng}: {pa.label} has no steps to select "
-            "(no wsprof.step() markers and no sync bursts found); compare whole runs instead")
+        raise StepRangeError(
+            role,
+            source,
+            step_range,
+            f": {pa.label} has no steps to select (no wsprof.step() "
+            "markers and no sync bursts found); compare whole runs instead",
+        )
     sel = [i for i, r in enumerate(rows) if _in_range(r.step, step_range)]
     if not sel:
         nums = sorted(r.step for r in rows)
-        raise InputError(
-            f"{role.upper()} {source}: --{role}-steps {rng} selects none of {pa.label}'s steps "
-            f"({nums[0]}-{nums[-1]}); choose a range within them")
+        raise StepRangeError(
+            role,
+            source,
+            step_range,
+            f" selects none of {pa.label}'s steps "
+            f"({nums[0]}-{nums[-1]}); choose a range within them",
+        )
     return sel
 
 
-def _thinned_weights(calls: CallTable, totals: CallTotals, steps: npt.NDArray[np.int64]) -> (
-    tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], dict[str, tuple[float, float]]]
-):
+def _thinned_weights(
+    calls: CallTable, totals: CallTotals, steps: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], dict[str, tuple[float, float]]]:
     """Per kept call, how many calls and how much time it stands for in a thinned trace.
 
     Each (step, op) group's kept calls share the group's exact totals in proportion (so that
@@ -467,10 +491,12 @@ def _thinned_weights(calls: CallTable, totals: CallTotals, steps: npt.NDArray[np
     ops = sorted({str(o) for o in calls.op.tolist()} | {str(o) for o in t_op.tolist()})
     code = {o: i for i, o in enumerate(ops)}
     k = len(ops)
-    c_key = calls.step.astype(np.int64) * k + np.array([code[str(o)] for o in calls.op.tolist()],
-                                                       dtype=np.int64)
-    t_key = t_step.astype(np.int64) * k + np.array([code[str(o)] for o in t_op.tolist()],
-                                                   dtype=np.int64)
+    c_key = calls.step.astype(np.int64) * k + np.array(
+        [code[str(o)] for o in calls.op.tolist()], dtype=np.int64
+    )
+    t_key = t_step.astype(np.int64) * k + np.array(
+        [code[str(o)] for o in t_op.tolist()], dtype=np.int64
+    )
     keys, c_inv = np.unique(c_key, return_inverse=True)
     dur = calls.duration_ns.astype(np.float64)
     kept_n = np.bincount(c_inv, minlength=len(keys)).astype(np.float64)
@@ -489,8 +515,9 @@ def _thinned_weights(calls: CallTable, totals: CallTotals, steps: npt.NDArray[np
     return f_n[c_inv], dur * f_d[c_inv], rest
 
 
-def _phase_seconds(spans: Sequence[Span], rows: Sequence[StepRow] | None, by_number: bool
-                   ) -> dict[str, float]:
+def _phase_seconds(
+    spans: Sequence[Span], rows: Sequence[StepRow] | None, by_number: bool
+) -> dict[str, float]:
     """Seconds per phase name over the phase spans of ``rows`` (by step number with markers,
     else by the span's start within the step); every phase span with ``rows`` None (a
     process without steps: the whole trace is the window)."""
@@ -559,8 +586,10 @@ def measure_process(
     if thinned and trace.totals is not None:
         steps = np.array([r.step for r in rows], dtype=np.int64)
         w_n, w_d, rest = _thinned_weights(calls, trace.totals, steps)
-        notes.append("retention thinned some of these steps: per-op numbers are exact, per-site "
-                     "numbers are estimated from the calls kept in detail")
+        notes.append(
+            "retention thinned some of these steps: per-op numbers are exact, per-site "
+            "numbers are estimated from the calls kept in detail"
+        )
     n_total = float(w_n.sum()) + sum(n for n, _ in rest.values())
     if len(calls) or rest:
         kinds |= {"op", "site"}
@@ -594,16 +623,19 @@ def measure_process(
     for name in site_n:
         lines = sorted(site_lines.get(name, ()), key=int)
         items[("site", name)] = Measure(
-            s_per_step=site_d[name] / 1e9 / units, calls_per_step=site_n[name] / units,
-            detail=tuple(lines))
+            s_per_step=site_d[name] / 1e9 / units,
+            calls_per_step=site_n[name] / units,
+            detail=tuple(lines),
+        )
     # Per phase: phase spans. Weight sync is the one headline figure, not a phase item: its
     # phase spans, else the spans of the steps' sync bursts.
     phases = _phase_seconds(trace.spans, rows if pa.steps else None, by_number)
     sync_total = phases.pop(WEIGHT_SYNC_PHASE, None)
     if sync_total is None and any(r.weight_sync_s is not None for r in rows):
         sync_total = sum(r.weight_sync_s or 0.0 for r in rows)
-        notes.append("no weight_sync phase markers: weight sync is the span of each step's "
-                     "sync burst")
+        notes.append(
+            "no weight_sync phase markers: weight sync is the span of each step's sync burst"
+        )
     if phases:
         kinds.add("phase")
     for name, s in phases.items():
@@ -620,21 +652,36 @@ def measure_process(
         if f.share >= MIN_FRAME_SHARE:
             items[("frame", f.frame)] = Measure(share=f.share)
     # Medians over the steps (from bursts the process's last step is cut short: left out).
-    timed = [r for r in rows if not (pa.step_source == "bursts" and r is pa.steps[-1]
-                                     and len(pa.steps) > 1)]
+    timed = [
+        r
+        for r in rows
+        if not (pa.step_source == "bursts" and r is pa.steps[-1] and len(pa.steps) > 1)
+    ]
     if rows and len(rows) < MIN_STEPS_FOR_MEDIANS:
-        notes.append(f"only {len(rows)} step(s): their medians are noisy; compare at least "
-                     f"{MIN_STEPS_FOR_MEDIANS} steps on each side")
+        notes.append(
+            f"only {len(rows)} step(s): their medians are noisy; compare at least "
+            f"{MIN_STEPS_FOR_MEDIANS} steps on each side"
+        )
     if not pa.steps:
-        notes.append("no steps found (no wsprof.step() markers, no sync bursts or rhythm): "
-                     "its numbers are whole-run totals, compared as rates per second of wall "
-                     "time")
+        notes.append(
+            "no steps found (no wsprof.step() markers, no sync bursts or rhythm): "
+            "its numbers are whole-run totals, compared as rates per second of wall "
+            "time"
+        )
     op_s = [m.s_per_step for (k, _), m in items.items() if k == "op" and m.s_per_step is not None]
     summary = SideSummary(
-        role=role, source=src, kind="run", process=pa.label, step_source=pa.step_source,
-        step_range=step_range, steps=tuple(r.step for r in rows),
-        n_calls=int(round(n_total)), n_samples=n_active, notes=tuple(notes),
-        wall_s=_wall_s(trace, rows if pa.steps else None))
+        role=role,
+        source=src,
+        kind="run",
+        process=pa.label,
+        step_source=pa.step_source,
+        step_range=step_range,
+        steps=tuple(r.step for r in rows),
+        n_calls=int(round(n_total)),
+        n_samples=n_active,
+        notes=tuple(notes),
+        wall_s=_wall_s(trace, rows if pa.steps else None),
+    )
     return Side(
         summary=summary,
         step_s=_median([r.step_s for r in timed]),
@@ -674,43 +721,61 @@ def _wall_s(trace: ProcessTrace, rows: Sequence[StepRow] | None) -> float | None
     return (hi - lo) / 1e9 if hi > lo else None
 
 
-def _measure_series(path: str, step_range: StepRange | None, role: str) -> Side:
+def _measure_series(loaded: LoadedSeries, step_range: StepRange | None, role: str) -> Side:
     """A per-step series file: each column's median over the steps in ``step_range``."""
-    from wsprof.importers.csv_series import load_series_csv
-
+    path = loaded.path
     items: dict[tuple[str, str], Measure] = {}
     steps: set[int] = set()
     medians: dict[str, float] = {}
-    for s in load_series_csv(path):
-        vals = [v for st, v in zip(s.steps, s.values) if _in_range(st, step_range)
-                and math.isfinite(v)]
+    for s in loaded.imported.series:
+        vals = [
+            v for st, v in zip(s.steps, s.values) if _in_range(st, step_range) and math.isfinite(v)
+        ]
         steps |= {st for st in s.steps if _in_range(st, step_range)}
         med = _median(vals)
         if med is None:
             continue
         medians[s.name] = med
-        scale = SECONDS_PER_UNIT.get(s.unit)
+        unit = s.unit_label
+        scale = SECONDS_PER_UNIT.get(unit)
         if scale is not None:
-            items[("series", s.name)] = Measure(s_per_step=med * scale, detail=(s.unit,))
+            items[("series", s.name)] = Measure(s_per_step=med * scale, detail=(unit,))
         else:
-            items[("series", s.name)] = Measure(value=med, unit=s.unit,
-                                                detail=(s.unit,) if s.unit else ())
+            items[("series", s.name)] = Measure(
+                value=med, unit=unit, detail=(unit,) if unit else ()
+            )
     if step_range is not None and not steps:
-        raise InputError(
-            f"{role.upper()} {path}: --{role}-steps {format_step_range(step_range)} selects no "
-            "row of the series file; choose a range within its step column")
+        raise StepRangeError(
+            role,
+            path,
+            step_range,
+            " selects no row of the series file; choose a range within its step column",
+        )
     notes = []
     if 0 < len(steps) < MIN_STEPS_FOR_MEDIANS:
         notes.append(f"only {len(steps)} step(s): their medians are noisy")
-    summary = SideSummary(role=role, source=path, kind="series", process=None,
-                          step_source="series", step_range=step_range,
-                          steps=tuple(sorted(steps)), n_calls=0, n_samples=0,
-                          notes=tuple(notes))
+    summary = SideSummary(
+        role=role,
+        source=path,
+        kind="series",
+        process=None,
+        step_source="series",
+        step_range=step_range,
+        steps=tuple(sorted(steps)),
+        n_calls=0,
+        n_samples=0,
+        notes=tuple(notes),
+    )
     items.pop(("series", SERIES_WEIGHT_SYNC), None)  # the one weight-sync figure: headline
-    return Side(summary=summary, step_s=medians.get(SERIES_STEP),
-                weight_sync_s=medians.get(SERIES_WEIGHT_SYNC),
-                rollout_share=medians.get(SERIES_ROLLOUT_SHARE), collective_s=None,
-                items=items, kinds=frozenset({"series"}) if items else frozenset())
+    return Side(
+        summary=summary,
+        step_s=medians.get(SERIES_STEP),
+        weight_sync_s=medians.get(SERIES_WEIGHT_SYNC),
+        rollout_share=medians.get(SERIES_ROLLOUT_SHARE),
+        collective_s=None,
+        items=items,
+        kinds=frozenset({"series"}) if items else frozenset(),
+    )
 
 
 # --------------------------------------------------------------------------- the diff
@@ -733,8 +798,9 @@ def _pair(kind: str, name: str, b: Measure, a: Measure) -> ItemDiff:
     def d(x: float | None, y: float | None, keep: bool) -> Delta | None:
         return Delta.of(x, y) if keep else None
 
-    timed = kind in ("op", "site", "phase") or b.s_per_step is not None or (
-        a.s_per_step is not None)
+    timed = (
+        kind in ("op", "site", "phase") or b.s_per_step is not None or (a.s_per_step is not None)
+    )
     valued = kind == "series" and not timed
     detail = ", ".join(dict.fromkeys((*b.detail, *a.detail)))
     if kind == "site" and detail:
@@ -832,11 +898,13 @@ def fmt_item_change(item: ItemDiff, per: str = "step") -> str:
     if item.share is not None:
         d = item.share
         pts = (d.change or 0.0) * 100
-        return (f"{pts:+.0f} pts of samples ({fmt_pct(d.before)} -> {fmt_pct(d.after)})")
+        return f"{pts:+.0f} pts of samples ({fmt_pct(d.before)} -> {fmt_pct(d.after)})"
     if item.value is not None:
         d = item.value
-        return (f"{fmt_in_unit(d.before, item.unit)} -> {fmt_in_unit(d.after, item.unit)} "
-                f"({fmt_rel(d)})")
+        return (
+            f"{fmt_in_unit(d.before, item.unit)} -> {fmt_in_unit(d.after, item.unit)} "
+            f"({fmt_rel(d)})"
+        )
     return "-"
 
 
@@ -853,22 +921,38 @@ def fmt_time(value: float | None, basis: str = BASIS_STEP) -> str:
     return text if basis == BASIS_STEP or value is None else f"{text}/s"
 
 
-def _headline(step_s: Delta, sync: Delta, collective: Delta, series: Delta,
-              reference_s: float, basis: str = BASIS_STEP) -> str:
+def _headline(
+    step_s: Delta,
+    sync: Delta,
+    collective: Delta,
+    series: Delta,
+    reference_s: float,
+    basis: str = BASIS_STEP,
+) -> str:
     """The first verdict line: the step time (else the time in collectives, else the sum of
     a series file's time columns), before and after, and the weight sync."""
     parts: list[str] = []
-    for what, d in (("step time", step_s), ("weight sync", sync),
-                    ("time in collectives", collective), ("time columns summed", series)):
+    for what, d in (
+        ("step time", step_s),
+        ("weight sync", sync),
+        ("time in collectives", collective),
+        ("time columns summed", series),
+    ):
         if d.before is not None and d.after is not None:
-            parts.append(f"{what} {fmt_time(d.before, basis)} -> {fmt_time(d.after, basis)} "
-                         f"({fmt_rel(d)})")
+            parts.append(
+                f"{what} {fmt_time(d.before, basis)} -> {fmt_time(d.after, basis)} ({fmt_rel(d)})"
+            )
     main = next((d for d in (step_s, collective, series) if d.change is not None), None)
     per = "per step" if basis == BASIS_STEP else "per second of wall time"
     if main is None:
         return "no step, collective or series times on both sides: see the items below"
-    word = ("about the same" if not counted_time(main, reference_s)
-            else "faster" if (main.change or 0.0) < 0 else "slower")
+    word = (
+        "about the same"
+        if not counted_time(main, reference_s)
+        else "faster"
+        if (main.change or 0.0) < 0
+        else "slower"
+    )
     return f"{word} {per}: " + "; ".join(parts[:2])
 
 
@@ -880,11 +964,17 @@ def _as_rates(side: Side) -> Side:
     def rate(x: float | None) -> float | None:
         return x * k if x is not None and k is not None else None
 
-    items = {key: replace(m, s_per_step=rate(m.s_per_step),
-                          calls_per_step=rate(m.calls_per_step))
-             for key, m in side.items.items()}
-    return replace(side, step_s=None, weight_sync_s=rate(side.weight_sync_s),
-                   collective_s=rate(side.collective_s), items=items)
+    items = {
+        key: replace(m, s_per_step=rate(m.s_per_step), calls_per_step=rate(m.calls_per_step))
+        for key, m in side.items.items()
+    }
+    return replace(
+        side,
+        step_s=None,
+        weight_sync_s=rate(side.weight_sync_s),
+        collective_s=rate(side.collective_s),
+        items=items,
+    )
 
 
 def comparison_basis(before: Side, after: Side) -> str:
@@ -917,12 +1007,24 @@ def diff_sides(before: Side, after: Side) -> DiffResult:
             f"cannot compare a {b.kind} with a {a.kind}: BEFORE {b.source} is a "
             f"{'per-step series file' if b.kind == 'series' else 'run'} and AFTER {a.source} "
             f"is {'a per-step series file' if a.kind == 'series' else 'a run'}; give two runs "
-            "(folders or .wsprof traces) or two series files")
-    keys = sorted(set(before.items) | set(after.items),
-                  key=lambda k: (ITEM_KINDS.index(k[0]) if k[0] in ITEM_KINDS else 99, k[1]))
-    items = sorted((_pair(kind, name, before.items.get((kind, name)) or _absent(kind, before),
-                          after.items.get((kind, name)) or _absent(kind, after))
-                    for kind, name in keys), key=_sort_key)
+            "(folders or .wsprof traces) or two series files"
+        )
+    keys = sorted(
+        set(before.items) | set(after.items),
+        key=lambda k: (ITEM_KINDS.index(k[0]) if k[0] in ITEM_KINDS else 99, k[1]),
+    )
+    items = sorted(
+        (
+            _pair(
+                kind,
+                name,
+                before.items.get((kind, name)) or _absent(kind, before),
+                after.items.get((kind, name)) or _absent(kind, after),
+            )
+            for kind, name in keys
+        ),
+        key=_sort_key,
+    )
     step_s = Delta.of(before.step_s, after.step_s)
     # The reference a change is judged against: a step, else (rates) a second of wall time.
     refs = [v for v in (before.step_s, after.step_s) if v] if basis == BASIS_STEP else [1.0]
@@ -934,10 +1036,14 @@ def diff_sides(before: Side, after: Side) -> DiffResult:
         total_b, total_a = _kind_total(of_kind, kind, False), _kind_total(of_kind, kind, True)
         ref = max(refs) if refs else max(total_b, total_a)
         changed = [i for i in of_kind if counted(i, ref)]
-        down = sorted((i for i in changed if (i.main and i.main.change or 0.0) < 0),
-                      key=lambda i: i.main.change if i.main and i.main.change else 0.0)
-        up = sorted((i for i in changed if (i.main and i.main.change or 0.0) > 0),
-                    key=lambda i: -(i.main.change if i.main and i.main.change else 0.0))
+        down = sorted(
+            (i for i in changed if (i.main and i.main.change or 0.0) < 0),
+            key=lambda i: i.main.change if i.main and i.main.change else 0.0,
+        )
+        up = sorted(
+            (i for i in changed if (i.main and i.main.change or 0.0) > 0),
+            key=lambda i: -(i.main.change if i.main and i.main.change else 0.0),
+        )
         faster += down
         slower += up
         # Overhead moved: the largest increase, where the kind's total fell or another item of
@@ -948,29 +1054,49 @@ def diff_sides(before: Side, after: Side) -> DiffResult:
     collective = Delta.of(before.collective_s, after.collective_s)
     series = Delta.of(
         _kind_total(items, "series", False) if "series" in before.kinds else None,
-        _kind_total(items, "series", True) if "series" in after.kinds else None)
-    reference = max(refs) if refs else max(before.collective_s or 0.0,
-                                           after.collective_s or 0.0,
-                                           series.before or 0.0, series.after or 0.0)
+        _kind_total(items, "series", True) if "series" in after.kinds else None,
+    )
+    reference = (
+        max(refs)
+        if refs
+        else max(
+            before.collective_s or 0.0,
+            after.collective_s or 0.0,
+            series.before or 0.0,
+            series.after or 0.0,
+        )
+    )
     verdict = [_headline(step_s, sync, collective, series, reference, basis)]
     if faster:
         verdict.append(f"got faster: {_named(faster, per)}")
     if slower:
         verdict.append(f"got slower: {_named(slower, per)}")
     if moved:
-        verdict.append("overhead moved to " + "; ".join(
-            f"{i.label} {fmt_item_change(i, per)}" for i in moved)
-            + ": the next place to look (re-measure after every fix)")
+        verdict.append(
+            "overhead moved to "
+            + "; ".join(f"{i.label} {fmt_item_change(i, per)}" for i in moved)
+            + ": the next place to look (re-measure after every fix)"
+        )
     if not faster and not slower:
-        verdict.append(f"nothing changed by {MIN_REL_CHANGE:.0%} of itself and "
-                       f"{MIN_SHARE_OF_REFERENCE:.0%} of "
-                       f"{'a step' if basis == BASIS_STEP else 'the wall time'}")
+        verdict.append(
+            f"nothing changed by {MIN_REL_CHANGE:.0%} of itself and "
+            f"{MIN_SHARE_OF_REFERENCE:.0%} of "
+            f"{'a step' if basis == BASIS_STEP else 'the wall time'}"
+        )
     return DiffResult(
-        before=b, after=a, step_s=step_s, weight_sync_s=sync,
+        before=b,
+        after=a,
+        step_s=step_s,
+        weight_sync_s=sync,
         rollout_share=Delta.of(before.rollout_share, after.rollout_share),
-        collective_s=collective, items=tuple(items), faster=tuple(faster),
-        slower=tuple(slower), moved_to=tuple(moved), verdict=tuple(verdict),
-        notes=tuple(_comparability(b, a, basis)), basis=basis,
+        collective_s=collective,
+        items=tuple(items),
+        faster=tuple(faster),
+        slower=tuple(slower),
+        moved_to=tuple(moved),
+        verdict=tuple(verdict),
+        notes=tuple(_comparability(b, a, basis)),
+        basis=basis,
     )
 
 
@@ -978,34 +1104,45 @@ def _comparability(b: SideSummary, a: SideSummary, basis: str = BASIS_STEP) -> l
     """Notes on what makes the two sides less comparable, then each side's own notes."""
     notes: list[str] = []
     if basis == BASIS_SECOND:
-        has = [f"{s.role.upper()} has {'no' if not s.steps else len(s.steps)} step(s)"
-               for s in (b, a)]
-        notes.append(f"{' and '.join(has)}: both sides are compared as whole-run rates, time "
-                     "and calls per second of the wall time each covers (latency per call as "
-                     "is); step time is not compared. Add wsprof.step() for per-step numbers")
+        has = [
+            f"{s.role.upper()} has {'no' if not s.steps else len(s.steps)} step(s)" for s in (b, a)
+        ]
+        notes.append(
+            f"{' and '.join(has)}: both sides are compared as whole-run rates, time "
+            "and calls per second of the wall time each covers (latency per call as "
+            "is); step time is not compared. Add wsprof.step() for per-step numbers"
+        )
         for s in (b, a):
             if not s.wall_s:
-                notes.append(f"{s.role}: no timed record, so no wall time: its rates are "
-                             "unknown")
+                notes.append(f"{s.role}: no timed record, so no wall time: its rates are unknown")
     if b.kind == "run" and b.process != a.process:
-        notes.append(f"the sides are different processes ({b.process} before, {a.process} "
-                     "after): the primary of each run is compared")
+        notes.append(
+            f"the sides are different processes ({b.process} before, {a.process} "
+            "after): the primary of each run is compared"
+        )
     if basis == BASIS_STEP and b.step_source != a.step_source:
-        notes.append(f"steps came from {b.step_source} before and from {a.step_source} after: "
-                     "step boundaries differ, so per-step numbers compare less well")
-    if (os.path.abspath(b.source) == os.path.abspath(a.source)
-            and set(b.steps) & set(a.steps)):
+        notes.append(
+            f"steps came from {b.step_source} before and from {a.step_source} after: "
+            "step boundaries differ, so per-step numbers compare less well"
+        )
+    if os.path.abspath(b.source) == os.path.abspath(a.source) and set(b.steps) & set(a.steps):
         both = sorted(set(b.steps) & set(a.steps))
-        notes.append(f"the two windows of {b.source} share {len(both)} step(s) "
-                     f"({both[0]}-{both[-1]}): choose disjoint --before-steps/--after-steps")
+        notes.append(
+            f"the two windows of {b.source} share {len(both)} step(s) "
+            f"({both[0]}-{both[-1]}): choose disjoint --before-steps/--after-steps"
+        )
     notes += [f"before: {n}" for n in b.notes]
     notes += [f"after: {n}" for n in a.notes]
     return notes
 
 
-def diff_paths(before: str, after: str, before_steps: StepRange | None = None,
-               after_steps: StepRange | None = None) -> DiffResult:
-    """Measure both paths and diff them (what ``wsprof diff`` runs).
+def diff_paths(
+    before: str,
+    after: str,
+    before_steps: StepRange | None = None,
+    after_steps: StepRange | None = None,
+) -> DiffResult:
+    """``diff_loaded(load(before), load(after), ...)``: measure both paths and diff them.
 
     Args:
         before: run folder, trace or series file before the fix.
@@ -1020,5 +1157,28 @@ def diff_paths(before: str, after: str, before_steps: StepRange | None = None,
         InputError: a path cannot be read, a range selects no step, or the sides are of
             different kinds.
     """
-    return diff_sides(measure_path(before, before_steps, "before"),
-                      measure_path(after, after_steps, "after"))
+    return diff_loaded(load(before), load(after), before_steps, after_steps)
+
+
+def diff_loaded(
+    before: Loaded,
+    after: Loaded,
+    before_steps: StepRange | None = None,
+    after_steps: StepRange | None = None,
+) -> DiffResult:
+    """Measure both inputs (each read once) and diff them (what ``wsprof diff`` runs).
+
+    Args:
+        before: the input before the fix (:func:`wsprof.inputs.load`).
+        after: the input after it (may be the same path with other steps).
+        before_steps: steps of ``before`` to compare (half-open); None: every step.
+        after_steps: steps of ``after`` to compare; None: every step.
+
+    Returns:
+        The diff.
+
+    Raises:
+        InputError: no trace could be read, a range selects no step
+            (:class:`StepRangeError`), or the sides are of different kinds.
+    """
+    return diff_sides(measure(before, before_steps, "before"), measure(after, after_steps, "after"))

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from wsprof.analysis.headline import Headline, headline_of
 from wsprof.analysis.kinds import HELD_KINDS, SeriesKind, series_kind
 from wsprof.analysis.model import (
     SEVERITIES,
@@ -27,7 +28,20 @@ from wsprof.analysis.model import (
 )
 from wsprof.analysis.model import HotFrame as HotFrameModel
 from wsprof.analysis.samples import split_frame
-from wsprof.units import fmt_bytes, fmt_in_unit
+from wsprof.contracts.series import (
+    BETWEEN_LAYERS_S,
+    COLLECTIVE_CALLS,
+    ROLLOUT_S,
+    STEP_S,
+    SYNC_GAP_S,
+    WEIGHT_SYNC_S,
+    WINDOW_WEIGHT_SYNC_SHARE,
+    counter_key,
+    counter_of,
+    op_of,
+    parse_series_key,
+)
+from wsprof.contracts.units import Unit, fmt_bytes, fmt_duration
 
 #: Growth over the observed steps at or above which an accumulating slowdown is critical: the
 #: time has at least doubled, as in the motivating case (143 s -> 1596 s in 4 steps).
@@ -115,16 +129,16 @@ OUTLIER_MAX_FINDINGS = 5
 #: Budgets of per-step times, s: the step at which the projection crosses it is reported. An
 #: hour per step (or per weight sync) is where an RL run stops being usable: the motivating
 #: run's 57-minute step was found because of it.
-TIME_BUDGETS_S = {"step_s": 3600.0, "weight_sync_s": 3600.0}
+TIME_BUDGETS_S = {STEP_S: 3600.0, WEIGHT_SYNC_S: 3600.0}
 
 
-TIME_SERIES = ("weight_sync_s", "step_s", "rollout_s")
+TIME_SERIES = (WEIGHT_SYNC_S, STEP_S, ROLLOUT_S)
 LABELS = {
-    "weight_sync_s": "weight-sync time",
-    "step_s": "step time",
-    "rollout_s": "rollout time",
-    "between_layers_s": "time between the API name and the backend",
-    "collective_calls": "collective calls per step",
+    WEIGHT_SYNC_S: "weight-sync time",
+    STEP_S: "step time",
+    ROLLOUT_S: "rollout time",
+    BETWEEN_LAYERS_S: "time between the API name and the backend",
+    COLLECTIVE_CALLS: "collective calls per step",
 }
 
 
@@ -141,17 +155,18 @@ class Facts:
     counter_series: tuple[str, ...] | None = None
     #: Per-rank weight-sync and step times of every process with steps (rank order).
     ranks: Sequence[RankSeries] = ()
+    #: The analysis's headline (:func:`wsprof.analysis.headline.headline_of`), computed once
+    #: by whoever builds the facts; None: the rule computes it from ``processes``.
+    headline: Headline | None = None
 
     def counters(self) -> list[str]:
         if self.counter_series is not None:
             return list(self.counter_series)
-        return [n for n in self.series if n.startswith("counter:")]
+        return [n for n in self.series if counter_of(n) is not None]
 
     @property
     def primary(self) -> ProcessAnalysis | None:
         return self.processes[0] if self.processes else None
-
-
 
 
 def _top_wrapper(facts: Facts) -> WrapperFact | None:
@@ -218,24 +233,27 @@ class AccumulatingSlowdown(Rule):
             first, last = s.values[0], s.values[-1]
             ratio = last / first if first > 0 else float("inf")
             proj = v.projection
-            proj_txt = (
-                f"; projected {fmt_in_unit(proj.value, s.unit)} at step {proj.step}" if proj else ""
-            )
+            proj_txt = f"; projected {s.fmt(proj.value)} at step {proj.step}" if proj else ""
             title = (
-                f"{LABELS.get(name, name)} grows ({v.shape}): {fmt_in_unit(first, s.unit)} -> "
-                f"{fmt_in_unit(last, s.unit)} over {len(s.values)} steps "
-                f"({fmt_in_unit(v.slope_per_step, s.unit)}/step){proj_txt}"
+                f"{LABELS.get(name, name)} grows ({v.shape}): {s.fmt(first)} -> "
+                f"{s.fmt(last)} over {len(s.values)} steps "
+                f"({s.fmt_slope(v.slope_per_step)}){proj_txt}"
             )
             severity = "critical" if ratio >= CRITICAL_GROWTH_RATIO else "warning"
             # Material: what the fitted growth added over the steps seen, against a step.
-            step_res = facts.series.get("step_s")
-            step_ref = (float(np.median(step_res.series.values))
-                        if step_res is not None and step_res.series.values else None)
+            step_res = facts.series.get(STEP_S)
+            step_ref = (
+                float(np.median(step_res.series.values))
+                if step_res is not None and step_res.series.values
+                else None
+            )
             added = v.slope_per_step * (s.steps[-1] - s.steps[0]) if len(s.steps) > 1 else 0.0
             if step_ref and step_ref > 0 and added < SLOWDOWN_MATERIAL_SHARE * step_ref:
                 severity = "info"
-                title += (f"; so far {fmt_in_unit(added, s.unit)} added, "
-                          f"{added / step_ref:.0%} of a step: watch it, not yet material")
+                title += (
+                    f"; so far {s.fmt(added)} added, "
+                    f"{added / step_ref:.0%} of a step: watch it, not yet material"
+                )
             evidence: dict[str, Any] = {
                 "series": name,
                 "added_s": added,
@@ -251,7 +269,7 @@ class AccumulatingSlowdown(Rule):
                 evidence["projection"] = {"step": proj.step, "value": proj.value}
             if v.budget_step is not None and s.steps:
                 at = v.budget_step  # a step number, as logged
-                budget = fmt_in_unit(TIME_BUDGETS_S.get(name), s.unit)
+                budget = s.fmt(TIME_BUDGETS_S.get(name))
                 title += f"; at this rate it reaches {budget} at step {at}"
                 evidence["budget_step"] = at
             out.append(
@@ -260,7 +278,7 @@ class AccumulatingSlowdown(Rule):
                     severity,
                     title,
                     evidence,
-                    _sync_where(facts) if name == "weight_sync_s" else _wrapper_where(facts),
+                    _sync_where(facts) if name == WEIGHT_SYNC_S else _wrapper_where(facts),
                     "find where the added time goes (see the between-layers and per-call findings "
                     "of a trace; sample the slow phase with `py-spy dump --pid PID`), fix it, then "
                     "measure again: overhead moves to the next slowest place",
@@ -277,14 +295,15 @@ class BetweenLayers(Rule):
     description = "time spent in wrappers between the collective name and the backend grows"
 
     def match(self, facts: Facts) -> list[Finding]:
-        bl = facts.series.get("between_layers_s")
-        sync = facts.series.get("weight_sync_s")
+        bl = facts.series.get(BETWEEN_LAYERS_S)
+        sync = facts.series.get(WEIGHT_SYNC_S)
         if bl is None or not bl.verdict.accumulating:
             return []
-        ref = sync if sync is not None else facts.series.get("step_s")
+        ref = sync if sync is not None else facts.series.get(STEP_S)
         if ref is not None and ref.series.values:
-            grown = max(bl.series.values) - min(bl.series.values[: max(1, len(bl.series.values)
-                                                                     // 3)])
+            grown = max(bl.series.values) - min(
+                bl.series.values[: max(1, len(bl.series.values) // 3)]
+            )
             if grown < BETWEEN_LAYERS_MATERIAL * float(np.median(ref.series.values)):
                 return []
         share = None
@@ -296,8 +315,8 @@ class BetweenLayers(Rule):
         where = _wrapper_where(facts)
         title = (
             f"time between the collective API and the backend grows "
-            f"{fmt_in_unit(bl.verdict.slope_per_step, 's')}/step ({fmt_in_unit(vals[0], 's')} -> "
-            f"{fmt_in_unit(vals[-1], 's')} per step)"
+            f"{bl.series.fmt_slope(bl.verdict.slope_per_step)} ({bl.series.fmt(vals[0])} -> "
+            f"{bl.series.fmt(vals[-1])} per step)"
         )
         if share is not None:
             title += f": {min(share, 1.0):.0%} of the weight-sync growth on this rank"
@@ -331,8 +350,9 @@ class BetweenLayers(Rule):
 BUCKET_BYTES = 25 * 2**20
 
 
-def bucketing_estimate(pa: ProcessAnalysis | None, calls_per_step: float,
-                       per_call_us: float) -> dict[str, float] | None:
+def bucketing_estimate(
+    pa: ProcessAnalysis | None, calls_per_step: float, per_call_us: float
+) -> dict[str, float] | None:
     """What bucketing one step's collectives into :data:`BUCKET_BYTES` collectives would save.
 
     Args:
@@ -353,16 +373,21 @@ def bucketing_estimate(pa: ProcessAnalysis | None, calls_per_step: float,
     buckets = max(1.0, float(np.ceil(bytes_per_step / BUCKET_BYTES)))
     if buckets >= calls_per_step:
         return None
-    return {"buckets": buckets, "calls": calls_per_step,
-            "saved_s": (calls_per_step - buckets) * per_call_us / 1e6}
+    return {
+        "buckets": buckets,
+        "calls": calls_per_step,
+        "saved_s": (calls_per_step - buckets) * per_call_us / 1e6,
+    }
 
 
 def _bucketing_text(est: dict[str, float] | None) -> str:
     if est is None:
         return ""
-    return (f"; bucketed into {BUCKET_BYTES >> 20} MiB collectives the {est['calls']:.0f} calls "
-            f"would be {est['buckets']:.0f}, saving about {fmt_in_unit(est['saved_s'], 's')}"
-            "/step")
+    return (
+        f"; bucketed into {BUCKET_BYTES >> 20} MiB collectives the {est['calls']:.0f} calls "
+        f"would be {est['buckets']:.0f}, saving about {fmt_duration(est['saved_s'])}"
+        "/step"
+    )
 
 
 class PerCallVsCallCount(Rule):
@@ -374,35 +399,43 @@ class PerCallVsCallCount(Rule):
 
     def match(self, facts: Facts) -> list[Finding]:
         out: list[Finding] = []
-        count = facts.series.get("collective_calls")
+        count = facts.series.get(COLLECTIVE_CALLS)
         pa = facts.primary
         if count is not None and count.verdict.accumulating:
             model = pa.cost_model if pa is not None else None
-            est = bucketing_estimate(pa, count.series.values[-1],
-                                     model.fixed_us if model is not None else 0.0)
+            est = bucketing_estimate(
+                pa, count.series.values[-1], model.fixed_us if model is not None else 0.0
+            )
             out.append(
                 Finding(
                     "call_count_growth",
                     "warning",
                     f"collective calls per step grow {count.verdict.slope_per_step:.1f}/step "
                     f"({count.series.values[0]:.0f} -> {count.series.values[-1]:.0f})"
-                    + (f", each paying about {model.fixed_us:.0f} µs whatever its size"
-                       if model is not None else "") + _bucketing_text(est),
-                    {"slope_per_step": count.verdict.slope_per_step,
-                     "fixed_us_per_call": model.fixed_us if model is not None else None,
-                     "bucketing": est},
+                    + (
+                        f", each paying about {model.fixed_us:.0f} µs whatever its size"
+                        if model is not None
+                        else ""
+                    )
+                    + _bucketing_text(est),
+                    {
+                        "slope_per_step": count.verdict.slope_per_step,
+                        "fixed_us_per_call": model.fixed_us if model is not None else None,
+                        "bucketing": est,
+                    },
                     None,
                     "more calls each step: look for per-tensor sync of a growing set of tensors; "
                     "bucket tensors into fewer, larger collectives",
                 )
             )
-        step = facts.series.get("step_s")
+        step = facts.series.get(STEP_S)
         median_step_s = float(np.median(step.series.values)) if step is not None else None
         calls_per_step = float(np.median(count.series.values)) if count is not None else 1.0
 
         n_steps = len(pa.steps) if pa is not None and pa.steps else 0
-        op_calls = {o.op: o.n_calls / n_steps for o in (pa.ops if pa is not None else ())
-                    if n_steps}
+        op_calls = {
+            o.op: o.n_calls / n_steps for o in (pa.ops if pa is not None else ()) if n_steps
+        }
 
         def material(op: str, res: SeriesResult) -> bool:
             if median_step_s is None or median_step_s <= 0:
@@ -410,20 +443,21 @@ class PerCallVsCallCount(Rule):
             # The fitted growth over the steps seen (robust to one noisy end point), times
             # the calls of this op per step.
             span = res.series.steps[-1] - res.series.steps[0] if res.series.steps else 0
-            added_s = (res.verdict.slope_per_step * span * 1e-6
-                       * op_calls.get(op, calls_per_step))
+            added_s = res.verdict.slope_per_step * span * 1e-6 * op_calls.get(op, calls_per_step)
             return added_s >= SLOWDOWN_MATERIAL_SHARE * median_step_s
 
         # Calls that get slower while neither the step nor the weight sync does are noise of
         # a loaded machine or made up elsewhere in the step: information, not a problem.
-        step_grows = any(facts.series[n].verdict.accumulating for n in ("step_s", "weight_sync_s")
-                         if n in facts.series)
+        step_grows = any(
+            facts.series[n].verdict.accumulating
+            for n in (STEP_S, WEIGHT_SYNC_S)
+            if n in facts.series
+        )
 
         grown = [
-            (name.split(":", 1)[1], res)
-            for name, res in facts.series.items()
-            if name.startswith("median_us:") and res.verdict.accumulating
-            and material(name.split(":", 1)[1], res)
+            (op, res)
+            for op, res in ((op_of(name), res) for name, res in facts.series.items())
+            if op is not None and res.verdict.accumulating and material(op, res)
         ]
         if grown:
             grown.sort(key=lambda p: -p[1].verdict.slope_per_step)
@@ -437,8 +471,9 @@ class PerCallVsCallCount(Rule):
                 title += f"; calls per step stay at {np.median(count.series.values):.0f}"
             # Bucketing pays the added per-call cost once per bucket instead of once per call.
             res0 = grown[0][1]
-            est = bucketing_estimate(pa, calls_per_step,
-                                     res0.series.values[-1] - res0.series.values[0])
+            est = bucketing_estimate(
+                pa, calls_per_step, res0.series.values[-1] - res0.series.values[0]
+            )
             title += _bucketing_text(est)
             if not step_grows:
                 title += "; step and weight-sync time do not grow"
@@ -448,10 +483,14 @@ class PerCallVsCallCount(Rule):
                     "warning" if step_grows else "info",
                     title,
                     {
-                        **{op: {"first_us": res.series.values[0],
+                        **{
+                            op: {
+                                "first_us": res.series.values[0],
                                 "last_us": res.series.values[-1],
-                                "slope_us_per_step": res.verdict.slope_per_step}
-                           for op, res in grown},
+                                "slope_us_per_step": res.verdict.slope_per_step,
+                            }
+                            for op, res in grown
+                        },
                         "bucketing": est,
                     },
                     ", ".join(op for op, _ in grown),
@@ -468,8 +507,14 @@ class PerCallVsCallCount(Rule):
 #: event counts (they grow with time whatever happens), the garbage collector's per-generation
 #: allocation counts (they rise and reset at every collection), constants (device totals).
 NOT_GAUGE_PREFIXES = ("wsprof.", "gc.gen")
-NOT_GAUGE_SUFFIXES = (".num_device_alloc", ".num_device_free", ".num_sync_all_streams",
-                      ".num_alloc_retries", ".total_bytes", ".mem_total_bytes")
+NOT_GAUGE_SUFFIXES = (
+    ".num_device_alloc",
+    ".num_device_free",
+    ".num_sync_all_streams",
+    ".num_alloc_retries",
+    ".total_bytes",
+    ".mem_total_bytes",
+)
 #: Gauges whose growth is not a leak (a busier process is not a problem by itself); they may
 #: still track a slowdown.
 NOT_GROWTH_SUFFIXES = (".cpu_pct", ".util_pct", ".threads")
@@ -479,17 +524,13 @@ CORRELATION_MAX_FINDINGS = 3
 
 def is_gauge(counter: str) -> bool:
     """Whether a counter measures something held now (see :data:`NOT_GAUGE_PREFIXES`)."""
-    return not counter.startswith(NOT_GAUGE_PREFIXES) and not counter.endswith(
-        NOT_GAUGE_SUFFIXES)
+    return not counter.startswith(NOT_GAUGE_PREFIXES) and not counter.endswith(NOT_GAUGE_SUFFIXES)
 
 
-def _is_bytes(counter: str) -> bool:
-    return counter.endswith("_bytes")
-
-
-def _per_counter_unit(counter: str) -> tuple[float, str]:
-    """(counter units per reported unit, its label): per GiB for bytes, per 1,000 otherwise."""
-    return (2.0**30, "GiB") if _is_bytes(counter) else (1000.0, "1,000")
+def _per_counter_unit(unit: Unit) -> tuple[float, str]:
+    """(counter units per reported unit, its label) for a counter in ``unit``: per GiB for
+    bytes, per 1,000 otherwise (mappings, objects)."""
+    return (2.0**30, "GiB") if unit is Unit.BYTES else (1000.0, "1,000")
 
 
 def gpu_total_bytes(facts: Facts, counter: str) -> float | None:
@@ -499,13 +540,20 @@ def gpu_total_bytes(facts: Facts, counter: str) -> float | None:
     m = re.fullmatch(r"(cuda\d+)\.(reserved|allocated|active)_bytes\.all\.current", counter)
     names: list[str] = []
     if m:
-        names = [f"counter:{m.group(1)}.total_bytes"]
-    elif counter == "nvml.process_gpu_bytes" or re.fullmatch(r"nvml\.gpu\d+\.mem_used_bytes",
-                                                              counter):
+        names = [counter_key(f"{m.group(1)}.total_bytes")]
+    elif counter == "nvml.process_gpu_bytes" or re.fullmatch(
+        r"nvml\.gpu\d+\.mem_used_bytes", counter
+    ):
         gpu = re.fullmatch(r"nvml\.(gpu\d+)\.mem_used_bytes", counter)
-        names = ([f"counter:nvml.{gpu.group(1)}.mem_total_bytes"] if gpu else
-                 [n for n in facts.series if re.fullmatch(r"counter:nvml\.gpu\d+\.mem_total_bytes",
-                                                          n)])
+        names = (
+            [counter_key(f"nvml.{gpu.group(1)}.mem_total_bytes")]
+            if gpu
+            else [
+                n
+                for n in facts.series
+                if re.fullmatch(r"nvml\.gpu\d+\.mem_total_bytes", counter_of(n) or "")
+            ]
+        )
     totals = [max(facts.series[n].series.values) for n in names if n in facts.series]
     return max(totals) if totals else None
 
@@ -519,25 +567,30 @@ class CounterCorrelation(Rule):
 
     def match(self, facts: Facts) -> list[Finding]:
         targets = [
-            (name, res) for name, res in facts.series.items()
-            if (name in ("weight_sync_s", "between_layers_s") or name.startswith("median_us:"))
+            (name, res)
+            for name, res in facts.series.items()
+            if (name in (WEIGHT_SYNC_S, BETWEEN_LAYERS_S) or op_of(name) is not None)
             and res.verdict.accumulating
         ]
         if not targets:
             return []
         best: dict[str, tuple[float, str, Any]] = {}
+        units: dict[str, Unit] = {}
         for name, res in facts.series.items():
-            if not name.startswith("counter:"):
+            cname = counter_of(name)
+            if cname is None:
                 continue
-            cname = name.split(":", 1)[1]
             # Both must grow: a counter that stepped once or stayed flat cannot explain growth
             # (and any two monotone series correlate, so the counter's own verdict decides).
             if not is_gauge(cname) or not res.verdict.accumulating:
                 continue
             for tname, target in targets:
                 y_by_step = dict(zip(target.series.steps, target.series.values))
-                pairs = [(v, y_by_step[s]) for s, v in zip(res.series.steps, res.series.values)
-                         if s in y_by_step]
+                pairs = [
+                    (v, y_by_step[s])
+                    for s, v in zip(res.series.steps, res.series.values)
+                    if s in y_by_step
+                ]
                 if len(pairs) < CORRELATION_MIN_STEPS:
                     continue
                 x = np.array([p[0] for p in pairs])
@@ -547,25 +600,33 @@ class CounterCorrelation(Rule):
                 rho = float(stats.spearmanr(x, y).statistic)
                 if rho >= CORRELATION_RHO and rho > best.get(cname, (-1.0, "", None))[0]:
                     best[cname] = (rho, tname, stats.linregress(x, y))
+                    units[cname] = res.series.unit
         out: list[Finding] = []
         ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], -abs(kv[1][2].rvalue)))
         for cname, (rho, tname, fit) in ranked[:CORRELATION_MAX_FINDINGS]:
-            per, per_label = _per_counter_unit(cname)
-            if tname.startswith("median_us:"):
-                what = f"{tname.split(':', 1)[1]} per-call latency (median per step)"
-                added = fmt_in_unit(float(fit.slope) * per, "us")
-            else:
-                what = LABELS.get(tname, tname)
-                added = fmt_in_unit(float(fit.slope) * per, "s")
+            per, per_label = _per_counter_unit(units[cname])
+            target_series = facts.series[tname].series
+            op = op_of(tname)
+            what = (
+                f"{op} per-call latency (median per step)"
+                if op is not None
+                else LABELS.get(tname, tname)
+            )
+            added = target_series.fmt(float(fit.slope) * per)
             out.append(
                 Finding(
                     self.kind,
                     "warning",
                     f"{what} tracks {cname} (Spearman rho {rho:.2f}): +{added} per "
                     f"{per_label} {cname}",
-                    {"counter": cname, "series": tname, "spearman_rho": rho,
-                     "slope_per_unit": float(fit.slope), "unit": per_label,
-                     "r_squared": float(fit.rvalue**2)},
+                    {
+                        "counter": cname,
+                        "series": tname,
+                        "spearman_rho": rho,
+                        "slope_per_unit": float(fit.slope),
+                        "unit": per_label,
+                        "r_squared": float(fit.rvalue**2),
+                    },
                     cname,
                     f"find what walks or scales with {cname} on the sync path (probes, snapshots, "
                     "memory statistics) and take it off the per-call path",
@@ -590,31 +651,42 @@ class CounterGrowth(Rule):
         out: list[Finding] = []
         for name in facts.counters():
             res = facts.series.get(name)
-            cname = name.split(":", 1)[-1]
-            if (res is None or not res.verdict.accumulating or not is_gauge(cname)
-                    or cname.endswith(NOT_GROWTH_SUFFIXES)):
+            cname = parse_series_key(name).name
+            if (
+                res is None
+                or not res.verdict.accumulating
+                or not is_gauge(cname)
+                or cname.endswith(NOT_GROWTH_SUFFIXES)
+            ):
                 continue
             kind = series_kind(res.series, default=SeriesKind.RESOURCE)
             if kind.kind not in HELD_KINDS:
                 continue  # a counter by design, a quality metric, a rate: shown, never a leak
             vals = res.series.values
             slope = res.verdict.slope_per_step
-            unit = "bytes" if _is_bytes(cname) else res.series.unit
-            title = (f"{cname} grows {fmt_in_unit(slope, unit)}/step "
-                     f"({fmt_in_unit(vals[0], unit)} -> {fmt_in_unit(vals[-1], unit)}, "
-                     f"{res.verdict.shape})")
-            evidence: dict[str, Any] = {"counter": cname, "slope_per_step": slope,
-                                        "first": vals[0], "last": vals[-1],
-                                        "kind": kind.kind.value}
+            s = res.series
+            title = (
+                f"{cname} grows {s.fmt_slope(slope)} "
+                f"({s.fmt(vals[0])} -> {s.fmt(vals[-1])}, "
+                f"{res.verdict.shape})"
+            )
+            evidence: dict[str, Any] = {
+                "counter": cname,
+                "slope_per_step": slope,
+                "first": vals[0],
+                "last": vals[-1],
+                "kind": kind.kind.value,
+            }
             total = gpu_total_bytes(facts, cname)
             severity = "warning"
             if total is not None and slope > 0:
                 steps_left = max((total - vals[-1]) / slope, 0.0)
                 oom_step = res.series.steps[-1] + steps_left
-                title += (f"; at this rate it reaches the GPU's {fmt_bytes(total)} in "
-                          f"{steps_left:.0f} steps (step {oom_step:.0f})")
-                evidence.update(gpu_total_bytes=total, steps_to_oom=steps_left,
-                                oom_step=oom_step)
+                title += (
+                    f"; at this rate it reaches the GPU's {fmt_bytes(total)} in "
+                    f"{steps_left:.0f} steps (step {oom_step:.0f})"
+                )
+                evidence.update(gpu_total_bytes=total, steps_to_oom=steps_left, oom_step=oom_step)
                 if steps_left <= len(vals):
                     severity = "critical"
             out.append(
@@ -642,32 +714,28 @@ class RolloutShare(Rule):
         pa = facts.primary
         if pa is None or not pa.steps:
             return []
-        shares = [r.rollout_share for r in pa.steps if r.rollout_share is not None]
-        syncs = [r.own_sync_s for r in pa.steps if r.own_sync_s is not None]
-        waits = [r.sync_wait_s for r in pa.steps if r.sync_wait_s is not None]
-        step_s = [r.step_s for r in pa.steps]
+        # The numbers are the analysis's headline (computed once, wsprof.analysis.headline).
+        h = facts.headline or headline_of(pa, list(facts.series.values()), "")
         parts = []
-        ev: dict[str, Any] = {"steps": len(pa.steps), "median_step_s": float(np.median(step_s))}
-        if shares:
-            ev["median_rollout_share"] = float(np.median(shares))
-            parts.append(f"rollout {np.median(shares):.0%} of each step")
-        if syncs:
-            last = pa.steps[-1]
-            sync_share = [
-                r.own_sync_s / r.step_s for r in pa.steps if r.own_sync_s and r.step_s > 0
-            ]
-            ev["median_weight_sync_s"] = float(np.median(syncs))
-            ev["last_weight_sync_s"] = last.own_sync_s
-            if sync_share:
-                ev["median_weight_sync_share"] = float(np.median(sync_share))
+        ev: dict[str, Any] = {"steps": h.n_steps, "median_step_s": h.step_median_s}
+        if h.rollout_share_median is not None:
+            ev["median_rollout_share"] = h.rollout_share_median
+            parts.append(f"rollout {h.rollout_share_median:.0%} of each step")
+        if h.own_sync_median_s is not None:
+            ev["median_weight_sync_s"] = h.own_sync_median_s
+            ev["last_weight_sync_s"] = h.own_sync_last_step_s
+            if h.weight_sync_share_median is not None:
+                ev["median_weight_sync_share"] = h.weight_sync_share_median
             parts.append(
-                f"weight sync {fmt_in_unit(float(np.median(syncs)), 's')} median "
-                f"({fmt_in_unit(syncs[-1], 's')} last step)"
+                f"weight sync {fmt_duration(h.own_sync_median_s)} median "
+                f"({fmt_duration(h.own_sync_last_s)} last step)"
             )
-            if waits and float(np.median(waits)) > 0:
-                ev["median_sync_wait_s"] = float(np.median(waits))
-                parts.append(f"plus {fmt_in_unit(float(np.median(waits)), 's')} median waiting "
-                             "for slower ranks to join it")
+            if h.sync_wait_median_s is not None and h.sync_wait_median_s > 0:
+                ev["median_sync_wait_s"] = h.sync_wait_median_s
+                parts.append(
+                    f"plus {fmt_duration(h.sync_wait_median_s)} median waiting "
+                    "for slower ranks to join it"
+                )
         if not parts:
             return []
         return [
@@ -710,9 +778,13 @@ class HotFrame(Rule):
             title = f"{samples} of {total} samples in {name} ({pa.label})"
             if len(lines) > 1:
                 title += f", most at {top.frame}"
-            evidence: dict[str, Any] = {"samples": samples, "total": total,
-                                        "share": samples / total, "windows": len(pa.windows),
-                                        "hottest_line": top.frame}
+            evidence: dict[str, Any] = {
+                "samples": samples,
+                "total": total,
+                "share": samples / total,
+                "windows": len(pa.windows),
+                "hottest_line": top.frame,
+            }
             common = Counter(w.common_frame for w in pa.windows if w.common_frame)
             if common:
                 frame, n = min(common.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -739,8 +811,9 @@ def _windows_word(n: int) -> str:
 
 def _first_last(k: int) -> tuple[str, str]:
     """("the first 3 windows", "the last 3") or, for one, ("the first window", "the last")."""
-    return ("the first window", "the last") if k == 1 else (f"the first {k} windows",
-                                                            f"the last {k}")
+    return (
+        ("the first window", "the last") if k == 1 else (f"the first {k} windows", f"the last {k}")
+    )
 
 
 class EarlyLateShift(Rule):
@@ -762,12 +835,15 @@ class EarlyLateShift(Rule):
             if top.change < FRAME_SHIFT_MIN_CHANGE:
                 continue
             first, last = _first_last(sh.k)
-            title = (f"{top.frame}: {top.early_share:.0%} of samples in {first} -> "
-                     f"{top.late_share:.0%} in {last} ({pa.label})")
+            title = (
+                f"{top.frame}: {top.early_share:.0%} of samples in {first} -> "
+                f"{top.late_share:.0%} in {last} ({pa.label})"
+            )
             lost = sh.lost[0] if sh.lost else None
             if lost is not None:
-                title += (f"; {lost.frame} lost most ({lost.early_share:.0%} -> "
-                          f"{lost.late_share:.0%})")
+                title += (
+                    f"; {lost.frame} lost most ({lost.early_share:.0%} -> {lost.late_share:.0%})"
+                )
             severity = "warning" if top.late_share >= FRAME_SHIFT_WARN_LATE_SHARE else "info"
             evidence: dict[str, Any] = {
                 "frame": top.frame,
@@ -778,10 +854,14 @@ class EarlyLateShift(Rule):
                 "windows": sh.n_windows,
                 "early_samples": sh.early_total,
                 "late_samples": sh.late_total,
-                "gained": [{"frame": g.frame, "early_share": g.early_share,
-                            "late_share": g.late_share} for g in sh.gained[:5]],
-                "lost": [{"frame": g.frame, "early_share": g.early_share,
-                          "late_share": g.late_share} for g in sh.lost[:5]],
+                "gained": [
+                    {"frame": g.frame, "early_share": g.early_share, "late_share": g.late_share}
+                    for g in sh.gained[:5]
+                ],
+                "lost": [
+                    {"frame": g.frame, "early_share": g.early_share, "late_share": g.late_share}
+                    for g in sh.lost[:5]
+                ],
             }
             out.append(
                 Finding(
@@ -831,27 +911,39 @@ class SampledPhaseShare(Rule):
             where = f"{pa.label}, {_windows_word(len(active))}, {src} patterns"
             severity = "info"
             if not any(sync) and not any(roll):
-                title = (f"sampled phases ({where}): no sample matched a rollout or "
-                         "weight-sync pattern")
-                next_step = ("name the entry points: wsprof attach PID --phase "
-                             "weight_sync=REGEX --phase rollout=REGEX (or --framework NAME)")
+                title = (
+                    f"sampled phases ({where}): no sample matched a rollout or weight-sync pattern"
+                )
+                next_step = (
+                    "name the entry points: wsprof attach PID --phase "
+                    "weight_sync=REGEX --phase rollout=REGEX (or --framework NAME)"
+                )
             else:
-                title = (f"sampled phases per window ({where}): weight sync {_pct_span(sync)} "
-                         f"of active samples; rollout {_pct_span(roll)}")
-                next_step = ("a low rollout share with a large weight-sync share means the GPUs "
-                             "that generate wait on the sync")
+                title = (
+                    f"sampled phases per window ({where}): weight sync {_pct_span(sync)} "
+                    f"of active samples; rollout {_pct_span(roll)}"
+                )
+                next_step = (
+                    "a low rollout share with a large weight-sync share means the GPUs "
+                    "that generate wait on the sync"
+                )
             k = max(1, len(sync) // 3)
             early, late = float(np.mean(sync[:k])), float(np.mean(sync[-k:]))
             ev.update(k_windows=k, early_weight_sync_share=early, late_weight_sync_share=late)
             grows = len(sync) >= SAMPLED_SHARE_MIN_WINDOWS and late - early >= (
-                SAMPLED_SHARE_MIN_SHIFT)
-            res = facts.series.get("window_weight_sync_share") if i == 0 else None
+                SAMPLED_SHARE_MIN_SHIFT
+            )
+            res = facts.series.get(WINDOW_WEIGHT_SYNC_SHARE) if i == 0 else None
             shape = ""
             if res is not None:
                 v = res.verdict
                 rise = v.fitted[-1] - v.fitted[0] if v.fitted else 0.0
-                ev.update(shape=v.shape, accumulating=v.accumulating,
-                          slope_per_window=v.slope_per_step, fitted_rise=rise)
+                ev.update(
+                    shape=v.shape,
+                    accumulating=v.accumulating,
+                    slope_per_window=v.slope_per_step,
+                    fitted_rise=rise,
+                )
                 shape = f"{v.shape}, {v.slope_per_step * 100:+.1f} points per window; "
                 grows = grows or (v.accumulating and rise >= SAMPLED_SHARE_MIN_RISE)
             ev["grows"] = grows
@@ -864,10 +956,12 @@ class SampledPhaseShare(Rule):
                     f"in {first}, {late:.0%} in {last}; {pa.label}, {src} patterns); "
                     f"rollout {_pct_span(roll)}"
                 )
-                next_step = ("weight sync takes more of the process's time window after window "
-                             "(a share saturates as sync takes the window over): see the "
-                             "frame_shift finding for where the time goes, fix it, then sample "
-                             "again")
+                next_step = (
+                    "weight sync takes more of the process's time window after window "
+                    "(a share saturates as sync takes the window over): see the "
+                    "frame_shift finding for where the time goes, fix it, then sample "
+                    "again"
+                )
             out.append(Finding(self.kind, severity, title, ev, pa.label, next_step))
         return out
 
@@ -883,62 +977,65 @@ class SelfOverhead(Rule):
         dropped = internal = write = forgotten = lost = 0
         hook_ns: list[int] = []
         for pa in facts.processes:
-            own = pa.meta.get("self")
-            own = own if isinstance(own, dict) else {}  # an edited trace: not a dict
-            flush_s += _num(own.get("flush_ns_total"), 0) / 1e9
-            dropped += int(_num(own.get("dropped_calls"), 0))
-            internal += int(_num(own.get("internal_errors"), 0))
-            write += int(_num(own.get("write_errors"), 0))
-            forgotten += int(_num(own.get("forgotten_async"), 0))
-            lost += int(_num(own.get("lost_calls"), 0))
-            per_call = int(_num(own.get("hook_ns_per_call"), -1))
-            if per_call >= 0:
-                hook_ns.append(per_call)
-                hooks_s += per_call * sum(o.n_calls for o in pa.ops) / 1e9
+            own = pa.self_overhead
+            flush_s += own.flush_s
+            dropped += own.dropped_calls
+            internal += own.internal_errors
+            write += own.write_errors
+            forgotten += own.forgotten_async
+            lost += own.lost_calls
+            if own.hook_ns_per_call is not None:
+                hook_ns.append(own.hook_ns_per_call)
+                hooks_s += own.hook_ns_per_call * sum(o.n_calls for o in pa.ops) / 1e9
             steps_s += sum(r.step_s for r in pa.steps)
-            probes = own.get("probes")
-            if isinstance(probes, dict) and _num(probes.get("share"), 0) > 0:
-                probe_s += _num(probes.get("spent_ns"), 0) / 1e9
-                wall_s += _num(probes.get("spent_ns"), 0) / 1e9 / _num(probes["share"], 1)
+            if own.probes is not None and own.probes.share > 0:
+                probe_s += own.probes.spent_s
+                wall_s += own.probes.wall_s
         if not facts.processes:
             return []
         bad = dropped or internal or write or lost
         title = f"wsprof wrote its traces in {flush_s:.2f} s of background time"
         if hook_ns:
-            title = (f"wsprof's hooks cost about {fmt_in_unit(hooks_s, 's')} in all "
-                     f"({max(hook_ns) / 1e3:.1f} µs per call, measured at patch)")
+            title = (
+                f"wsprof's hooks cost about {fmt_duration(hooks_s)} in all "
+                f"({max(hook_ns) / 1e3:.1f} µs per call, measured at patch)"
+            )
             if steps_s > 0:
                 title += f", {hooks_s / steps_s:.2%} of step time"
             title += f"; its writer {flush_s:.2f} s in the background"
         if wall_s > 0:
-            title += (f"; counter probes {fmt_in_unit(probe_s, 's')} "
-                      f"({probe_s / wall_s:.2%} of wall time)")
+            title += (
+                f"; counter probes {fmt_duration(probe_s)} ({probe_s / wall_s:.2%} of wall time)"
+            )
         if bad:
-            title += (f"; dropped {dropped} calls (queue full), lost {lost} (failed writes), "
-                      f"{internal} internal errors, {write} write errors")
+            title += (
+                f"; dropped {dropped} calls (queue full), lost {lost} (failed writes), "
+                f"{internal} internal errors, {write} write errors"
+            )
         return [
             Finding(
                 self.kind,
                 "warning" if bad else "info",
                 title,
-                {"flush_s": flush_s, "hooks_s": hooks_s, "hook_ns_per_call": hook_ns,
-                 "probe_s": probe_s, "probe_share": probe_s / wall_s if wall_s else None,
-                 "dropped_calls": dropped, "internal_errors": internal, "write_errors": write,
-                 "forgotten_async": forgotten, "lost_calls": lost,
-                 "first_errors": facts.internal_errors[:5]},
+                {
+                    "flush_s": flush_s,
+                    "hooks_s": hooks_s,
+                    "hook_ns_per_call": hook_ns,
+                    "probe_s": probe_s,
+                    "probe_share": probe_s / wall_s if wall_s else None,
+                    "dropped_calls": dropped,
+                    "internal_errors": internal,
+                    "write_errors": write,
+                    "forgotten_async": forgotten,
+                    "lost_calls": lost,
+                    "first_errors": facts.internal_errors[:5],
+                },
                 None,
                 "report internal errors to wsprof; training was not affected"
-                if bad else "nothing to do",
+                if bad
+                else "nothing to do",
             )
         ]
-
-
-def _num(v: Any, default: float) -> float:
-    """A finite number from a trace's meta, else ``default`` (an edited or foreign trace)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return default
-    f = float(v)
-    return f if np.isfinite(f) else default
 
 
 def robust_z(values: Sequence[float]) -> list[float]:
@@ -980,8 +1077,14 @@ def _own_growth_s(r: RankSeries) -> float:
 def _waiters(r: RankSeries, others: Sequence[RankSeries]) -> str:
     """``; the weight sync of N other ranks grows with it: ...`` when others' sync grows."""
     grown = sum(1 for o in others if o.sync is not None and o.sync.accumulating)
-    return (f"; the weight sync of {grown} other ranks grows with it: they wait for {r.label} "
-            "in the collectives") if grown else ""
+    return (
+        (
+            f"; the weight sync of {grown} other ranks grows with it: they wait for {r.label} "
+            "in the collectives"
+        )
+        if grown
+        else ""
+    )
 
 
 def _gap_growth_s(r: RankSeries) -> float:
@@ -1017,23 +1120,45 @@ class OutlierRank(Rule):
             others = [s for j, s in enumerate(slopes) if j != i]
             return slopes[i] > 0 and slopes[i] >= OUTLIER_GROWTH_RATIO * float(np.median(others))
 
-        flag([i for i, r in enumerate(rows)
-              if r.sync is not None and r.sync.accumulating and grows_alone(i)], "sync_growth")
-        flag([i for i, r in enumerate(rows)
-              if r.between is not None and r.between.accumulating
-              and _own_growth_s(r) >= OUTLIER_OWN_GROWTH_SHARE * float(
-                  r.median_weight_sync_s or 0.0)], "own_growth")
-        gap_grows = [r.gap is not None and r.gap.accumulating and _gap_growth_s(r)
-                     >= OUTLIER_OWN_GROWTH_SHARE * float(r.median_weight_sync_s or 0.0)
-                     for r in rows]
+        flag(
+            [
+                i
+                for i, r in enumerate(rows)
+                if r.sync is not None and r.sync.accumulating and grows_alone(i)
+            ],
+            "sync_growth",
+        )
+        flag(
+            [
+                i
+                for i, r in enumerate(rows)
+                if r.between is not None
+                and r.between.accumulating
+                and _own_growth_s(r)
+                >= OUTLIER_OWN_GROWTH_SHARE * float(r.median_weight_sync_s or 0.0)
+            ],
+            "own_growth",
+        )
+        gap_grows = [
+            r.gap is not None
+            and r.gap.accumulating
+            and _gap_growth_s(r) >= OUTLIER_OWN_GROWTH_SHARE * float(r.median_weight_sync_s or 0.0)
+            for r in rows
+        ]
         # Its own work between its collectives grows while the other ranks' does not: they
         # wait for it inside the collectives, so every rank's sync grows alike.
         flag([i for i in range(n) if gap_grows[i] and sum(gap_grows) <= most], "gap_growth")
         medians = [float(r.median_weight_sync_s or 0.0) for r in rows]
         z = robust_z(medians)
         med = float(np.median(medians))
-        flag([i for i in range(n)
-              if z[i] > OUTLIER_Z and medians[i] >= (1 + OUTLIER_MIN_EXCESS) * med], "level")
+        flag(
+            [
+                i
+                for i in range(n)
+                if z[i] > OUTLIER_Z and medians[i] >= (1 + OUTLIER_MIN_EXCESS) * med
+            ],
+            "level",
+        )
         if not reasons:
             return []
         mad = float(np.median(np.abs(np.array(medians) - med)))
@@ -1044,18 +1169,24 @@ class OutlierRank(Rule):
             rest = len(found) - OUTLIER_MAX_FINDINGS + 1
             last = found[OUTLIER_MAX_FINDINGS - 1]
             found[OUTLIER_MAX_FINDINGS - 1] = Finding(
-                last.kind, last.severity,
+                last.kind,
+                last.severity,
                 f"{last.title}; {rest - 1} more outlier ranks (the rank table lists them)",
-                {**last.evidence, "more_outlier_ranks": [f.where for f in found[
-                    OUTLIER_MAX_FINDINGS:]]},
-                last.where, last.next_step)
+                {
+                    **last.evidence,
+                    "more_outlier_ranks": [f.where for f in found[OUTLIER_MAX_FINDINGS:]],
+                },
+                last.where,
+                last.next_step,
+            )
             found = found[:OUTLIER_MAX_FINDINGS]
         for f in found:
             f.evidence["outlier_ranks"] = len(reasons)
         return found
 
-    def _finding(self, rows: Sequence[RankSeries], i: int, why: list[str], z: float,
-                 med: float, mad: float) -> Finding:
+    def _finding(
+        self, rows: Sequence[RankSeries], i: int, why: list[str], z: float, med: float, mad: float
+    ) -> Finding:
         r = rows[i]
         others = [o for k, o in enumerate(rows) if k != i]
         sync = _finite(r.weight_sync_s)
@@ -1063,13 +1194,21 @@ class OutlierRank(Rule):
         others_med = float(np.median(other_meds))
         n_flat = sum(1 for o in others if o.sync is None or not o.sync.accumulating)
         ev: dict[str, Any] = {
-            "label": r.label, "rank": r.rank, "host": r.host, "pid": r.pid, "reasons": why,
+            "label": r.label,
+            "rank": r.rank,
+            "host": r.host,
+            "pid": r.pid,
+            "reasons": why,
             "steps": len(r.steps),
-            "first_weight_sync_s": sync[0], "last_weight_sync_s": sync[-1],
+            "first_weight_sync_s": sync[0],
+            "last_weight_sync_s": sync[-1],
             "median_weight_sync_s": r.median_weight_sync_s,
             "others_median_weight_sync_s": others_med,
-            "ranks": len(rows), "others_flat": n_flat,
-            "robust_z": z, "ranks_median_weight_sync_s": med, "ranks_mad_s": mad,
+            "ranks": len(rows),
+            "others_flat": n_flat,
+            "robust_z": z,
+            "ranks_median_weight_sync_s": med,
+            "ranks_mad_s": mad,
             "sync_lag_s": r.sync_lag_s,
         }
         if r.sync is not None:
@@ -1080,11 +1219,12 @@ class OutlierRank(Rule):
         if "sync_growth" in why and r.sync is not None:
             v: GrowthVerdict = r.sync
             parts.append(
-                f"weight sync grows ({v.shape}): {fmt_in_unit(sync[0], 's')} -> "
-                f"{fmt_in_unit(sync[-1], 's')} over {len(sync)} steps "
-                f"({fmt_in_unit(v.slope_per_step, 's')}/step) while "
+                f"weight sync grows ({v.shape}): {fmt_duration(sync[0])} -> "
+                f"{fmt_duration(sync[-1])} over {len(sync)} steps "
+                f"({Unit.SECONDS.fmt_slope(v.slope_per_step)}) while "
                 f"{'the other' if n_flat == len(others) else f'{n_flat} of the other'} "
-                f"{len(others)} ranks stay flat (median {fmt_in_unit(others_med, 's')})")
+                f"{len(others)} ranks stay flat (median {fmt_duration(others_med)})"
+            )
             added = max(added, sync[-1] - sync[0])
             if _ratio(sync[0], sync[-1]) >= CRITICAL_GROWTH_RATIO:
                 severity = "critical"
@@ -1092,19 +1232,26 @@ class OutlierRank(Rule):
             own = r.between_layers_s
             growth = _own_growth_s(r)
             others_own = [float(np.median(o.between_layers_s)) for o in others]
-            ev.update(first_between_layers_s=own[0], last_between_layers_s=own[-1],
-                      between_slope_s_per_step=r.between.slope_per_step,
-                      own_growth_s=growth,
-                      others_median_between_layers_s=float(np.median(others_own)))
+            ev.update(
+                first_between_layers_s=own[0],
+                last_between_layers_s=own[-1],
+                between_slope_s_per_step=r.between.slope_per_step,
+                own_growth_s=growth,
+                others_median_between_layers_s=float(np.median(others_own)),
+            )
             if parts:  # after the sync growth: the short form
-                text = (f"its own time in the collectives grows {fmt_in_unit(own[0], 's')} -> "
-                        f"{fmt_in_unit(own[-1], 's')} per step")
+                text = (
+                    f"its own time in the collectives grows {fmt_duration(own[0])} -> "
+                    f"{fmt_duration(own[-1])} per step"
+                )
             else:
-                text = (f"its own time in the collectives (between the API name and the "
-                        f"backend) grows {fmt_in_unit(own[0], 's')} -> "
-                        f"{fmt_in_unit(own[-1], 's')} per step "
-                        f"({fmt_in_unit(r.between.slope_per_step, 's')}/step) while the other "
-                        f"ranks' stays near {fmt_in_unit(float(np.median(others_own)), 's')}")
+                text = (
+                    f"its own time in the collectives (between the API name and the "
+                    f"backend) grows {fmt_duration(own[0])} -> "
+                    f"{fmt_duration(own[-1])} per step "
+                    f"({Unit.SECONDS.fmt_slope(r.between.slope_per_step)}) while the other "
+                    f"ranks' stays near {fmt_duration(float(np.median(others_own)))}"
+                )
                 text += _waiters(r, others)
             parts.append(text)
             added = max(added, growth)
@@ -1113,12 +1260,18 @@ class OutlierRank(Rule):
         if "gap_growth" in why and r.gap is not None:
             gaps = _finite(r.sync_gap_s)
             growth = _gap_growth_s(r)
-            ev.update(first_sync_gap_s=gaps[0], last_sync_gap_s=gaps[-1], gap_growth_s=growth,
-                      gap_slope_s_per_step=r.gap.slope_per_step)
-            text = (f"its own work between its collectives in the weight sync grows "
-                    f"{fmt_in_unit(gaps[0], 's')} -> {fmt_in_unit(gaps[-1], 's')} per step "
-                    f"({fmt_in_unit(r.gap.slope_per_step, 's')}/step) while the other ranks' "
-                    "does not" + _waiters(r, others))
+            ev.update(
+                first_sync_gap_s=gaps[0],
+                last_sync_gap_s=gaps[-1],
+                gap_growth_s=growth,
+                gap_slope_s_per_step=r.gap.slope_per_step,
+            )
+            text = (
+                f"its own work between its collectives in the weight sync grows "
+                f"{fmt_duration(gaps[0])} -> {fmt_duration(gaps[-1])} per step "
+                f"({Unit.SECONDS.fmt_slope(r.gap.slope_per_step)}) while the other ranks' "
+                "does not" + _waiters(r, others)
+            )
             parts.append(text)
             added = max(added, growth)
             if _ratio(gaps[0], gaps[-1]) >= CRITICAL_GROWTH_RATIO:
@@ -1126,10 +1279,12 @@ class OutlierRank(Rule):
         if "level" in why:
             times = float(r.median_weight_sync_s or 0.0) / med if med > 0 else float("inf")
             parts.append(
-                f"median weight sync {fmt_in_unit(r.median_weight_sync_s, 's')}, "
-                f"{times:.1f}x the ranks' median {fmt_in_unit(med, 's')} (robust z {z:.1f} > "
-                f"{OUTLIER_Z})" if not parts else
-                f"median {times:.1f}x the ranks' (robust z {z:.1f})")
+                f"median weight sync {fmt_duration(r.median_weight_sync_s)}, "
+                f"{times:.1f}x the ranks' median {fmt_duration(med)} (robust z {z:.1f} > "
+                f"{OUTLIER_Z})"
+                if not parts
+                else f"median {times:.1f}x the ranks' (robust z {z:.1f})"
+            )
             added = max(added, float(r.median_weight_sync_s or 0.0) - med)
         ev["added_s"] = added
         title = f"{r.where()}: " + "; ".join(parts)
@@ -1142,8 +1297,11 @@ class OutlierRank(Rule):
             "configuration from the other ranks; fix it, then measure again"
         )
         if "own_growth" in why:
-            found_wrapper = (f"wrapper {r.wrapper} was found on its collective names"
-                             if r.wrapper else f"`wsprof attach {pid}`{on} while it syncs")
+            found_wrapper = (
+                f"wrapper {r.wrapper} was found on its collective names"
+                if r.wrapper
+                else f"`wsprof attach {pid}`{on} while it syncs"
+            )
             next_step = (
                 "this rank spends more time in its own code around the collectives every step "
                 f"(a wrapper or probe that runs on it: {found_wrapper}): take it off the "
@@ -1173,38 +1331,52 @@ class Gaps(Rule):
     description = "time inside the weight sync that is in no collective"
 
     def match(self, facts: Facts) -> list[Finding]:
-        gap = facts.series.get("sync_gap_s")
-        sync = facts.series.get("weight_sync_s")
+        gap = facts.series.get(SYNC_GAP_S)
+        sync = facts.series.get(WEIGHT_SYNC_S)
         if gap is None or sync is None or not gap.series.values:
             return []
         sync_by_step = dict(zip(sync.series.steps, sync.series.values))
-        shares = [g / sync_by_step[s] for s, g in zip(gap.series.steps, gap.series.values)
-                  if sync_by_step.get(s, 0) > 0]
+        shares = [
+            g / sync_by_step[s]
+            for s, g in zip(gap.series.steps, gap.series.values)
+            if sync_by_step.get(s, 0) > 0
+        ]
         if not shares:
             return []
         median_share = float(np.median(shares))
         median_sync = float(np.median(sync.series.values))
-        grows = gap.verdict.accumulating and (
-            gap.series.values[-1] - gap.series.values[0]) >= MATERIAL_STEP_SHARE * median_sync
+        grows = (
+            gap.verdict.accumulating
+            and (gap.series.values[-1] - gap.series.values[0]) >= MATERIAL_STEP_SHARE * median_sync
+        )
         if not grows and median_share < GAP_SHARE:
             return []
         vals = gap.series.values
         caller = facts.primary.sync_site if facts.primary else None
-        title = (f"{median_share:.0%} of each weight sync is in no collective "
-                 f"({fmt_in_unit(float(np.median(vals)), 's')} median per step)")
+        title = (
+            f"{median_share:.0%} of each weight sync is in no collective "
+            f"({fmt_duration(float(np.median(vals)))} median per step)"
+        )
         if caller:
             title += f", between the calls that {caller.split(' (')[0]} makes"
         if grows:
-            title += (f", and it grows ({gap.verdict.shape}): {fmt_in_unit(vals[0], 's')} -> "
-                      f"{fmt_in_unit(vals[-1], 's')}")
+            title += (
+                f", and it grows ({gap.verdict.shape}): {fmt_duration(vals[0])} -> "
+                f"{fmt_duration(vals[-1])}"
+            )
         return [
             Finding(
                 self.kind,
                 "warning" if grows else "info",
                 title,
-                {"median_gap_share": median_share, "first_s": vals[0], "last_s": vals[-1],
-                 "accumulating": gap.verdict.accumulating, "shape": gap.verdict.shape,
-                 "caller": facts.primary.sync_site if facts.primary else None},
+                {
+                    "median_gap_share": median_share,
+                    "first_s": vals[0],
+                    "last_s": vals[-1],
+                    "accumulating": gap.verdict.accumulating,
+                    "shape": gap.verdict.shape,
+                    "caller": facts.primary.sync_site if facts.primary else None,
+                },
                 (facts.primary.sync_site if facts.primary else None) or "weight_sync phase",
                 "sample the weight sync (`wsprof attach PID` or py-spy) to see what runs between "
                 "the collectives (state_dict gathering, serialization, RPC to the engines, "
@@ -1223,23 +1395,30 @@ class GpuIdleDuringSync(Rule):
         out: list[Finding] = []
         for pa in facts.processes:
             u = pa.gpu_util
-            syncs = [r.weight_sync_s / r.step_s for r in pa.steps
-                     if r.weight_sync_s is not None and r.step_s > 0]
+            syncs = [
+                r.weight_sync_s / r.step_s
+                for r in pa.steps
+                if r.weight_sync_s is not None and r.step_s > 0
+            ]
             if u is None or not syncs or u.sync_pct > GPU_IDLE_PCT:
                 continue
             share = float(np.median(syncs))
             if share < GPU_IDLE_MIN_SYNC_SHARE:
                 continue
-            other = (f" (against {u.other_pct:.0f}% outside it)" if u.other_pct is not None
-                     else "")
+            other = f" (against {u.other_pct:.0f}% outside it)" if u.other_pct is not None else ""
             out.append(
                 Finding(
                     self.kind,
                     "warning",
                     f"{pa.label}: the GPUs sit idle during weight sync: {u.sync_pct:.0f}% "
                     f"utilization{other}, while weight sync takes {share:.0%} of each step",
-                    {"process": pa.label, "sync_util_pct": u.sync_pct,
-                     "other_util_pct": u.other_pct, "samples": u.n_sync, "sync_share": share},
+                    {
+                        "process": pa.label,
+                        "sync_util_pct": u.sync_pct,
+                        "other_util_pct": u.other_pct,
+                        "samples": u.n_sync,
+                        "sync_share": share,
+                    },
                     pa.label,
                     "the sync is bound by the host, not the GPUs: overlap it with generation "
                     "(async weight update), bucket parameters into fewer collectives, and keep "

@@ -83,7 +83,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from wsprof.analysis.model import SERIES_KINDS, Series
+from wsprof import frameworks
+from wsprof.analysis.model import SERIES_KINDS
+from wsprof.contracts.series import Series, counter_of
 
 
 class SeriesKind(str, Enum):
@@ -122,16 +124,32 @@ BYTE_UNITS = frozenset({"bytes", "B", "kB", "KiB", "MB", "MiB", "GB", "GiB", "TB
 #: verl's metric namespaces that hold only training-quality and data statistics
 #: (``verl/trainer/ppo/metric_utils.py`` ``compute_data_metrics``, ``dp_actor.py``,
 #: ``dp_critic.py``); their ``lr`` is the learning-rate schedule.
-QUALITY_NAMESPACES = ("actor/", "critic/", "val-core/", "val-aux/", "val/", "reward_extra_info/",
-                      "response_length/", "response_length_non_aborted/", "prompt_length/",
-                      "response/", "num_turns/", "global_seqlen/")
-#: The frameworks' timer prefixes, seconds (verl, OpenRLHF, AReaL; see the log importer).
-TIMER_PREFIXES = ("timing_s/", "timing/", "timeperf/")
+QUALITY_NAMESPACES = (
+    "actor/",
+    "critic/",
+    "val-core/",
+    "val-aux/",
+    "val/",
+    "reward_extra_info/",
+    "response_length/",
+    "response_length_non_aborted/",
+    "prompt_length/",
+    "response/",
+    "num_turns/",
+    "global_seqlen/",
+)
+#: The frameworks' timer prefixes, seconds (verl, OpenRLHF, AReaL: the registry's
+#: :attr:`~wsprof.frameworks.Framework.timer_keys` without a suffix).
+TIMER_PREFIXES = tuple(
+    prefix for fw in frameworks.FRAMEWORKS for prefix, suffix in fw.timer_keys if not suffix
+)
 
 _TOKEN_SPLIT = re.compile(r"[/._\-\s@:]+")
 #: Last parts of cumulative clocks: wall time since start grows by the step time every step.
-_CLOCK_RE = re.compile(r"_?runtime|_?timestamp|elapsed(?:_time)?(?:_s)?|wall_?time|"
-                       r"time_elapsed(?:_s)?|uptime(?:_s)?")
+_CLOCK_RE = re.compile(
+    r"_?runtime|_?timestamp|elapsed(?:_time)?(?:_s)?|wall_?time|"
+    r"time_elapsed(?:_s)?|uptime(?:_s)?"
+)
 #: Last parts of step, epoch and sample counters.
 _COUNTER_RE = re.compile(
     r"(?:global_|train_|training_|trainer_|rollout_|update_|optimizer_|opt_|current_|cur_)?"
@@ -140,38 +158,133 @@ _COUNTER_RE = re.compile(
     r"|consumed\w*|\w*cumulative\w*|cum_\w+|\w*_so_far|\w+_seen"
 )
 _STEP_DURATION_RE = re.compile(r"time_per_step|step_time|step_duration")
-_RATE_TOKENS = frozenset({"throughput", "tflops", "flops", "mfu", "tps", "qps", "util",
-                          "utilization", "pct", "percent", "share", "speed"})
+_RATE_TOKENS = frozenset(
+    {
+        "throughput",
+        "tflops",
+        "flops",
+        "mfu",
+        "tps",
+        "qps",
+        "util",
+        "utilization",
+        "pct",
+        "percent",
+        "share",
+        "speed",
+    }
+)
 _RATIO_TOKENS = frozenset({"ratio", "frac", "fraction"})
 _BYTES_TOKENS = frozenset({"bytes", "memory", "mem", "rss", "vram", "vms"})
 _TIME_TOKENS = frozenset({"time", "latency", "duration", "seconds", "secs"})
-_RESOURCE_TOKENS = frozenset({
-    "segment", "segments", "handle", "handles", "fd", "fds", "group", "groups", "thread",
-    "threads", "object", "objects", "mapping", "mappings", "allocation", "allocations",
-    "block", "blocks", "tensor", "tensors", "buffer", "buffers", "communicator",
-    "communicators", "comm", "comms", "socket", "sockets", "connection", "connections",
-    "stream", "streams", "refs", "entries", "works",
-})
-_WORKLOAD_RE = re.compile(r"(?:total_)?(?:num|n)_(?:tokens|samples|sequences|seqs|prompts|"
-                          r"responses)|batch_size|total_tokens")
-_QUALITY_TOKENS = frozenset({
-    "loss", "losses", "reward", "rewards", "score", "scores", "advantage", "advantages",
-    "return", "returns", "kl", "entropy", "clipfrac", "clip", "ratio", "grad", "norm",
-    "accuracy", "acc", "success", "correct", "pass", "length", "len", "seqlen", "perplexity",
-    "ppl", "vpred", "vf", "pg", "explained", "win", "turns", "truncated", "aborted",
-})
+_RESOURCE_TOKENS = frozenset(
+    {
+        "segment",
+        "segments",
+        "handle",
+        "handles",
+        "fd",
+        "fds",
+        "group",
+        "groups",
+        "thread",
+        "threads",
+        "object",
+        "objects",
+        "mapping",
+        "mappings",
+        "allocation",
+        "allocations",
+        "block",
+        "blocks",
+        "tensor",
+        "tensors",
+        "buffer",
+        "buffers",
+        "communicator",
+        "communicators",
+        "comm",
+        "comms",
+        "socket",
+        "sockets",
+        "connection",
+        "connections",
+        "stream",
+        "streams",
+        "refs",
+        "entries",
+        "works",
+    }
+)
+_WORKLOAD_RE = re.compile(
+    r"(?:total_)?(?:num|n)_(?:tokens|samples|sequences|seqs|prompts|"
+    r"responses)|batch_size|total_tokens"
+)
+_QUALITY_TOKENS = frozenset(
+    {
+        "loss",
+        "losses",
+        "reward",
+        "rewards",
+        "score",
+        "scores",
+        "advantage",
+        "advantages",
+        "return",
+        "returns",
+        "kl",
+        "entropy",
+        "clipfrac",
+        "clip",
+        "ratio",
+        "grad",
+        "norm",
+        "accuracy",
+        "acc",
+        "success",
+        "correct",
+        "pass",
+        "length",
+        "len",
+        "seqlen",
+        "perplexity",
+        "ppl",
+        "vpred",
+        "vf",
+        "pg",
+        "explained",
+        "win",
+        "turns",
+        "truncated",
+        "aborted",
+    }
+)
 #: wsprof's own probe counters (``wsprof.capture``): allocator statistics of
 #: ``torch.cuda.memory_stats`` (``num_*`` are cumulative event counts), process and gc.
 _PROBE_RULES: tuple[tuple[re.Pattern[str], SeriesKind, str], ...] = (
-    (re.compile(r"cuda\d+\.num_\w+"), SeriesKind.COUNTER,
-     "a cumulative allocator event count (torch.cuda.memory_stats num_*)"),
-    (re.compile(r"cuda\d+\.(?:segment|allocation|active|inactive_split|oversize_segments|"
-                r"oversize_allocations)\..*|cuda\d+\.mappings"), SeriesKind.RESOURCE,
-     "allocator blocks or segments held (torch.cuda.memory_stats)"),
-    (re.compile(r"gc\.gen\d+\.(?:collections|collected|uncollectable)"), SeriesKind.COUNTER,
-     "a cumulative collection count (gc.get_stats)"),
-    (re.compile(r"gc\.gen\d+\.count|gc\.type\..+|gc\.objects"), SeriesKind.RESOURCE,
-     "objects held (gc)"),
+    (
+        re.compile(r"cuda\d+\.num_\w+"),
+        SeriesKind.COUNTER,
+        "a cumulative allocator event count (torch.cuda.memory_stats num_*)",
+    ),
+    (
+        re.compile(
+            r"cuda\d+\.(?:segment|allocation|active|inactive_split|oversize_segments|"
+            r"oversize_allocations)\..*|cuda\d+\.mappings"
+        ),
+        SeriesKind.RESOURCE,
+        "allocator blocks or segments held (torch.cuda.memory_stats)",
+    ),
+    (
+        re.compile(r"gc\.gen\d+\.(?:collections|collected|uncollectable)"),
+        SeriesKind.COUNTER,
+        "a cumulative collection count (gc.get_stats)",
+    ),
+    (
+        re.compile(r"gc\.gen\d+\.count|gc\.type\..+|gc\.objects"),
+        SeriesKind.RESOURCE,
+        "objects held (gc)",
+    ),
     (re.compile(r"wsprof\.probe_us\..+"), SeriesKind.DURATION, "wsprof's own probe cost, µs"),
 )
 
@@ -196,7 +309,8 @@ class KindVerdict:
 
 def _norm(name: str) -> str:
     low = name.strip().lower()
-    return low.split(":", 1)[1] if low.startswith("counter:") else low
+    counter = counter_of(low)
+    return counter if counter is not None else low
 
 
 def kind_by_name(name: str, unit: str = "") -> KindVerdict | None:
@@ -218,14 +332,18 @@ def kind_by_name(name: str, unit: str = "") -> KindVerdict | None:
         if pattern.fullmatch(low):
             return KindVerdict(kind, why)
     if low.startswith("timing_per_token_ms/") or "per_token" in low:
-        return KindVerdict(SeriesKind.RATE, "a per-token time (phase time / tokens of the "
-                                            "batch, verl timing_per_token_ms)")
+        return KindVerdict(
+            SeriesKind.RATE,
+            "a per-token time (phase time / tokens of the batch, verl timing_per_token_ms)",
+        )
     lr = "lr" in tokens or "learning_rate" in low or "learning-rate" in low
     if low.startswith(QUALITY_NAMESPACES):
         if lr:
             return KindVerdict(SeriesKind.LR_SCHEDULE, "a learning rate (its schedule)")
-        return KindVerdict(SeriesKind.QUALITY, "a training-quality or data metric (verl's "
-                                               f"{low.split('/', 1)[0]}/ namespace)")
+        return KindVerdict(
+            SeriesKind.QUALITY,
+            f"a training-quality or data metric (verl's {low.split('/', 1)[0]}/ namespace)",
+        )
     if _CLOCK_RE.fullmatch(last):
         return KindVerdict(SeriesKind.COUNTER, "a cumulative clock (time since start)")
     if _COUNTER_RE.fullmatch(last):
@@ -234,8 +352,12 @@ def kind_by_name(name: str, unit: str = "") -> KindVerdict | None:
         return KindVerdict(SeriesKind.LR_SCHEDULE, "a learning rate (its schedule)")
     if _STEP_DURATION_RE.search(last):
         return KindVerdict(SeriesKind.DURATION, "a step time")
-    rate = ("_per_" in last or tokens & _RATE_TOKENS or unit == "%"
-            or ((timer or tokens & _TIME_TOKENS) and last_tokens & _RATIO_TOKENS))
+    rate = (
+        "_per_" in last
+        or tokens & _RATE_TOKENS
+        or unit == "%"
+        or ((timer or tokens & _TIME_TOKENS) and last_tokens & _RATIO_TOKENS)
+    )
     if rate and not tokens & _BYTES_TOKENS:  # a memory share is memory held
         return KindVerdict(SeriesKind.RATE, "a rate, throughput or share")
     if unit in BYTE_UNITS or tokens & _BYTES_TOKENS or any(t.endswith("bytes") for t in tokens):
@@ -245,8 +367,9 @@ def kind_by_name(name: str, unit: str = "") -> KindVerdict | None:
     if last_tokens & _RESOURCE_TOKENS:
         return KindVerdict(SeriesKind.RESOURCE, "a count of resources held")
     if _WORKLOAD_RE.fullmatch(last):
-        return KindVerdict(SeriesKind.OTHER, "a per-step workload size (tokens or samples "
-                                             "in the batch)")
+        return KindVerdict(
+            SeriesKind.OTHER, "a per-step workload size (tokens or samples in the batch)"
+        )
     if tokens & _QUALITY_TOKENS:
         return KindVerdict(SeriesKind.QUALITY, "a training-quality metric by name")
     if unit == "count":
@@ -309,7 +432,7 @@ def series_kind(series: Series, default: SeriesKind = SeriesKind.OTHER) -> KindV
     """
     if series.kind is not None:
         return KindVerdict(SeriesKind(series.kind), "given by the importer")
-    by_name = kind_by_name(series.name, series.unit)
+    by_name = kind_by_name(series.name, series.unit_label)
     if by_name is not None:
         return by_name
     why = counter_by_values(series.steps, series.values)
@@ -328,9 +451,15 @@ def kinds_note(kinds: dict[str, SeriesKind]) -> str | None:
         The note, or None when every series can accumulate.
     """
     counts = {k: sum(1 for v in kinds.values() if v is k) for k in SeriesKind}
-    not_judged = [f"{n} {k.value.replace('_', ' ')}" for k, n in counts.items()
-                  if n and k not in ACCUMULATING_KINDS]
+    not_judged = [
+        f"{n} {k.value.replace('_', ' ')}"
+        for k, n in counts.items()
+        if n and k not in ACCUMULATING_KINDS
+    ]
     if not not_judged:
         return None
-    return ("not judged for accumulation (shown only): " + ", ".join(not_judged)
-            + " series; only durations, bytes and resource counts can accumulate")
+    return (
+        "not judged for accumulation (shown only): "
+        + ", ".join(not_judged)
+        + " series; only durations, bytes and resource counts can accumulate"
+    )

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from wsprof.contracts.overhead import SelfOverhead
+from wsprof.contracts.series import Series
+from wsprof.contracts.units import Unit
+
+if TYPE_CHECKING:  # headline.py reads this module's classes
+    from wsprof.analysis.headline import Headline
 
 #: Every shape a per-step series can get (see :mod:`wsprof.analysis.growth`).
 SHAPES = (
@@ -38,24 +45,6 @@ GROWING_SHAPES = frozenset({"linear", "superlinear", "exponential"})
 
 #: Finding severities, lowest first.
 SEVERITIES = ("info", "warning", "critical")
-
-
-@dataclass(frozen=True)
-class Series:
-    """A per-step series: ``values[i]`` was measured at step ``steps[i]``.
-
-    ``config`` (optional, same length) names the configuration each step ran with; a change
-    of config splits the series before fitting. ``kind`` (one of :data:`SERIES_KINDS`) says
-    what it measures; None until :func:`wsprof.analysis.kinds.series_kind` judged it (or an
-    importer that knows gave it).
-    """
-
-    name: str
-    unit: str
-    steps: tuple[int, ...]
-    values: tuple[float, ...]
-    config: tuple[str, ...] | None = None
-    kind: str | None = None
 
 
 @dataclass(frozen=True)
@@ -245,11 +234,19 @@ class CallPoints:
 
 @dataclass(frozen=True)
 class CounterTrack:
-    """A counter sampled over time and, where calls exist, paired with per-step latency."""
+    """A counter sampled over time and, where calls exist, paired with per-step latency.
+
+    Attributes:
+        name: the counter's name (``proc.rss_bytes``).
+        t_s: seconds since the process's first record, one per sample.
+        value: the counter's value at each sample, in ``unit``.
+        unit: what the values measure (:func:`wsprof.contracts.series.counter_unit`).
+    """
 
     name: str
-    t_s: tuple[float, ...]  # seconds since the process's first record
+    t_s: tuple[float, ...]
     value: tuple[float, ...]
+    unit: Unit = Unit.OTHER
 
 
 @dataclass(frozen=True)
@@ -377,6 +374,8 @@ class ProcessAnalysis:
     #: Caller site (``function (file:line)``) of most weight-sync calls: the user's function
     #: that issues them, where time between the collectives is spent; None when unknown.
     sync_site: str | None = None
+    #: wsprof's own cost and losses in the process (``meta['self']``, typed by the reader).
+    self_overhead: SelfOverhead = field(default_factory=SelfOverhead)
 
 
 @dataclass(frozen=True)
@@ -437,8 +436,10 @@ class RankSeries:
 
     def where(self) -> str:
         """``rank 3 (host node-b, pid 4242)``: how findings name the process."""
-        parts = [f"host {self.host}" if self.host else None,
-                 f"pid {self.pid}" if self.pid is not None else None]
+        parts = [
+            f"host {self.host}" if self.host else None,
+            f"pid {self.pid}" if self.pid is not None else None,
+        ]
         inner = ", ".join(p for p in parts if p)
         return f"{self.label} ({inner})" if inner else self.label
 
@@ -514,17 +515,26 @@ class GroupCoverage:
         group = f"group{'s' if ', ' in self.group else ''} {self.group}"
         steps = _steps_text(self.first_step, self.last_step)
         if self.issued is None:
-            return (f"{who}coverage of {group} unknown: its backend "
-                    f"({self.backend or 'unknown'}) keeps no count of issued collectives")
+            return (
+                f"{who}coverage of {group} unknown: its backend "
+                f"({self.backend or 'unknown'}) keeps no count of issued collectives"
+            )
         if not self.known:
-            return (f"{who}coverage of {group} unknown: c10d counted {self.issued} collectives"
-                    f"{steps}, wsprof {self.recorded} calls; with layers='api' the collectives "
-                    "each call issued are not counted (patch with layers='both')")
+            return (
+                f"{who}coverage of {group} unknown: c10d counted {self.issued} collectives"
+                f"{steps}, wsprof {self.recorded} calls; with layers='api' the collectives "
+                "each call issued are not counted (patch with layers='both')"
+            )
         if self.missing:
-            where = (f"; short in steps {_list(self.short_steps)}"
-                     if self.short_steps and len(self.short_steps) < 12 else "")
-            return (f"{who}recorded {self.recorded} of {self.issued} collectives on {group}"
-                    f"{steps} ({self.missing} issued by code wsprof does not see{where})")
+            where = (
+                f"; short in steps {_list(self.short_steps)}"
+                if self.short_steps and len(self.short_steps) < 12
+                else ""
+            )
+            return (
+                f"{who}recorded {self.recorded} of {self.issued} collectives on {group}"
+                f"{steps} ({self.missing} issued by code wsprof does not see{where})"
+            )
         return f"{who}recorded all {self.issued} collectives on {group}{steps}"
 
 
@@ -561,8 +571,10 @@ class Coverage:
         """What a renderer says first: shortfalls, then unknown groups (at most ``limit``);
         nothing when every audited collective was recorded."""
         out = [g.statement for g in (*self.incomplete, *self.unknown)]
-        out += [f"{label}: coverage not audited (trace written by a wsprof without the audit)"
-                for label in self.not_audited]
+        out += [
+            f"{label}: coverage not audited (trace written by a wsprof without the audit)"
+            for label in self.not_audited
+        ]
         if len(out) > limit:
             out = [*out[:limit], f"... and {len(out) - limit} more groups"]
         return out
@@ -577,7 +589,6 @@ def _steps_text(a: int, b: int) -> str:
 
 def _list(steps: Sequence[int]) -> str:
     return ", ".join(str(s) for s in steps)
-
 
 
 #: Verdict statuses: problems found, none while the data supports a verdict, or not enough data.
@@ -626,6 +637,9 @@ class Analysis:
     coverage: Coverage | None = None
     #: The answer (see :class:`Verdict`); set by :func:`wsprof.analysis.verdict.with_verdict`.
     verdict: Verdict = Verdict("no_problem")
+    #: Rollout share and weight-sync time, computed once
+    #: (:func:`wsprof.analysis.headline.headline_of`); None on an analysis made by hand.
+    headline: Headline | None = None
 
     @property
     def primary(self) -> ProcessAnalysis | None:

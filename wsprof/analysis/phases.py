@@ -28,7 +28,7 @@ Precedence (:func:`classify_stack`), first rule that applies decides:
 4. last tier, under no rollout or train frame anywhere in the stack -> ``weight_sync``:
 
    - a weight-moving collective (:data:`COLLECTIVE_PATTERNS`: every name of the alias table,
-     :mod:`wsprof.capture.aliases`, whose canonical op moves tensors, i.e. ``broadcast``,
+     :mod:`wsprof.contracts.ops`, whose canonical op moves tensors, i.e. ``broadcast``,
      ``all_gather*``, ``_all_gather_base``, point-to-point, in ``distributed_c10d.py`` or
      ``_functional_collectives.py``, ``ProcessGroup`` methods, and communicators outside
      torch);
@@ -56,6 +56,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from wsprof import frameworks
 from wsprof.analysis.model import WindowSummary
 from wsprof.analysis.samples import (
     code_frames,
@@ -65,211 +66,33 @@ from wsprof.analysis.samples import (
     idle_stack,
     split_frame,
 )
-from wsprof.capture import aliases
+from wsprof.contracts import ops
+from wsprof.contracts.phases import (
+    CANONICAL_PHASES,
+    IDLE,
+    OTHER,
+    PHASE_ALIASES,
+    RESERVED_PHASES,
+    ROLLOUT,
+    TRAIN,
+    WEIGHT_SYNC,
+    phase_key,
+)
+from wsprof.frameworks import ANY, frame_regex
 from wsprof.trace.model import SampleWindow
 
-ROLLOUT = "rollout"
-WEIGHT_SYNC = "weight_sync"
-TRAIN = "train"
-IDLE = "idle"
-OTHER = "other"
 #: Built-in phases in the order they are tried on one frame.
-PHASE_ORDER = (WEIGHT_SYNC, ROLLOUT, TRAIN)
-#: Names a user pattern cannot take: they are what classification itself assigns.
-RESERVED_PHASES = frozenset({IDLE, OTHER})
-#: Other spellings of the built-in phase names accepted in ``--phase NAME=REGEX``.
-PHASE_ALIASES = {
-    "sync": WEIGHT_SYNC,
-    "weight_update": WEIGHT_SYNC,
-    "weights_sync": WEIGHT_SYNC,
-    "refit": WEIGHT_SYNC,
-    "generate": ROLLOUT,
-    "generation": ROLLOUT,
-    "training": TRAIN,
-}
-
+PHASE_ORDER = CANONICAL_PHASES
 #: Frameworks with built-in patterns, in the order that breaks detection ties.
-FRAMEWORKS = ("slime", "verl", "openrlhf", "areal", "trl")
+FRAMEWORKS = frameworks.NAMES
 #: Folder each framework's code lives in (as py-spy shows installed packages' files).
-FRAMEWORK_MODULES = {
-    "slime": ("slime",),
-    "verl": ("verl",),
-    "openrlhf": ("openrlhf",),
-    "areal": ("areal", "realhf"),
-    "trl": ("trl",),
-}
-
-
-#: Regex of any function name (for "every function of this file").
-ANY = r"[^ ()]+"
-
-
-def _frame(function: str, file: str | None = None) -> str:
-    """Regex of a py-spy frame ``function (file:line)``.
-
-    Args:
-        function: regex of the function name; it must end the qualified name and start it or
-            follow a dot, so ``update_weights`` matches ``update_weights`` and
-            ``Actor.update_weights`` but not ``pre_update_weights``; ``Actor\\.f`` needs the
-            class (Python >= 3.11 only).
-        file: regex of the end of the file path, matched at its start or after a ``/``
-            (``actor\\.py`` matches ``actor.py`` and ``slime/backends/actor.py``); None: any.
-    """
-    head = rf"^(?:[^ ()]*\.)?(?:{function}) \("
-    if file is None:
-        return head
-    return head + rf"(?:[^()]*/)?(?:{file})(?::\d+)?\)$"
-
-
-#: TRL's online trainers (trl/trainer/<name>_trainer.py) that generate with vLLM.
-_TRL_TRAINERS = r"(?:grpo|rloo|online_dpo|gkd|xpo|nash_md|gold)_trainer\.py"
-
-# Entry points checked against each framework's sources (repository paths in the comments).
-# Methods are matched by name plus a distinctive file, and by class-qualified name.
+FRAMEWORK_MODULES = {fw.name: fw.modules for fw in frameworks.FRAMEWORKS}
+#: Each framework's patterns (:attr:`wsprof.frameworks.Framework.phase_patterns`): phase ->
+#: frame regexes.
 BUILTIN_PATTERNS: dict[str, dict[str, list[str]]] = {
-    # THUDM/slime
-    "slime": {
-        WEIGHT_SYNC: [
-            # slime/backends/megatron_utils/update_weight/update_weight_from_{distributed,
-            # tensor,disk,...}.py: UpdateWeightFromDistributed.update_weights and helpers
-            _frame(ANY, r"update_weight_from_\w+\.py"),
-            _frame(r"UpdateWeightFrom\w+\.\w+"),
-            # slime/backends/megatron_utils/actor.py: MegatronTrainRayActor.update_weights
-            _frame(r"(?:MegatronTrainRayActor|FSDPTrainRayActor)\.update_weights"),
-            _frame(r"update_weights", r"megatron_utils/actor\.py|fsdp_utils/actor\.py"),
-        ],
-        ROLLOUT: [
-            # slime/rollout/sglang_rollout.py: generate_rollout(_async), generate_and_rm(_group),
-            # generate
-            _frame(r"generate_rollout(?:_async)?|generate_and_rm(?:_group)?|generate",
-                   r"sglang_rollout\.py"),
-            _frame(ANY, r"(?:fully_async|sglang_streaming)_rollout\.py"),
-            # slime/ray/rollout.py: RolloutManager.generate / eval
-            _frame(r"RolloutManager\.(?:generate|eval|_get_rollout_data)"),
-            _frame(r"generate|_get_rollout_data", r"slime/ray/rollout\.py"),
-        ],
-        TRAIN: [
-            # slime/backends/megatron_utils/actor.py: train, train_actor, train_critic
-            _frame(r"(?:MegatronTrainRayActor|FSDPTrainRayActor)\.train(?:_actor|_critic)?"),
-            _frame(r"train_actor|train_critic", r"actor\.py"),
-            # slime/backends/megatron_utils/model.py: train, train_one_step
-            _frame(r"train_one_step", r"model\.py"),
-        ],
-    },
-    # volcengine/verl
-    "verl": {
-        WEIGHT_SYNC: [
-            # verl/checkpoint_engine/base.py: CheckpointEngineManager.update_weights,
-            # CheckpointEngineWorker.update_weights; {nccl,nixl,hccl,kimi}_checkpoint_engine.py
-            _frame(r"CheckpointEngine(?:Manager|Worker)\.\w+"),
-            _frame(ANY, r"\w+_checkpoint_engine\.py|checkpoint_engine/base\.py"),
-            # verl/workers/{fsdp,megatron,engine}_workers.py: ActorRolloutRefWorker.rollout_mode
-            # (the hybrid engine's context switch that pushes the weights), update_weights
-            _frame(r"rollout_mode|update_weights",
-                   r"(?:fsdp|megatron|engine|deepspeed)_workers\.py"),
-            # rollout adapters' update_weights (vllm_rollout_spmd.py, sglang_rollout.py, ...)
-            _frame(r"update_weights", r"\w*_rollout(?:_spmd)?\.py|\w+_async_server\.py"),
-            # verl/workers/sharding_manager/*.py (older verl): entering the sharding manager
-            # syncs weights into the inference engine
-            _frame(r"\w*ShardingManager\.(?:__enter__|update_params|update_weights|wake_up)"),
-            _frame(r"__enter__|update_params|update_weights", r"sharding_manager/\w+\.py"),
-        ],
-        ROLLOUT: [
-            # ActorRolloutRefWorker.generate_sequences, vLLMRollout.generate_sequences,
-            # AgentLoopManager/AgentLoopWorker.generate_sequences
-            _frame(r"generate_sequences"),
-            _frame(r"AgentLoop\w*\.\w+"),
-        ],
-        TRAIN: [
-            # fsdp_workers.py: update_actor, update_critic, compute_log_prob,
-            # compute_ref_log_prob; workers/actor/dp_actor.py: DataParallelPPOActor.update_policy
-            _frame(r"update_actor|update_critic|compute_(?:ref_)?log_prob|compute_values",
-                   r"\w+_workers\.py"),
-            _frame(r"update_policy|update_critic|compute_log_prob|compute_values",
-                   r"(?:dp|megatron)_(?:actor|critic)\.py"),
-            _frame(r"(?:DataParallelPPO|MegatronPPO)(?:Actor|Critic)\.\w+"),
-        ],
-    },
-    # OpenRLHF/OpenRLHF
-    "openrlhf": {
-        WEIGHT_SYNC: [
-            # openrlhf/trainer/ray/ppo_actor.py: ActorPPOTrainer._broadcast_to_vllm (nested
-            # _broadcast_param, _handle_cuda_ipc), PolicyModelActor.broadcast_to_vllm;
-            # openrlhf/trainer/ppo_trainer.py: PPOTrainer._broadcast_to_vllm
-            _frame(r"_?broadcast_to_vllm"),
-            # openrlhf/trainer/ray/vllm_worker_wrap.py: WorkerWrap.update_weight(_cuda_ipc)
-            _frame(r"update_weight\w*", r"vllm_worker_wrap\.py"),
-        ],
-        ROLLOUT: [
-            # openrlhf/trainer/ppo_utils/experience_maker.py (and samples_generator.py):
-            # SamplesGenerator.generate_samples, _generate_vllm
-            _frame(r"generate_samples|_generate_vllm|_generate_with_hf",
-                   r"experience_maker\w*\.py|samples_generator\w*\.py"),
-            _frame(r"\w*(?:SamplesGenerator|ExperienceMaker)\.(?:generate_samples|_generate_\w+)"),
-        ],
-        TRAIN: [
-            # openrlhf/trainer/ray/ppo_actor.py, ppo_critic.py: ppo_train, training_step
-            _frame(r"ppo_train|training_step", r"ppo_(?:actor|critic)\.py"),
-            _frame(r"(?:ActorPPOTrainer|CriticPPOTrainer)\.(?:ppo_train|training_step)"),
-        ],
-    },
-    # inclusionAI/AReaL
-    "areal": {
-        WEIGHT_SYNC: [
-            # areal/engine/fsdp_engine.py, megatron_engine.py: FSDPEngine.update_weights,
-            # _update_weights_from_distributed, _update_weights_from_disk (upload_weights in
-            # older versions); areal/engine/sglang_remote.py, vllm_remote.py: update_weights,
-            # update_weights_from_distributed, update_weights_from_disk
-            _frame(r"_?update_weights(?:_from_\w+)?|upload_weights",
-                   r"(?:fsdp|megatron|archon|base_hf)_engine\.py|(?:sglang|vllm)_remote\.py"),
-            _frame(r"(?:FSDPEngine|MegatronEngine|ArchonEngine|RemoteSGLangEngine|"
-                   r"RemotevLLMEngine)\.(?:_?update_weights\w*|upload_weights)"),
-        ],
-        ROLLOUT: [
-            # sglang_remote.py: RemoteSGLangEngine.rollout_batch, prepare_batch, agenerate;
-            # workflows' arun_episode (areal/workflow/*.py); WorkflowExecutor
-            _frame(r"rollout_batch|prepare_batch|agenerate|arun_episode"),
-            _frame(r"WorkflowExecutor\.\w+"),
-            _frame(ANY, r"workflow_executor\.py"),
-        ],
-        TRAIN: [
-            # areal/engine/ppo/actor.py: PPOActor.ppo_update (_ppo_update), compute_logp;
-            # engines' train_batch
-            _frame(r"_?ppo_update|compute_logp|compute_advantages", r"\w*actor\.py"),
-            _frame(r"\w*PPOActor\.(?:_?ppo_update|compute_logp)"),
-            _frame(r"train_batch", r"(?:fsdp|megatron|archon|base_hf)_engine\.py"),
-            _frame(r"(?:FSDPEngine|MegatronEngine|ArchonEngine)\.train_batch"),
-        ],
-    },
-    # huggingface/trl
-    "trl": {
-        WEIGHT_SYNC: [
-            # trl/generation/vllm_generation.py: VLLMGeneration.sync_weights,
-            # _sync_fsdp1_params_to_vllm, _sync_fsdp2_params_to_vllm
-            _frame(r"sync_weights|_sync_fsdp\d_params_to_vllm", r"vllm_generation\.py"),
-            _frame(r"VLLMGeneration\.(?:sync_weights|_sync_fsdp\d_params_to_vllm)"),
-            # trl/trainer/grpo_trainer.py (older versions): GRPOTrainer._move_model_to_vllm
-            _frame(r"_move_model_to_vllm"),
-            # trl/generation/vllm_client.py: VLLMClient.update_named_param,
-            # update_model_params; trl/scripts/vllm_serve.py (server side)
-            _frame(r"\w*update_(?:named_param|model_params)\w*",
-                   r"vllm_client\.py|vllm_serve\.py"),
-        ],
-        ROLLOUT: [
-            # trl/generation/vllm_generation.py: VLLMGeneration.generate
-            _frame(r"generate", r"vllm_generation\.py"),
-            _frame(r"VLLMGeneration\.generate"),
-            # trl/trainer/grpo_trainer.py (and siblings): _generate_and_score_completions,
-            # _generate_single_turn, _generate, _generate_vllm, _generate_transformers
-            _frame(r"_generate\w*", _TRL_TRAINERS),
-            _frame(r"(?:GRPO|RLOO|OnlineDPO|GKD)Trainer\._generate\w*"),
-        ],
-        TRAIN: [
-            # trl/trainer/*_trainer.py: compute_loss, _compute_loss
-            _frame(r"_?compute_loss", _TRL_TRAINERS),
-        ],
-    },
+    fw.name: fw.patterns() for fw in frameworks.FRAMEWORKS
 }
+_frame = frame_regex
 
 #: Patterns for any framework, after the framework's own (same tier, see the module docstring).
 GENERIC_PATTERNS: dict[str, list[str]] = {
@@ -304,7 +127,7 @@ GENERIC_PATTERNS: dict[str, list[str]] = {
     ],
 }
 
-#: Canonical ops (of the alias table, :mod:`wsprof.capture.aliases`) that move tensors from
+#: Canonical ops (of the alias table, :mod:`wsprof.contracts.ops`) that move tensors from
 #: rank to rank: what a weight sync is made of. Left out: the reductions (all_reduce, reduce,
 #: reduce_scatter: outside backward they reduce metrics), barrier (waiting, not work), gather
 #: (to one rank: metrics and objects) and all_to_all (MoE token dispatch inside a forward).
@@ -323,15 +146,22 @@ def _moving_names(*tables: Mapping[str, str]) -> tuple[str, ...]:
 #: that move weights: every alias wsprof hooks for those ops (``broadcast``,
 #: ``all_gather_into_tensor``, ``_all_gather_base``, ``send_object_list``, ...), the
 #: point-to-point names left unhooked (``isend``, ``irecv``) and the coalescing manager.
-C10D_SYNC_FUNCTIONS = tuple(sorted({
-    *_moving_names(aliases.API_OPS, aliases.FUNCTIONAL_OPS["_c10d_functional"]),
-    *(n for n in aliases.API_EXCLUDED if aliases.FUNCTIONAL_OPS["_c10d_functional"].get(n)
-      in WEIGHT_MOVING_OPS),
-    aliases.COALESCING,
-}))
+C10D_SYNC_FUNCTIONS = tuple(
+    sorted(
+        {
+            *_moving_names(ops.API_OPS, ops.FUNCTIONAL_OPS["_c10d_functional"]),
+            *(
+                n
+                for n in ops.API_EXCLUDED
+                if ops.FUNCTIONAL_OPS["_c10d_functional"].get(n) in WEIGHT_MOVING_OPS
+            ),
+            ops.COALESCING,
+        }
+    )
+)
 #: ``ProcessGroup`` (and backend class) methods that move weights, visible when Python wraps
 #: them.
-BACKEND_SYNC_METHODS = _moving_names(aliases.BACKEND_OPS)
+BACKEND_SYNC_METHODS = _moving_names(ops.BACKEND_OPS)
 
 
 def _alternation(names: Iterable[str]) -> str:
@@ -431,13 +261,15 @@ def normalize_phase(name: str) -> str:
     Raises:
         ValueError: empty, or reserved (:data:`RESERVED_PHASES`).
     """
-    key = re.sub(r"[\s-]+", "_", name.strip().lower())
+    key = phase_key(name)
     key = PHASE_ALIASES.get(key, key)
     if not key:
         raise ValueError("empty phase name; give NAME=REGEX, e.g. weight_sync=update_weights")
     if key in RESERVED_PHASES:
-        raise ValueError(f"phase name {name!r} is reserved (idle and other are assigned by "
-                         "classification); pick another name")
+        raise ValueError(
+            f"phase name {name!r} is reserved (idle and other are assigned by "
+            "classification); pick another name"
+        )
     return key
 
 
@@ -604,7 +436,8 @@ def _caller_of_collective(code: Sequence[str]) -> tuple[int, str] | None:
             continue
         j = i - 1
         while j >= 0 and _INTERNAL_FILE_RE.search(
-                (split_frame(code[j])[1] or "").replace("\\", "/")):
+            (split_frame(code[j])[1] or "").replace("\\", "/")
+        ):
             j -= 1
         if j <= 0:
             return None
@@ -650,7 +483,8 @@ def sync_entry_points(windows: Iterable[SampleWindow], patterns: PhasePatterns) 
             j, key = found
             callers.add(key)
             above.setdefault(key, set()).update(
-                k for k in map(_entry_key, code[:j]) if k is not None and k != key)
+                k for k in map(_entry_key, code[:j]) if k is not None and k != key
+            )
     ancestors = set().union(*above.values()) if above else set()
     return tuple(sorted(c for c in callers if c not in driving and c not in ancestors))
 
@@ -671,8 +505,9 @@ def with_entry_points(patterns: PhasePatterns, entry_points: Sequence[str]) -> P
     if patterns.entry_points:  # replace the ones inferred before
         tiers = (*tiers[:-1], tiers[-1][:-1])
     last = (*tiers[-1], (WEIGHT_SYNC, regex))
-    return PhasePatterns((*tiers[:-1], last), patterns.source, patterns.framework,
-                         patterns.user, tuple(entry_points))
+    return PhasePatterns(
+        (*tiers[:-1], last), patterns.source, patterns.framework, patterns.user, tuple(entry_points)
+    )
 
 
 def patterns_for(
@@ -704,8 +539,10 @@ def pattern_problems(meta: Mapping[str, Any]) -> list[str]:
     problems: list[str] = []
     fw = meta.get("framework")
     if fw is not None and fw not in BUILTIN_PATTERNS:
-        problems.append(f"framework {fw!r} has no built-in phase patterns (one of "
-                        f"{', '.join(FRAMEWORKS)}); detected from the samples instead")
+        problems.append(
+            f"framework {fw!r} has no built-in phase patterns (one of "
+            f"{', '.join(FRAMEWORKS)}); detected from the samples instead"
+        )
     raw = meta.get("phase_patterns")
     if raw is None:
         return problems

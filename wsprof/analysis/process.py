@@ -25,6 +25,7 @@ from wsprof.analysis.rhythm import steps_from_rhythm
 from wsprof.analysis.sampled_steps import steps_from_windows
 from wsprof.analysis.samples import early_late_shift, early_late_stacks, hot_frames, hot_stacks
 from wsprof.analysis.steps import steps_from_bursts, steps_from_markers, sync_spans
+from wsprof.contracts.series import counter_unit
 from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow, Site, Span
 
 #: Most call points kept for plots per process; beyond it each bucket keeps its min and max.
@@ -94,9 +95,12 @@ def op_stats(calls: CallTable, totals: CallTotals | None = None) -> list[OpStats
     if totals is not None:
         for i, st in enumerate(out):
             m = totals.op == st.op
-            out[i] = replace(st, n_calls=int(totals.n[m].sum()),
-                             total_s=float(totals.duration_ns[m].sum()) / 1e9,
-                             bytes_total=int(totals.bytes[m].sum()))
+            out[i] = replace(
+                st,
+                n_calls=int(totals.n[m].sum()),
+                total_s=float(totals.duration_ns[m].sum()) / 1e9,
+                bytes_total=int(totals.bytes[m].sum()),
+            )
     out.sort(key=lambda s: -s.total_s)
     return out
 
@@ -124,8 +128,9 @@ def call_cost_model(calls: CallTable) -> CallCostModel | None:
     if len(xs) < 2 or float(np.ptp(xs)) == 0:
         return None
     fit = stats.linregress(xs, ys)
-    return CallCostModel(fixed_us=max(float(fit.intercept), 0.0),
-                         us_per_mib=float(fit.slope), n_sizes=len(xs))
+    return CallCostModel(
+        fixed_us=max(float(fit.intercept), 0.0), us_per_mib=float(fit.slope), n_sizes=len(xs)
+    )
 
 
 #: Fewest NVML samples inside weight-sync phases for a utilization there to be reported.
@@ -150,17 +155,20 @@ def gpu_util(trace: ProcessTrace) -> GpuUtil | None:
     if int(inside.sum()) < GPU_UTIL_MIN_SAMPLES:
         return None
     other = v[~inside]
-    return GpuUtil(sync_pct=float(v[inside].mean()),
-                   other_pct=float(other.mean()) if len(other) else None,
-                   n_sync=int(inside.sum()))
+    return GpuUtil(
+        sync_pct=float(v[inside].mean()),
+        other_pct=float(other.mean()) if len(other) else None,
+        n_sync=int(inside.sum()),
+    )
 
 
 #: Caller sites named in the per-site plot (most total time first); the rest are "other sites".
 MAX_PLOT_SITES = 6
 
 
-def _site_labels(calls: CallTable, sites: Mapping[int, Site], idx: npt.NDArray[np.int64]) -> (
-        tuple[str, ...]):
+def _site_labels(
+    calls: CallTable, sites: Mapping[int, Site], idx: npt.NDArray[np.int64]
+) -> tuple[str, ...]:
     """Labels of the caller sites of the calls at ``idx`` (see :class:`CallPoints`)."""
     if not len(calls):
         return ()
@@ -185,12 +193,17 @@ def with_sync_starts(rows: Sequence[StepRow], spans: Sequence[Span]) -> list[Ste
     first: dict[int, int] = {}
     for sp in sync_spans(spans):
         first.setdefault(sp.step, sp.t_start_ns)
-    return [r if r.sync_start_ns is not None or r.step not in first
-            else replace(r, sync_start_ns=first[r.step]) for r in rows]
+    return [
+        r
+        if r.sync_start_ns is not None or r.step not in first
+        else replace(r, sync_start_ns=first[r.step])
+        for r in rows
+    ]
 
 
-def sync_site(calls: CallTable, rows: Sequence[StepRow], spans: Sequence[Span],
-              sites: Mapping[int, Site]) -> str | None:
+def sync_site(
+    calls: CallTable, rows: Sequence[StepRow], spans: Sequence[Span], sites: Mapping[int, Site]
+) -> str | None:
     """``function (file:line)`` of the caller site with the most calls inside weight syncs:
     the sync phases of markers, else each step's sync (``sync_start_ns`` + ``weight_sync_s``).
     None when no call falls in a sync or its site is unknown."""
@@ -198,8 +211,11 @@ def sync_site(calls: CallTable, rows: Sequence[StepRow], spans: Sequence[Span],
         return None
     windows = [(sp.t_start_ns, sp.t_end_ns) for sp in sync_spans(spans)]
     if not windows:
-        windows = [(r.sync_start_ns, r.sync_start_ns + int(r.weight_sync_s * 1e9))
-                   for r in rows if r.sync_start_ns is not None and r.weight_sync_s is not None]
+        windows = [
+            (r.sync_start_ns, r.sync_start_ns + int(r.weight_sync_s * 1e9))
+            for r in rows
+            if r.sync_start_ns is not None and r.weight_sync_s is not None
+        ]
     inside = np.zeros(len(calls), dtype=bool)
     for lo, hi in windows:
         a, b = np.searchsorted(calls.t_start_ns, [lo, hi + 1])
@@ -251,6 +267,7 @@ def counter_tracks(trace: ProcessTrace, t0_ns: int) -> list[CounterTrack]:
                 name=name,
                 t_s=tuple(float(x) for x in (t[idx] - t0_ns) / 1e9),
                 value=tuple(float(x) for x in v[idx]),
+                unit=counter_unit(name),
             )
         )
     return tracks
@@ -334,6 +351,7 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
         cost_model=call_cost_model(calls),
         gpu_util=gpu_util(trace),
         sync_site=sync_site(calls, steps, trace.spans, trace.sites),
+        self_overhead=trace.self_overhead,
     )
     return join_samples(pa, trace.meta, [*samples, *trace.samples])
 

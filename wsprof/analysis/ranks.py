@@ -19,7 +19,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from wsprof.analysis.align import ProcessClock
-from wsprof.analysis.model import GrowthVerdict, ProcessAnalysis, RankSeries, Series
+from wsprof.analysis.model import GrowthVerdict, ProcessAnalysis, RankSeries
+from wsprof.contracts.series import BETWEEN_LAYERS_S, SYNC_GAP_S, WEIGHT_SYNC_S, Series
+from wsprof.contracts.units import Unit
 
 #: Judges a per-step series; None when it cannot be judged.
 Judge = Callable[[Series], GrowthVerdict | None]
@@ -66,9 +68,9 @@ LOCKSTEP_START_SPREAD_NS = 1_000_000
 LOCKSTEP_START_SHARE = 0.05
 
 
-def peer_waits(steps: Sequence[Sequence[int]],
-               sync_run_ns: Sequence[Sequence[tuple[int, int] | None]]
-               ) -> list[list[float | None]]:
+def peer_waits(
+    steps: Sequence[Sequence[int]], sync_run_ns: Sequence[Sequence[tuple[int, int] | None]]
+) -> list[list[float | None]]:
     """How long each rank waited for its peers in each step's weight sync, s.
 
     The ranks' syncs of one step move in lockstep once the last rank has joined, so the time
@@ -111,9 +113,13 @@ def peer_waits(steps: Sequence[Sequence[int]],
         met = {}
     elif met:
         met.update(lockstep)
-    return [[None if se is None or k not in met
-             else min(met[k] - se[0], se[1] - se[0]) / 1e9
-             for k, se in zip(st, spans)] for st, spans in zip(steps, sync_run_ns)]
+    return [
+        [
+            None if se is None or k not in met else min(met[k] - se[0], se[1] - se[0]) / 1e9
+            for k, se in zip(st, spans)
+        ]
+        for st, spans in zip(steps, sync_run_ns)
+    ]
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -125,7 +131,7 @@ def _series(name: str, steps: Sequence[int], values: Sequence[float | None]) -> 
     pts = [(s, float(v)) for s, v in zip(steps, values) if v is not None and np.isfinite(v)]
     if not pts:
         return None
-    return Series(name, "s", tuple(p[0] for p in pts), tuple(p[1] for p in pts))
+    return Series(name, Unit.SECONDS, tuple(p[0] for p in pts), tuple(p[1] for p in pts))
 
 
 def sync_lags(rows: Sequence[RankSeries]) -> list[float | None]:
@@ -170,9 +176,9 @@ def rank_series(inputs: Sequence[RankInput], judge: Judge) -> list[RankSeries]:
         between = tuple(r.between_layers_s for r in pa.steps)
         step_s = tuple(r.step_s for r in pa.steps)
         gaps = tuple(r.sync_gap_s for r in pa.steps)
-        gap_series = _series("sync_gap_s", steps, gaps)
-        sync_series = _series("weight_sync_s", steps, sync)
-        between_series = _series("between_layers_s", steps, between)
+        gap_series = _series(SYNC_GAP_S, steps, gaps)
+        sync_series = _series(WEIGHT_SYNC_S, steps, sync)
+        between_series = _series(BETWEEN_LAYERS_S, steps, between)
         host = inp.host
         rows.append(
             RankSeries(

@@ -77,9 +77,17 @@ MATCH_SAMPLE = 4096
 #: Longest unit (in items) of a loop collapsed to one item when no period is found without.
 MAX_LOOP_UNIT = 4
 #: Canonical ops that push weights from a trainer to engines (or gather full weights).
-SYNC_OPS = frozenset({
-    "broadcast", "all_gather", "all_gather_into_tensor", "scatter", "send", "recv", "batch_p2p",
-})
+SYNC_OPS = frozenset(
+    {
+        "broadcast",
+        "all_gather",
+        "all_gather_into_tensor",
+        "scatter",
+        "send",
+        "recv",
+        "batch_p2p",
+    }
+)
 #: Ops of sharded training's backward (FSDP, ZeRO): the all-gathers before the last of them in
 #: a step gather parameters for forward and backward, not weights for the engines.
 TRAINING_GATHER_AFTER = frozenset({"reduce_scatter", "reduce_scatter_tensor"})
@@ -123,8 +131,7 @@ def tokens(calls: CallTable) -> npt.NDArray[np.int64]:
     """One integer per call for its (op, site, group, bytes), shape (n_calls,)."""
     if len(calls) == 0:
         return np.zeros(0, np.int64)
-    return _combine(_codes(calls.op), _codes(calls.site), _codes(calls.grp),
-                    _codes(calls.bytes))
+    return _combine(_codes(calls.op), _codes(calls.site), _codes(calls.grp), _codes(calls.bytes))
 
 
 def loop_keys(calls: CallTable) -> npt.NDArray[np.int64]:
@@ -134,8 +141,9 @@ def loop_keys(calls: CallTable) -> npt.NDArray[np.int64]:
     return _combine(_codes(calls.op), _codes(calls.site))
 
 
-def _runs(tok: npt.NDArray[np.int64], with_length: bool) -> tuple[
-        npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+def _runs(
+    tok: npt.NDArray[np.int64], with_length: bool
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """Runs of one repeated token: the index of each run's first call and its item, the token
     and the run's length (``with_length``) or the token alone (a loop of 10 or of 12 equal
     calls is then the same item)."""
@@ -146,14 +154,17 @@ def _runs(tok: npt.NDArray[np.int64], with_length: bool) -> tuple[
         return first, tok[first]
     lengths = np.diff(np.concatenate((first, [len(tok)])))
     ids: dict[tuple[int, int], int] = {}
-    items = np.fromiter((ids.setdefault(k, len(ids)) for k in zip(tok[first].tolist(),
-                                                                  lengths.tolist())),
-                        dtype=np.int64, count=len(first))
+    items = np.fromiter(
+        (ids.setdefault(k, len(ids)) for k in zip(tok[first].tolist(), lengths.tolist())),
+        dtype=np.int64,
+        count=len(first),
+    )
     return first, items
 
 
-def _collapse_loops(first: npt.NDArray[np.int64], items: npt.NDArray[np.int64]) -> tuple[
-        npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+def _collapse_loops(
+    first: npt.NDArray[np.int64], items: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """Tandem repeats of a unit of 2..:data:`MAX_LOOP_UNIT` items become one item (the unit),
     whatever their count: a decode loop of a varying number of tokens, each with the same few
     collectives, is one item in every step."""
@@ -167,13 +178,15 @@ def _collapse_loops(first: npt.NDArray[np.int64], items: npt.NDArray[np.int64]) 
         best_u, best_reps = 0, 1
         for u in range(2, MAX_LOOP_UNIT + 1):
             reps = 1
-            while i + (reps + 1) * u <= m and seq[i + reps * u:i + (reps + 1) * u] == seq[i:i + u]:
+            while (
+                i + (reps + 1) * u <= m and seq[i + reps * u : i + (reps + 1) * u] == seq[i : i + u]
+            ):
                 reps += 1
             if reps >= 2 and reps * u > best_reps * max(best_u, 1):
                 best_u, best_reps = u, reps
         out_first.append(int(first[i]))
         if best_u:
-            out_items.append(base + ids.setdefault(tuple(seq[i:i + best_u]), len(ids)))
+            out_items.append(base + ids.setdefault(tuple(seq[i : i + best_u]), len(ids)))
             i += best_u * best_reps
         else:
             out_items.append(seq[i])
@@ -213,8 +226,11 @@ def _period(items: npt.NDArray[np.int64]) -> tuple[int, float] | None:
     return p, float(match[p])
 
 
-def find_cycle(tok: npt.NDArray[np.int64], idle_before_ns: npt.NDArray[np.int64],
-               loop_key: npt.NDArray[np.int64] | None = None) -> Cycle | None:
+def find_cycle(
+    tok: npt.NDArray[np.int64],
+    idle_before_ns: npt.NDArray[np.int64],
+    loop_key: npt.NDArray[np.int64] | None = None,
+) -> Cycle | None:
     """The repetition of a step's calls in ``tok`` (see the module docstring), or None.
 
     Args:
@@ -245,9 +261,14 @@ def _steady(cyc: Cycle) -> bool:
     return float(counts.std() / counts.mean()) <= MAX_CALLS_CV
 
 
-def _cut(first: npt.NDArray[np.int64], items: npt.NDArray[np.int64], period: int, match: float,
-         idle_before_ns: npt.NDArray[np.int64],
-         loop_key: npt.NDArray[np.int64] | None) -> Cycle | None:
+def _cut(
+    first: npt.NDArray[np.int64],
+    items: npt.NDArray[np.int64],
+    period: int,
+    match: float,
+    idle_before_ns: npt.NDArray[np.int64],
+    loop_key: npt.NDArray[np.int64] | None,
+) -> Cycle | None:
     """The steps of a period found in ``items``: each occurrence of the best anchor starts one
     (see :func:`find_cycle`); None without an anchor."""
     # Anchors: items (or pairs of an item and the one before it, for steps made of loops
@@ -269,8 +290,11 @@ def _cut(first: npt.NDArray[np.int64], items: npt.NDArray[np.int64], period: int
         # k parts of about a median distance each fill the period, and the anchor occurs k
         # times per period on average too: an inner loop's item recurs at its loop's pace
         # (the median) but less often on average (the rest of the step), so the two differ.
-        if (k < 1 or abs(med * k - period) > 0.2 * period + 1
-                or round(period / float(np.mean(d))) != k):
+        if (
+            k < 1
+            or abs(med * k - period) > 0.2 * period + 1
+            or round(period / float(np.mean(d))) != k
+        ):
             continue
         lo, hi = np.percentile(d, [10, 90])
         if hi <= STEP_EVENNESS * lo + 1:
@@ -321,7 +345,7 @@ def sync_run(calls: CallTable, lo: int, hi: int) -> tuple[int, int] | None:
     ops = calls.op[lo:hi].tolist()
     last_rs = max((i for i, op in enumerate(ops) if op in TRAINING_GATHER_AFTER), default=-1)
     if last_rs >= 0:
-        lo, ops = lo + last_rs + 1, ops[last_rs + 1:]
+        lo, ops = lo + last_rs + 1, ops[last_rs + 1 :]
     is_sync = np.fromiter((op in SYNC_OPS for op in ops), dtype=bool, count=len(ops))
     best: tuple[int, int] | None = None
     i = 0
@@ -351,8 +375,9 @@ def steps_from_rhythm(calls: CallTable, t_last_ns: int | None = None) -> list[St
     cyc = find_cycle(tokens(calls), idle_before(calls), loop_keys(calls))
     if cyc is None:
         return []
-    done = np.where(calls.t_done_ns >= 0, np.maximum(calls.t_done_ns, calls.t_end_ns),
-                    calls.t_end_ns)
+    done = np.where(
+        calls.t_done_ns >= 0, np.maximum(calls.t_done_ns, calls.t_end_ns), calls.t_end_ns
+    )
     bounds = [*cyc.starts, len(calls)]
     specs = []
     for i in range(cyc.n_steps):
@@ -370,7 +395,9 @@ def steps_from_rhythm(calls: CallTable, t_last_ns: int | None = None) -> list[St
             sync_t0 = int(calls.t_start_ns[a])
             end = int(done[a:b].max())
             sync_s = (end - sync_t0) / 1e9
-            gap_s = max(end - sync_t0 - covered_ns(calls.t_start_ns[a:b], done[a:b], sync_t0,
-                                                   end), 0) / 1e9
+            gap_s = (
+                max(end - sync_t0 - covered_ns(calls.t_start_ns[a:b], done[a:b], sync_t0, end), 0)
+                / 1e9
+            )
         specs.append((i, t0, t1, sync_s, gap_s, sync_t0))
     return step_rows(calls, specs)

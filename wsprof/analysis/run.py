@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -14,12 +12,12 @@ from wsprof.analysis.coverage import audit_run
 from wsprof.analysis.ending import end_notes
 from wsprof.analysis.findings import TIME_BUDGETS_S, Facts, run_rules
 from wsprof.analysis.growth import classify
+from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import (
     Analysis,
     GrowthVerdict,
     ProcessAnalysis,
     RankSeries,
-    Series,
     SeriesResult,
     StepRow,
     WrapperFact,
@@ -34,6 +32,32 @@ from wsprof.analysis.process import (
 from wsprof.analysis.ranks import RankInput, peer_waits, rank_series
 from wsprof.analysis.steps import assign_calls
 from wsprof.analysis.verdict import with_verdict
+from wsprof.contracts.events import (
+    Event,
+    EventKind,
+    ProbeTrouble,
+    SamplerWindowFailed,
+    SamplerWindowLost,
+    WrapperFound,
+)
+from wsprof.contracts.series import (
+    BETWEEN_LAYERS_S,
+    COLLECTIVE_CALLS,
+    ROLLOUT_S,
+    ROLLOUT_SHARE,
+    STEP_S,
+    SYNC_GAP_S,
+    SYNC_WAIT_S,
+    WEIGHT_SYNC_S,
+    WINDOW_ROLLOUT_SHARE,
+    WINDOW_WEIGHT_SYNC_SHARE,
+    Series,
+    counter_key,
+    counter_unit,
+    op_median_key,
+)
+from wsprof.contracts.units import Unit
+from wsprof.inputs import Loaded, LoadedRun, load
 from wsprof.trace.model import CallTable, ProcessTrace, SampleWindow
 
 #: Fewest steps for a per-op median latency series (fewer: not a curve).
@@ -43,14 +67,14 @@ MIN_STEPS_FOR_OP_SERIES = 3
 MIN_WINDOWS_FOR_SERIES = 3
 #: Per-window series (a sampling window stands in for a step), and the window field each reads.
 WINDOW_SERIES = {
-    "window_weight_sync_share": "weight_sync_share",
-    "window_rollout_share": "rollout_share",
+    WINDOW_WEIGHT_SYNC_SHARE: "weight_sync_share",
+    WINDOW_ROLLOUT_SHARE: "rollout_share",
 }
 
 
-def _series(name: str, unit: str, rows: Sequence[StepRow], values: Sequence[float | None]) -> (
-    Series | None
-):
+def _series(
+    name: str, unit: Unit, rows: Sequence[StepRow], values: Sequence[float | None]
+) -> Series | None:
     pts = [(r.step, v) for r, v in zip(rows, values) if v is not None and np.isfinite(v)]
     if not pts:
         return None
@@ -69,17 +93,18 @@ def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
     if not rows:
         return []
     # From bursts the last step has no following burst: its step time is cut short.
-    full = (rows[:-1] if pa.step_source in ("bursts", "rhythm", "sampled") and len(rows) > 1
-            else rows)
+    full = (
+        rows[:-1] if pa.step_source in ("bursts", "rhythm", "sampled") and len(rows) > 1 else rows
+    )
     out = [
-        _series("weight_sync_s", "s", rows, [r.own_sync_s for r in rows]),
-        _series("sync_wait_s", "s", rows, [r.sync_wait_s for r in rows]),
-        _series("step_s", "s", full, [r.step_s for r in full]),
-        _series("rollout_s", "s", rows, [r.rollout_s for r in rows]),
-        _series("rollout_share", "", rows, [r.rollout_share for r in rows]),
-        _series("between_layers_s", "s", rows, [r.between_layers_s for r in rows]),
-        _series("collective_calls", "", rows, [float(r.n_calls) for r in rows]),
-        _series("sync_gap_s", "s", rows, [r.sync_gap_s for r in rows]),
+        _series(WEIGHT_SYNC_S, Unit.SECONDS, rows, [r.own_sync_s for r in rows]),
+        _series(SYNC_WAIT_S, Unit.SECONDS, rows, [r.sync_wait_s for r in rows]),
+        _series(STEP_S, Unit.SECONDS, full, [r.step_s for r in full]),
+        _series(ROLLOUT_S, Unit.SECONDS, rows, [r.rollout_s for r in rows]),
+        _series(ROLLOUT_SHARE, Unit.SHARE, rows, [r.rollout_share for r in rows]),
+        _series(BETWEEN_LAYERS_S, Unit.SECONDS, rows, [r.between_layers_s for r in rows]),
+        _series(COLLECTIVE_CALLS, Unit.OTHER, rows, [float(r.n_calls) for r in rows]),
+        _series(SYNC_GAP_S, Unit.SECONDS, rows, [r.sync_gap_s for r in rows]),
     ]
     calls = trace.calls
     if len(calls) and len(rows) >= MIN_STEPS_FOR_OP_SERIES:
@@ -93,13 +118,14 @@ def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
             bounds = np.searchsorted(idx, np.arange(len(rows) + 1))
             meds: list[float | None] = [
                 float(np.median(d[bounds[i] : bounds[i + 1]])) / 1e3
-                if bounds[i + 1] > bounds[i] else None
+                if bounds[i + 1] > bounds[i]
+                else None
                 for i in range(len(rows))
             ]
             if all(v is not None for v in meds):
-                out.append(_series(f"median_us:{op}", "us", rows, meds))
+                out.append(_series(op_median_key(op), Unit.MICROSECONDS, rows, meds))
     for name, vals in sorted(counter_per_step(trace, rows).items()):
-        out.append(_series(f"counter:{name}", "", rows, vals))
+        out.append(_series(counter_key(name), counter_unit(name), rows, vals))
     return [s for s in out if s is not None]
 
 
@@ -122,7 +148,15 @@ def window_series(pa: ProcessAnalysis) -> list[Series]:
         pts = [(i, getattr(w, attr)) for i, w in active]
         pts = [(i, float(v)) for i, v in pts if v is not None]
         if len(pts) >= MIN_WINDOWS_FOR_SERIES:
-            out.append(Series(name, "ratio", tuple(p[0] for p in pts), tuple(p[1] for p in pts)))
+            out.append(
+                Series(
+                    name,
+                    Unit.OTHER,
+                    tuple(p[0] for p in pts),
+                    tuple(p[1] for p in pts),
+                    unit_text="ratio",
+                )
+            )
     return out
 
 
@@ -137,18 +171,23 @@ def _classify(series: Sequence[Series], notes: list[str]) -> list[SeriesResult]:
     out: list[SeriesResult] = []
     for s in series:
         try:
-            budget = TIME_BUDGETS_S.get(s.name) if s.unit == "s" else None
+            budget = TIME_BUDGETS_S.get(s.name) if s.unit is Unit.SECONDS else None
             steps = s.steps if _stepped(s) else None
-            out.append(SeriesResult(s, classify(s.values, steps=steps, config=s.config,
-                                                budget=budget)))
+            out.append(
+                SeriesResult(s, classify(s.values, steps=steps, config=s.config, budget=budget))
+            )
         except (ValueError, OverflowError, FloatingPointError, ZeroDivisionError) as e:
             notes.append(f"series {s.name!r} not judged: {e}")
     return out
 
 
-#: Sampler events that mean samples are missing (windows lost, py-spy failures). A target that
-#: exits is not trouble: every job ends (attach says so itself when it was early).
-_SAMPLER_TROUBLE = ("window lost", "window failed")
+#: Sampler events that mean samples are missing (windows lost, py-spy failures), with the words
+#: a note counts them by. A target that exits is not trouble: every job ends (attach says so
+#: itself when it was early).
+_SAMPLER_TROUBLE: tuple[tuple[type[Event], str], ...] = (
+    (SamplerWindowLost, "window lost"),
+    (SamplerWindowFailed, "window failed"),
+)
 
 
 def _sampler_trouble(samplers: Iterable[ProcessTrace]) -> list[str]:
@@ -157,9 +196,8 @@ def _sampler_trouble(samplers: Iterable[ProcessTrace]) -> list[str]:
     for t in samplers:
         counts: dict[str, list[str]] = {}
         for e in t.events:
-            for kind in _SAMPLER_TROUBLE:
-                if e.kind == "sampler" and kind in e.detail and not e.detail.startswith(
-                        "stopped:"):
+            for cls, kind in _SAMPLER_TROUBLE:
+                if isinstance(e, cls):
                     counts.setdefault(kind, []).append(e.detail)
         for kind, details in counts.items():
             notes.append(f"py-spy sampler: {len(details)} x {kind} ({details[0]})")
@@ -186,24 +224,29 @@ def _capture_notes(traces: Iterable[ProcessTrace]) -> list[str]:
             thinned.append(
                 f"{t.label}: steps {r.get('first_thinned_step')}-{r.get('last_thinned_step')} "
                 f"keep at most {r.get('calls_per_thinned_step')} calls each in detail "
-                f"({r.get('calls_removed'):,} removed; per-step counts and times are exact)")
+                f"({r.get('calls_removed'):,} removed; per-step counts and times are exact)"
+            )
         for e in t.events:
-            if e.kind == "extra_missing" and e.detail not in missing:
+            if e.kind is EventKind.EXTRA_MISSING and e.detail not in missing:
                 missing.append(e.detail)
-            elif e.kind == "device_time" and e.detail not in device:
+            elif e.kind is EventKind.DEVICE_TIME and e.detail not in device:
                 device.append(e.detail)
-            elif e.kind in ("probe_error", "probe_off") and e.detail not in probes:
+            elif isinstance(e, ProbeTrouble) and e.detail not in probes:
                 probes.append(e.detail)
     notes = [f"device time: {d}" for d in device[:2]]
     for t in traces_seen:
-        notes += end_notes(t.meta, t.label, _last_step(t))
+        notes += end_notes(t.meta, t.self_overhead, t.label, _last_step(t))
     if thinned:
-        notes.append(f"retention: {thinned[0]}"
-                     + (f" (and {len(thinned) - 1} more processes)" if len(thinned) > 1 else ""))
+        notes.append(
+            f"retention: {thinned[0]}"
+            + (f" (and {len(thinned) - 1} more processes)" if len(thinned) > 1 else "")
+        )
     notes += [f"counter probe: {d}" for d in probes[:3]]
     if missing:
-        notes.append(f"{len(missing)} extra communicator target(s) not hooked: "
-                     f"{'; '.join(missing[:3])}{'; ...' if len(missing) > 3 else ''}")
+        notes.append(
+            f"{len(missing)} extra communicator target(s) not hooked: "
+            f"{'; '.join(missing[:3])}{'; ...' if len(missing) > 3 else ''}"
+        )
     return notes
 
 
@@ -239,8 +282,13 @@ class _Digest:
         """Primary first: a process with steps, then by rank (unknown last), most calls, pid,
         then input order (a rank 0 whose steps cannot be found does not hide the others')."""
         rank, pid = self.trace.rank, self.trace.meta.get("pid")
-        return (0 if self.pa.steps else 1, rank if rank is not None else 1 << 30,
-                -self.n_calls, pid if isinstance(pid, int) else 0, self.index)
+        return (
+            0 if self.pa.steps else 1,
+            rank if rank is not None else 1 << 30,
+            -self.n_calls,
+            pid if isinstance(pid, int) else 0,
+            self.index,
+        )
 
 
 def _digest_all(traces: Iterable[ProcessTrace]) -> list[_Digest]:
@@ -248,8 +296,15 @@ def _digest_all(traces: Iterable[ProcessTrace]) -> list[_Digest]:
     out: list[_Digest] = []
     best: _Digest | None = None
     for i, t in enumerate(traces):
-        d = _Digest(t, analyze_process(t), len(t.calls), first_record_ns(t),
-                    _is_sampler_only(t), i, wrapper_facts(t))
+        d = _Digest(
+            t,
+            analyze_process(t),
+            len(t.calls),
+            first_record_ns(t),
+            _is_sampler_only(t),
+            i,
+            wrapper_facts(t),
+        )
         if not d.sampler_only and (best is None or d.key() < best.key()):
             if best is not None:
                 best.trace = replace(best.trace, calls=CallTable.empty())
@@ -286,14 +341,19 @@ def _run_clock(with_steps: Sequence[tuple[_Digest, ProcessAnalysis]]) -> RunCloc
     for d, pa in with_steps:
         anchor = anchor_of(d.trace.meta)
         host = d.trace.meta.get("host")
-        inputs.append(ClockInput(pa.label, host if isinstance(host, str) else None,
-                                 anchor[0] if anchor else None, anchor[1] if anchor else None,
-                                 d.first_ns))
+        inputs.append(
+            ClockInput(
+                pa.label,
+                host if isinstance(host, str) else None,
+                anchor[0] if anchor else None,
+                anchor[1] if anchor else None,
+                d.first_ns,
+            )
+        )
     return align(inputs)
 
 
-def _with_peer_waits(analyses: Sequence[ProcessAnalysis],
-                     clock: RunClock) -> list[ProcessAnalysis]:
+def _with_peer_waits(analyses: Sequence[ProcessAnalysis], clock: RunClock) -> list[ProcessAnalysis]:
     """``analyses`` with each step's ``sync_wait_s`` (:func:`~wsprof.analysis.ranks.peer_waits`)
     where two or more processes on the run clock have a weight-sync start for that step.
     ``clock`` holds the processes with steps, in order."""
@@ -302,10 +362,15 @@ def _with_peer_waits(analyses: Sequence[ProcessAnalysis],
         return list(analyses)
     on_clock = [(i, c) for i, c in zip(idx, clock.clocks) if c.aligned]
     steps = [[r.step for r in analyses[i].steps] for i, _ in on_clock]
-    spans = [[None if r.sync_start_ns is None or r.weight_sync_s is None
-              else (c.run_ns(r.sync_start_ns),
-                    c.run_ns(r.sync_start_ns) + int(r.weight_sync_s * 1e9))
-              for r in analyses[i].steps] for i, c in on_clock]
+    spans = [
+        [
+            None
+            if r.sync_start_ns is None or r.weight_sync_s is None
+            else (c.run_ns(r.sync_start_ns), c.run_ns(r.sync_start_ns) + int(r.weight_sync_s * 1e9))
+            for r in analyses[i].steps
+        ]
+        for i, c in on_clock
+    ]
     out = list(analyses)
     for (i, _), waits in zip(on_clock, peer_waits(steps, spans)):
         pa = analyses[i]
@@ -314,8 +379,9 @@ def _with_peer_waits(analyses: Sequence[ProcessAnalysis],
     return out
 
 
-def _rank_rows(procs: Sequence[_Digest], analyses: Sequence[ProcessAnalysis],
-               clock: RunClock, notes: list[str]) -> list[RankSeries]:
+def _rank_rows(
+    procs: Sequence[_Digest], analyses: Sequence[ProcessAnalysis], clock: RunClock, notes: list[str]
+) -> list[RankSeries]:
     """Per-rank rows of every process with steps, on the run clock (``clock``: those
     processes, in order); alignment notes go to ``notes`` (only when ranks are compared: a
     single process needs no common clock)."""
@@ -330,9 +396,16 @@ def _rank_rows(procs: Sequence[_Digest], analyses: Sequence[ProcessAnalysis],
         return res[0].verdict if res else None
 
     return rank_series(
-        [RankInput(pa, c.host, c, tuple(r.sync_start_ns for r in pa.steps),
-                   next((w.label() for w in d.wrappers if w.kind == "name"), None))
-         for (d, pa), c in zip(with_steps, clock.clocks)],
+        [
+            RankInput(
+                pa,
+                c.host,
+                c,
+                tuple(r.sync_start_ns for r in pa.steps),
+                next((w.label() for w in d.wrappers if w.kind == "name"), None),
+            )
+            for (d, pa), c in zip(with_steps, clock.clocks)
+        ],
         judge,
     )
 
@@ -360,32 +433,51 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
     if unattributed:
         notes.append(unattributed)
     ranks = _rank_rows(procs, analyses, clock, notes)
-    errors = [e.detail for d in procs for e in d.trace.events if e.kind == "internal_error"]
-    facts = Facts({r.series.name: r for r in results}, analyses, wrappers, errors, ranks=ranks)
+    errors = [e.detail for d in procs for e in d.trace.events if e.kind is EventKind.INTERNAL_ERROR]
+    head = headline_of(analyses[0] if analyses else None, results, source)
+    facts = Facts(
+        {r.series.name: r for r in results}, analyses, wrappers, errors, ranks=ranks, headline=head
+    )
     sampled = any(pa.n_samples for pa in analyses)
     if analyses and not sampled and not any(d.n_calls or d.trace.spans for d in procs):
-        notes.append("nothing recorded: no collective calls and no steps in these traces (did the "
-                     "process exit before the first flush, or never call a collective?)")
+        notes.append(
+            "nothing recorded: no collective calls and no steps in these traces (did the "
+            "process exit before the first flush, or never call a collective?)"
+        )
     lowest = min((d.trace.rank for d in procs if d.trace.rank is not None), default=None)
-    if analyses and analyses[0].rank is not None and lowest is not None and (
-            analyses[0].rank != lowest):
-        notes.append(f"no steps found on rank {lowest}: the headline series come from "
-                     f"{analyses[0].label}, the lowest rank with steps")
+    if (
+        analyses
+        and analyses[0].rank is not None
+        and lowest is not None
+        and (analyses[0].rank != lowest)
+    ):
+        notes.append(
+            f"no steps found on rank {lowest}: the headline series come from "
+            f"{analyses[0].label}, the lowest rank with steps"
+        )
     if analyses and analyses[0].step_source == "rhythm":
-        notes.append("no step markers: steps were found from the job's rhythm (the same "
-                     "collectives repeating each step); rollout and train times are unknown")
+        notes.append(
+            "no step markers: steps were found from the job's rhythm (the same "
+            "collectives repeating each step); rollout and train times are unknown"
+        )
     if analyses and analyses[0].step_source == "bursts":
-        notes.append("no step markers: steps were found as bursts of collectives separated by "
-                     "idle time; rollout and train times are unknown")
+        notes.append(
+            "no step markers: steps were found as bursts of collectives separated by "
+            "idle time; rollout and train times are unknown"
+        )
     if analyses and analyses[0].step_source == "sampled":
-        notes.append("no step markers and no collectives recorded: steps were cut from the "
-                     "phases py-spy sampled (a rollout after the other phases starts a step); "
-                     "phase times are sample shares of the windows")
+        notes.append(
+            "no step markers and no collectives recorded: steps were cut from the "
+            "phases py-spy sampled (a rollout after the other phases starts a step); "
+            "phase times are sample shares of the windows"
+        )
     if analyses and analyses[0].step_source == "none":
         if analyses[0].windows:
-            notes.append("no steps: py-spy sampling windows stand in for steps (per-window "
-                         "series); for per-step times add wsprof.step() at the top of each "
-                         "training step")
+            notes.append(
+                "no steps: py-spy sampling windows stand in for steps (per-window "
+                "series); for per-step times add wsprof.step() at the top of each "
+                "training step"
+            )
         else:
             notes.append("no steps found: add wsprof.step() at the top of each training step")
     if not any(pa.n_samples for pa in analyses):
@@ -393,20 +485,26 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
     notes += _sampler_trouble(d.trace for d in digests if d.sampler_only)
     notes += _capture_notes(d.trace for d in procs)
     if not any(c.name.startswith(("cuda", "nvml.")) for pa in analyses for c in pa.counters):
-        notes.append("no CUDA allocator or NVML counters (CUDA not in use, or NVML unavailable, "
-                     "in the traced processes)")
-    return with_verdict(Analysis(
-        source=source,
-        kind="run",
-        processes=tuple(analyses),
-        series=tuple(results),
-        findings=tuple(run_rules(facts)),
-        notes=tuple(notes),
-        wrappers=tuple(wrappers),
-        ranks=tuple(ranks),
-        coverage=audit_run([(pa.label, d.trace) for d, pa in zip(procs, analyses)
-                            if not d.sampler_only]),
-    ))
+        notes.append(
+            "no CUDA allocator or NVML counters (CUDA not in use, or NVML unavailable, "
+            "in the traced processes)"
+        )
+    return with_verdict(
+        Analysis(
+            source=source,
+            kind="run",
+            processes=tuple(analyses),
+            series=tuple(results),
+            findings=tuple(run_rules(facts)),
+            notes=tuple(notes),
+            wrappers=tuple(wrappers),
+            ranks=tuple(ranks),
+            coverage=audit_run(
+                [(pa.label, d.trace) for d, pa in zip(procs, analyses) if not d.sampler_only]
+            ),
+            headline=head,
+        )
+    )
 
 
 def wrapper_facts(trace: ProcessTrace) -> list[WrapperFact]:
@@ -414,34 +512,24 @@ def wrapper_facts(trace: ProcessTrace) -> list[WrapperFact]:
     of the calls made through the name it sits on; most of that time first."""
     calls = trace.calls
     between: dict[str, float] = {}
-    if len(calls) and any(e.kind == "wrapper" for e in trace.events):
+    found = [e for e in trace.events if isinstance(e, WrapperFound)]
+    if len(calls) and found:
         bl = calls.between_layers_ns
         for api in set(calls.api.tolist()):
             between[str(api)] = float(bl[calls.api == api].sum()) / 1e9
     out: list[WrapperFact] = []
     seen: set[tuple[str, str, str | None, int | None]] = set()
-    for e in trace.events:
-        if e.kind != "wrapper":
-            continue
-        try:
-            d = json.loads(e.detail)
-        except ValueError:
-            continue
-        if not isinstance(d, dict):
-            continue
-        api = str(d.get("api", "?"))
-        line = d.get("line")
+    for e in found:
         fact = WrapperFact(
-            api=api,
-            kind=str(d.get("kind", "name")),
-            qualname=str(d.get("qualname", "?")),
-            module=str(d["module"]) if d.get("module") is not None else None,
-            file=str(d["file"]) if d.get("file") is not None else None,
-            line=int(line) if isinstance(line, int) else None,
-            wraps=tuple(str(w) for w in wraps) if isinstance(wraps := d.get("wraps"), list)
-            else (),
-            after_patch=bool(d.get("after_patch", False)),
-            between_s=between.get(api),
+            api=e.api,
+            kind=e.wrapper_kind,
+            qualname=e.qualname,
+            module=e.module,
+            file=e.file,
+            line=e.line,
+            wraps=e.wraps,
+            after_patch=e.after_patch,
+            between_s=between.get(e.api),
         )
         key = (fact.api, fact.qualname, fact.file, fact.line)
         if key not in seen:
@@ -461,10 +549,12 @@ def _unattributed_backend(trace: ProcessTrace) -> str | None:
     if not n:
         return None
     names = sorted({str(a) for a in calls.api[m].tolist()})
-    return (f"{n} of {len(calls)} calls reached the ProcessGroup backend with no collective name "
-            f"open ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}): they were made "
-            "through a reference taken before wsprof.patch(), a name re-wrapped after it, or the "
-            "backend directly; they are timed, but their time between layers is unknown")
+    return (
+        f"{n} of {len(calls)} calls reached the ProcessGroup backend with no collective name "
+        f"open ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}): they were made "
+        "through a reference taken before wsprof.patch(), a name re-wrapped after it, or the "
+        "backend directly; they are timed, but their time between layers is unknown"
+    )
 
 
 def analyze_series(series: Sequence[Series], source: str) -> Analysis:
@@ -480,54 +570,93 @@ def analyze_series(series: Sequence[Series], source: str) -> Analysis:
     kinds = {s.name: series_kind(s).kind for s in series}
     notes: list[str] = []
     results = _classify([replace(s, kind=kinds[s.name].value) for s in series], notes)
+    head = headline_of(None, results, source)
     facts = Facts(
         {r.series.name: r for r in results},
         [],
-        time_series=tuple(r.series.name for r in results
-                          if kinds[r.series.name] is SeriesKind.DURATION),
+        headline=head,
+        time_series=tuple(
+            r.series.name for r in results if kinds[r.series.name] is SeriesKind.DURATION
+        ),
         counter_series=tuple(r.series.name for r in results if kinds[r.series.name] in HELD_KINDS),
     )
     note = kinds_note(kinds)
-    return with_verdict(Analysis(
-        source=source, kind="series", processes=(), series=tuple(results),
-        findings=tuple(run_rules(facts)), notes=(*notes, *([note] if note else []))))
+    return with_verdict(
+        Analysis(
+            source=source,
+            kind="series",
+            processes=(),
+            series=tuple(results),
+            findings=tuple(run_rules(facts)),
+            notes=(*notes, *([note] if note else [])),
+            headline=head,
+        )
+    )
+
+
+def analyze(loaded: Loaded) -> Analysis:
+    """Analyse what :func:`wsprof.inputs.load` read: a run's traces (one at a time, each
+    released after its analysis but the primary's), or a series file's or log's series.
+
+    Args:
+        loaded: the input.
+
+    Returns:
+        The analysis (its notes begin with how a series or log was read).
+
+    Raises:
+        wsprof.errors.InputError: no trace of a run could be read.
+    """
+    if isinstance(loaded, LoadedRun):
+        return analyze_loaded_run(loaded).analysis
+    imported = loaded.imported
+    analysis = analyze_series(imported.series, loaded.path)
+    return replace(analysis, notes=imported.notes + analysis.notes)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A run's analysis and what a comparison reads beside it (``wsprof diff``).
+
+    Attributes:
+        analysis: the analysis of the run.
+        primary_trace: the primary process's trace with its calls (None without a process).
+        primary_windows: py-spy sample windows of the primary process: its own, else those a
+            sampler trace recorded for its pid.
+    """
+
+    analysis: Analysis
+    primary_trace: ProcessTrace | None
+    primary_windows: tuple[SampleWindow, ...]
+
+
+def analyze_loaded_run(run: LoadedRun) -> RunResult:
+    """Analyse a run read by :func:`wsprof.inputs.load`, each trace read once; keep the
+    primary's trace (with its calls) for whoever compares it.
+
+    Raises:
+        wsprof.errors.InputError: no trace of the run could be read.
+    """
+    digests = _digest_all(run.traces())
+    analysis = _analyze_digests(digests, run.path, list(run.problems))
+    procs = sorted((d for d in digests if not d.sampler_only), key=_Digest.key) or sorted(
+        digests, key=_Digest.key
+    )
+    if not procs:
+        return RunResult(analysis, None, ())
+    trace = procs[0].trace
+    pid = trace.meta.get("pid")
+    windows = trace.samples or [
+        w for d in digests for w in d.trace.samples if isinstance(pid, int) and w.pid == pid
+    ]
+    return RunResult(analysis, trace, tuple(windows))
 
 
 def analyze_path(path: str) -> Analysis:
-    """Analyse a run folder, a trace file, a CSV series file or a training log.
+    """``analyze(load(path))``: a run folder, a trace file, a CSV series file or a training
+    log (a convenience for scripts and tests).
 
     Raises:
         wsprof.errors.InputError: the path cannot be read as any of those.
     """
-    from wsprof.importers.logs import Imported, load_log
-    from wsprof.importers.metrics_csv import load_csv
-    from wsprof.trace.reader import is_sqlite, read_run_lenient, require_trace_file
-
-    imported: Imported | None = None
-    if os.path.isfile(path) and path.lower().endswith((".csv", ".tsv")):
-        imported = load_csv(path)  # a CSV series or a metric export (W&B)
-    elif os.path.isfile(path) and not path.lower().endswith(".wsprof") and not is_sqlite(path):
-        imported = load_log(path)  # a training log: slime, verl, OpenRLHF, AReaL
-    if imported is not None:
-        analysis = analyze_series(imported.series, path)
-        return replace(analysis, notes=imported.notes + analysis.notes)
-    require_trace_file(path)
-    # One trace at a time: each is analysed and its calls released before the next is read.
-    problems: list[str] = []
-    digests = _digest_all(_read_each(path, problems))
-    if not digests:
-        read_run_lenient(path)  # no trace could be read: raises the reader's error for the run
-    return _analyze_digests(digests, path, problems)
-
-
-def _read_each(path: str, problems: list[str]) -> Iterator[ProcessTrace]:
-    """Every readable trace of ``path`` in file order; unreadable ones are described in
-    ``problems`` as :func:`wsprof.trace.reader.read_run_lenient` describes them."""
-    from wsprof.errors import InputError
-    from wsprof.trace.reader import find_traces, read_trace
-
-    for p in find_traces(path):
-        try:
-            yield read_trace(p)
-        except InputError as e:
-            problems.append(f"skipped {e}")
+    return analyze(load(path))

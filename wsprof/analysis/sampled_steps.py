@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from wsprof.analysis.model import StepRow, WindowSummary
-from wsprof.analysis.phases import ROLLOUT, TRAIN, WEIGHT_SYNC
+from wsprof.contracts.phases import ROLLOUT, TRAIN, WEIGHT_SYNC
 
 #: Fewest steps worth reporting (fewer: the windows stand in for steps, as before).
 MIN_SAMPLED_STEPS = 3
@@ -60,7 +60,7 @@ def steps_from_windows(windows: Sequence[WindowSummary]) -> list[StepRow]:
     bounds = [*starts, len(windows)]
     rows: list[StepRow] = []
     for k in range(len(starts)):
-        ws = windows[bounds[k]:bounds[k + 1]]
+        ws = windows[bounds[k] : bounds[k + 1]]
         times = {p: 0.0 for p in _PHASES}
         for w in ws:
             dur = (w.t_end_ns - w.t_start_ns) / 1e9
@@ -70,6 +70,19 @@ def steps_from_windows(windows: Sequence[WindowSummary]) -> list[StepRow]:
         t0, t1 = ws[0].t_start_ns, ws[-1].t_end_ns
         step_s = (t1 - t0) / 1e9
         known = sum(times.values())
-        rows.append(StepRow(k, t0, t1, step_s, times[ROLLOUT], times[TRAIN], times[WEIGHT_SYNC],
-                            max(step_s - known, 0.0), 0, 0.0, 0.0))
+        rows.append(
+            StepRow(
+                k,
+                t0,
+                t1,
+                step_s,
+                times[ROLLOUT],
+                times[TRAIN],
+                times[WEIGHT_SYNC],
+                max(step_s - known, 0.0),
+                0,
+                0.0,
+                0.0,
+            )
+        )
     return rows

@@ -133,8 +133,9 @@ WSPROF_HOOK_FRAME_RE = re.compile(r"(?:^|\.)wsprof_[a-z_]+_hook \(")
 
 def code_frames(frames: Sequence[str]) -> tuple[str, ...]:
     """The frames of a stack without pseudo-frames and wsprof's own hooks, root first."""
-    return tuple(f for f in frames
-                 if not is_pseudo_frame(f) and WSPROF_HOOK_FRAME_RE.search(f) is None)
+    return tuple(
+        f for f in frames if not is_pseudo_frame(f) and WSPROF_HOOK_FRAME_RE.search(f) is None
+    )
 
 
 def idle_stack(frames: Sequence[str]) -> bool:
@@ -312,8 +313,9 @@ def common_frame(windows: Iterable[SampleWindow]) -> str | None:
     return min(cands, key=lambda f: (-depth_sum[f] / counts[f], -counts[f], f))
 
 
-def _early_late(windows: Iterable[SampleWindow], k: int | None) -> (
-        tuple[int, int, list[SampleWindow], list[SampleWindow]] | None):
+def _early_late(
+    windows: Iterable[SampleWindow], k: int | None
+) -> tuple[int, int, list[SampleWindow], list[SampleWindow]] | None:
     """(k, windows with active samples, sample groups of the first k, of the last k); k
     defaults to a third, clamped to [1, half]; None with fewer than 2 such windows."""
     groups = [g for _, _, g in group_windows(windows) if any(True for _ in _active(g, False))]
@@ -392,5 +394,7 @@ def early_late_stacks(
     if split is None:
         return None
     _, _, first, last = split
-    return (hot_stacks(first, MAX_FLAME_STACKS, lines=False),
-            hot_stacks(last, MAX_FLAME_STACKS, lines=False))
+    return (
+        hot_stacks(first, MAX_FLAME_STACKS, lines=False),
+        hot_stacks(last, MAX_FLAME_STACKS, lines=False),
+    )

@@ -38,8 +38,11 @@ def _phase_totals(spans: Sequence[Span]) -> dict[tuple[int, str], float]:
     """Seconds per (step, 'rollout' | 'train' | 'weight_sync') from phase spans: the time
     covered by at least one phase of that kind (nested or concurrent phases of one kind, e.g.
     ``generate`` inside ``rollout`` or two rollout threads, count once)."""
-    kinds = (("rollout", ROLLOUT_PHASES), ("train", TRAIN_PHASES),
-             ("weight_sync", WEIGHT_SYNC_PHASES))
+    kinds = (
+        ("rollout", ROLLOUT_PHASES),
+        ("train", TRAIN_PHASES),
+        ("weight_sync", WEIGHT_SYNC_PHASES),
+    )
     found: dict[tuple[int, str], list[tuple[int, int]]] = {}
     for sp in spans:
         if sp.kind != "phase":
@@ -100,15 +103,30 @@ def assign_calls(
 _Spec = tuple[int, int, int, float | None, float | None, float | None]
 
 
-def _rows(calls: CallTable, specs: Sequence[_Spec], by_step_number: bool,
-          totals: CallTotals | None = None,
-          step_s: Sequence[float] | None = None) -> list[StepRow]:
+def _rows(
+    calls: CallTable,
+    specs: Sequence[_Spec],
+    by_step_number: bool,
+    totals: CallTotals | None = None,
+    step_s: Sequence[float] | None = None,
+) -> list[StepRow]:
     """Step rows from (step, t0, t1, rollout_s, train_s, sync_s) with per-step call totals
     summed in one pass over the calls, or taken from ``totals`` (by step number) when given;
     each step lasts ``step_s[i]`` seconds when given, else ``t1 - t0``."""
     bare = [
-        StepRow(st, t0, t1, max(t1 - t0, 0) / 1e9 if step_s is None else step_s[i], r, tr, sy,
-                0.0, 0, 0.0, 0.0)
+        StepRow(
+            st,
+            t0,
+            t1,
+            max(t1 - t0, 0) / 1e9 if step_s is None else step_s[i],
+            r,
+            tr,
+            sy,
+            0.0,
+            0,
+            0.0,
+            0.0,
+        )
         for i, (st, t0, t1, r, tr, sy) in enumerate(specs)
     ]
     k = len(bare)
@@ -141,25 +159,31 @@ def _rows(calls: CallTable, specs: Sequence[_Spec], by_step_number: bool,
     return out
 
 
-def step_rows(calls: CallTable,
-              specs: Sequence[tuple[int, int, int, float | None, float | None, int | None]]
-              ) -> list[StepRow]:
+def step_rows(
+    calls: CallTable, specs: Sequence[tuple[int, int, int, float | None, float | None, int | None]]
+) -> list[StepRow]:
     """Rows of steps cut by time (the job's rhythm, bursts) from ``(step, t0_ns, t1_ns,
     weight_sync_s, sync_gap_s, sync_start_ns)``; calls are assigned by their start."""
-    rows = _rows(calls, [(st, t0, t1, None, None, sy) for st, t0, t1, sy, _, _ in specs],
-                 by_step_number=False)
-    return [replace(r, sync_gap_s=gap, sync_start_ns=start)
-            for r, (_, _, _, _, gap, start) in zip(rows, specs)]
+    rows = _rows(
+        calls,
+        [(st, t0, t1, None, None, sy) for st, t0, t1, sy, _, _ in specs],
+        by_step_number=False,
+    )
+    return [
+        replace(r, sync_gap_s=gap, sync_start_ns=start)
+        for r, (_, _, _, _, gap, start) in zip(rows, specs)
+    ]
 
 
 def sync_spans(spans: Sequence[Span]) -> list[Span]:
     """The weight-sync phase spans (:data:`WEIGHT_SYNC_PHASES`), by start."""
-    return sorted((sp for sp in spans if sp.kind == "phase"
-                   and sp.name.lower() in WEIGHT_SYNC_PHASES), key=lambda sp: sp.t_start_ns)
+    return sorted(
+        (sp for sp in spans if sp.kind == "phase" and sp.name.lower() in WEIGHT_SYNC_PHASES),
+        key=lambda sp: sp.t_start_ns,
+    )
 
 
-def covered_ns(starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], lo: int,
-               hi: int) -> int:
+def covered_ns(starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], lo: int, hi: int) -> int:
     """Length of the union of intervals [start, end) clipped to [lo, hi), ns.
 
     Args:
@@ -184,8 +208,9 @@ def sync_gaps(calls: CallTable, spans: Sequence[Span]) -> dict[int, float]:
     """
     out: dict[int, float] = {}
     starts = calls.t_start_ns
-    done = np.where(calls.t_done_ns >= 0, np.maximum(calls.t_done_ns, calls.t_end_ns),
-                    calls.t_end_ns)
+    done = np.where(
+        calls.t_done_ns >= 0, np.maximum(calls.t_done_ns, calls.t_end_ns), calls.t_end_ns
+    )
     for sp in sync_spans(spans):
         i0 = int(np.searchsorted(starts, sp.t_start_ns, side="left"))
         i1 = int(np.searchsorted(starts, sp.t_end_ns, side="left"))
@@ -197,8 +222,9 @@ def sync_gaps(calls: CallTable, spans: Sequence[Span]) -> dict[int, float]:
     return out
 
 
-def steps_from_markers(calls: CallTable, spans: Sequence[Span],
-                       totals: CallTotals | None = None) -> list[StepRow]:
+def steps_from_markers(
+    calls: CallTable, spans: Sequence[Span], totals: CallTotals | None = None
+) -> list[StepRow]:
     """One row per step number; phase times from ``phase`` spans of that step.
 
     A step number marked more than once (``wsprof.step(n)`` twice with the same ``n``: a
@@ -224,9 +250,16 @@ def steps_from_markers(calls: CallTable, spans: Sequence[Span],
     lasts_s: list[float] = []
     for number in sorted(by_step):
         marked = by_step[number]
-        specs.append((number, min(a for a, _ in marked), max(b for _, b in marked),
-                      phases.get((number, "rollout")), phases.get((number, "train")),
-                      phases.get((number, "weight_sync"))))
+        specs.append(
+            (
+                number,
+                min(a for a, _ in marked),
+                max(b for _, b in marked),
+                phases.get((number, "rollout")),
+                phases.get((number, "train")),
+                phases.get((number, "weight_sync")),
+            )
+        )
         lasts_s.append(_union_ns(marked) / 1e9)
     rows = _rows(calls, specs, by_step_number=True, totals=totals, step_s=lasts_s)
     gaps = sync_gaps(calls, spans)
@@ -266,9 +299,9 @@ def idle_gap_threshold(gaps: npt.NDArray[np.int64]) -> float | None:
     return float(10 ** ((logs[best_k] + logs[best_k + 1]) / 2))
 
 
-def detect_bursts(t_start_ns: npt.NDArray[np.int64], t_end_ns: npt.NDArray[np.int64]) -> list[
-    tuple[int, int]
-]:
+def detect_bursts(
+    t_start_ns: npt.NDArray[np.int64], t_end_ns: npt.NDArray[np.int64]
+) -> list[tuple[int, int]]:
     """Split calls (sorted by start) into bursts separated by idle gaps.
 
     Args:
@@ -312,5 +345,6 @@ def steps_from_bursts(calls: CallTable, t_last_ns: int | None = None) -> list[St
         else:
             t1 = max(sync_end, t_last_ns or sync_end)
         specs.append((i, t0, t1, None, None, (sync_end - t0) / 1e9))
-    return [replace(r, sync_start_ns=r.t_start_ns)
-            for r in _rows(calls, specs, by_step_number=False)]
+    return [
+        replace(r, sync_start_ns=r.t_start_ns) for r in _rows(calls, specs, by_step_number=False)
+    ]

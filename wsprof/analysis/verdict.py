@@ -33,36 +33,50 @@ def _reasons(a: Analysis) -> list[str]:
     if a.kind == "series":
         judged = [r for r in a.series if r.series.values]
         if not judged:
-            out.append("no series that can accumulate (durations, memory, resource counts): "
-                       "give a log or CSV with per-step times or memory")
+            out.append(
+                "no series that can accumulate (durations, memory, resource counts): "
+                "give a log or CSV with per-step times or memory"
+            )
         elif max(len(r.series.values) for r in judged) < MIN_STEPS_FOR_VERDICT:
             n = max(len(r.series.values) for r in judged)
-            out.append(f"only {n} step(s) in the series: a curve needs at least "
-                       f"{MIN_STEPS_FOR_VERDICT}; log more steps")
+            out.append(
+                f"only {n} step(s) in the series: a curve needs at least "
+                f"{MIN_STEPS_FOR_VERDICT}; log more steps"
+            )
         return out
     pa = a.primary
     if pa is None:
-        return ["no process traces to judge: run the job under `wsprof run` or call "
-                "wsprof.patch() in it"]
+        return [
+            "no process traces to judge: run the job under `wsprof run` or call "
+            "wsprof.patch() in it"
+        ]
     if not pa.steps:
         n_windows = sum(1 for w in pa.windows if w.n_active > 0)
         if n_windows == 0:
-            out.append("no steps found (no wsprof.step() markers, no preset, no repeating "
-                       "pattern of collectives): add wsprof.step() at the top of each training "
-                       "step, or set WSPROF_PRESET for your framework")
+            out.append(
+                "no steps found (no wsprof.step() markers, no preset, no repeating "
+                "pattern of collectives): add wsprof.step() at the top of each training "
+                "step, or set WSPROF_PRESET for your framework"
+            )
         elif n_windows < MIN_STEPS_FOR_VERDICT:
-            out.append(f"no steps and only {n_windows} sampling window(s): sample longer "
-                       f"(at least {MIN_STEPS_FOR_VERDICT} windows) or add wsprof.step()")
+            out.append(
+                f"no steps and only {n_windows} sampling window(s): sample longer "
+                f"(at least {MIN_STEPS_FOR_VERDICT} windows) or add wsprof.step()"
+            )
     elif len(pa.steps) < MIN_STEPS_FOR_VERDICT:
-        out.append(f"only {len(pa.steps)} step(s) of {pa.label} (from {pa.step_source}): a curve "
-                   f"needs at least {MIN_STEPS_FOR_VERDICT}; run longer")
+        out.append(
+            f"only {len(pa.steps)} step(s) of {pa.label} (from {pa.step_source}): a curve "
+            f"needs at least {MIN_STEPS_FOR_VERDICT}; run longer"
+        )
     for p in a.processes:
-        out += end_limits(p.meta, p.label)
+        out += end_limits(p.meta, p.self_overhead, p.label)
     cov = a.coverage
     if cov is not None and cov.incomplete:
         missing = sum(g.missing or 0 for g in cov.incomplete)
-        out.append(f"coverage incomplete: {missing} issued collective(s) were not recorded "
-                   "(see COVERAGE); what wsprof did not see cannot be judged")
+        out.append(
+            f"coverage incomplete: {missing} issued collective(s) were not recorded "
+            "(see COVERAGE); what wsprof did not see cannot be judged"
+        )
     return out
 
 

@@ -1,12 +1,6 @@
-"""The alias table: every name that reaches a collective, mapped to one canonical op.
-
-Names differ between torch versions (2.13 has ``dist.all_gather_single`` and no
-``dist._allgather_base``; older versions route ``all_gather_into_tensor`` to
-``ProcessGroup._allgather_base``), so the table lists every name known and :func:`build`
-keeps those that exist in the installed torch. A name that exists but is in neither
-:data:`API_OPS`/:data:`BACKEND_OPS` nor the exclusion tables is reported by
-:func:`unclassified` (a test fails on it), so a new collective in a future torch cannot slip
-through unhooked.
+"""The alias table as the installed torch has it: which names of
+:mod:`wsprof.contracts.ops` exist (:func:`build`), and which collectives of the installed torch
+are neither hooked nor excluded (:func:`unclassified`, :func:`unclassified_ops`).
 """
 
 from __future__ import annotations
@@ -16,241 +10,18 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-#: ``torch.distributed`` module functions -> canonical op.
-API_OPS: dict[str, str] = {
-    "broadcast": "broadcast",
-    "all_gather": "all_gather",
-    "all_gather_coalesced": "all_gather",
-    "all_gather_into_tensor": "all_gather_into_tensor",
-    "_all_gather_base": "all_gather_into_tensor",
-    "all_gather_single": "all_gather_into_tensor",
-    "all_reduce": "all_reduce",
-    "all_reduce_coalesced": "all_reduce",
-    "reduce": "reduce",
-    "reduce_scatter": "reduce_scatter",
-    "reduce_scatter_tensor": "reduce_scatter_tensor",
-    "_reduce_scatter_base": "reduce_scatter_tensor",
-    "reduce_scatter_single": "reduce_scatter_tensor",
-    "all_to_all": "all_to_all",
-    "all_to_all_single": "all_to_all_single",
-    "gather": "gather",
-    "scatter": "scatter",
-    "barrier": "barrier",
-    "monitored_barrier": "barrier",
-    "send": "send",
-    "recv": "recv",
-    "batch_isend_irecv": "batch_p2p",
-    "broadcast_object_list": "broadcast",
-    "all_gather_object": "all_gather",
-    "gather_object": "gather",
-    "scatter_object_list": "scatter",
-    "send_object_list": "send",
-    "recv_object_list": "recv",
-}
-
-#: The coalescing context manager: the block it opens is one logical call (op ``coalesced``).
-COALESCING = "_coalescing_manager"
-
-#: C++ helpers exposed in ``torch.distributed`` that issue collectives from C++ on the group
-#: passed first (DDP syncs module state and checks parameters through them): hooked as API
-#: names; the number of collectives each call issued is read from c10d's count.
-CPP_HELPERS: dict[str, str] = {
-    "_broadcast_coalesced": "broadcast",
-    "_verify_params_across_processes": "all_gather",
-}
-
-#: Backend methods that can issue more collectives than one (gloo's ``monitored_barrier`` is a
-#: send/recv round; its ``reduce_scatter`` and coalesced reduce-scatter issue one collective
-#: per rank or tensor, seen running torch's own ``test_c10d_gloo.py``): their hook reads
-#: c10d's count before and after. The per-parameter hot paths are not among them.
-COUNTED = frozenset({"monitored_barrier", "reduce_scatter", "reduce_scatter_tensor_coalesced"})
-
-#: Group lifecycle functions hooked only to read c10d's counts before a group goes away.
-LIFECYCLE = ("destroy_process_group",)
-
-#: Canonical "op" of the completion of a functional collective (``wait_tensor``).
-COMPLETION = "completion"
-
-#: Dispatcher ops (``torch.ops.<namespace>.<name>``) -> canonical op, hooked at their Python
-#: entry (:mod:`wsprof.capture.functional`). ``_c10d_functional`` is what functional
-#: collectives, DTensor, FSDP2 and compiled graphs call; ``_c10d_functional_autograd`` and
-#: ``_dtensor`` reach the backend from C++; ``c10d`` ops are what ``ProcessGroup`` methods run
-#: in C++ (seen there by the backend layer), hooked for Python callers of ``torch.ops.c10d``.
-FUNCTIONAL_OPS: dict[str, dict[str, str]] = {
-    "_c10d_functional": {
-        "all_gather_into_tensor": "all_gather_into_tensor",
-        "all_gather_into_tensor_coalesced": "all_gather_into_tensor",
-        "all_gather_into_tensor_out": "all_gather_into_tensor",
-        "all_reduce": "all_reduce",
-        "all_reduce_": "all_reduce",
-        "all_reduce_coalesced": "all_reduce",
-        "all_reduce_coalesced_": "all_reduce",
-        "all_to_all_single": "all_to_all_single",
-        "batch_p2p_ops": "batch_p2p",
-        "broadcast": "broadcast",
-        "broadcast_": "broadcast",
-        "irecv": "recv",
-        "isend": "send",
-        "reduce_scatter_tensor": "reduce_scatter_tensor",
-        "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor",
-        "reduce_scatter_tensor_out": "reduce_scatter_tensor",
-        "wait_tensor": COMPLETION,
-    },
-    "_c10d_functional_autograd": {
-        "all_gather_into_tensor": "all_gather_into_tensor",
-        "all_to_all_single": "all_to_all_single",
-        "reduce_scatter_tensor": "reduce_scatter_tensor",
-    },
-    "_dtensor": {
-        "shard_dim_alltoall": "all_to_all_single",
-    },
-    "c10d": {
-        "_allgather_base_": "all_gather_into_tensor",
-        "_reduce_scatter_base_": "reduce_scatter_tensor",
-        "allgather_": "all_gather",
-        "allgather_coalesced_": "all_gather",
-        "allgather_into_tensor_coalesced_": "all_gather_into_tensor",
-        "allreduce_": "all_reduce",
-        "allreduce_coalesced_": "all_reduce",
-        "alltoall_": "all_to_all",
-        "alltoall_base_": "all_to_all_single",
-        "barrier": "barrier",
-        "broadcast_": "broadcast",
-        "gather_": "gather",
-        "monitored_barrier_": "barrier",
-        "recv_": "recv",
-        "recv_any_source_": "recv",
-        "reduce_": "reduce",
-        "reduce_scatter_": "reduce_scatter",
-        "reduce_scatter_tensor_coalesced_": "reduce_scatter_tensor",
-        "scatter_": "scatter",
-        "send": "send",
-    },
-}
-
-#: Dispatcher ops of those namespaces that are not collectives, with the reason.
-FUNCTIONAL_EXCLUDED: dict[str, str] = {
-    "c10d::check_for_nan": "a local NaN check, no communication",
-    "_c10d_functional::_wrap_tensor_autograd": "wraps a result for autograd, no communication",
-    "_dtensor::mesh_get_process_group": "query",
-}
-
-#: Whole namespaces left unhooked, with the reason.
-FUNCTIONAL_EXCLUDED_NAMESPACES: dict[str, str] = {
-    "c10d_functional": "the legacy namespace: its Python implementations call the hooked "
-    "_c10d_functional ops, which record the call once",
-}
-
-#: ``ProcessGroup`` methods -> canonical op.
-BACKEND_OPS: dict[str, str] = {
-    "broadcast": "broadcast",
-    "allgather": "all_gather",
-    "allgather_coalesced": "all_gather",
-    "_allgather_base": "all_gather_into_tensor",
-    "all_gather_single": "all_gather_into_tensor",
-    "allgather_into_tensor_coalesced": "all_gather_into_tensor",
-    "all_gather_single_coalesced": "all_gather_into_tensor",
-    "allreduce": "all_reduce",
-    "allreduce_coalesced": "all_reduce",
-    "reduce": "reduce",
-    "reduce_scatter": "reduce_scatter",
-    "_reduce_scatter_base": "reduce_scatter_tensor",
-    "reduce_scatter_single": "reduce_scatter_tensor",
-    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor",
-    "reduce_scatter_single_coalesced": "reduce_scatter_tensor",
-    "alltoall": "all_to_all",
-    "alltoall_base": "all_to_all_single",
-    "all_to_all_single": "all_to_all_single",
-    "gather": "gather",
-    "scatter": "scatter",
-    "send": "send",
-    "recv": "recv",
-    "recv_anysource": "recv",
-    "barrier": "barrier",
-    "monitored_barrier": "barrier",
-}
-
-#: Public ``torch.distributed`` functions that are not collectives, with the reason.
-API_EXCLUDED: dict[str, str] = {
-    "isend": "compared by identity inside torch (P2POp, batch_isend_irecv) with references users "
-    "take before patch(): left unpatched; its ProcessGroup.send is seen by the backend layer",
-    "irecv": "compared by identity inside torch (P2POp, batch_isend_irecv): left unpatched; its "
-    "ProcessGroup.recv is seen by the backend layer",
-    "breakpoint": "debugging helper",
-    "destroy_process_group": "group lifecycle",
-    "get_backend": "query",
-    "get_backend_config": "query",
-    "get_debug_level": "query",
-    "get_default_backend_for_device": "query",
-    "GroupName": "type alias",
-    "get_global_rank": "query",
-    "get_group_rank": "query",
-    "get_node_local_rank": "query",
-    "get_pg_count": "query",
-    "get_process_group_ranks": "query",
-    "get_rank": "query",
-    "get_world_size": "query",
-    "init_device_mesh": "group lifecycle",
-    "init_process_group": "group lifecycle",
-    "is_available": "query",
-    "is_backend_available": "query",
-    "is_gloo_available": "query",
-    "is_initialized": "query",
-    "is_mpi_available": "query",
-    "is_nccl_available": "query",
-    "is_torchelastic_launched": "query",
-    "is_ucc_available": "query",
-    "is_xccl_available": "query",
-    "new_group": "group lifecycle (its barrier, if any, is seen by the backend layer)",
-    "new_subgroups": "group lifecycle",
-    "new_subgroups_by_enumeration": "group lifecycle",
-    "record_comm": "annotation helper, no communication",
-    "register_rendezvous_handler": "setup",
-    "rendezvous": "setup",
-    "shrink_group": "group lifecycle",
-    "split_group": "group lifecycle",
-    "supports_complex": "query",
-}
-
-#: ``torch.distributed.Backend`` (and C++ backend class) methods that are not collectives.
-BACKEND_CLASS_EXCLUDED: dict[str, str] = {
-    "_end_coalescing": "coalescing bracket (the ops inside it are hooked)",
-    "_start_coalescing": "coalescing bracket (the ops inside it are hooked)",
-    "_get_backend_name": "query",
-    "_get_sequence_number_for_group": "query (the coverage audit reads it)",
-    "_set_sequence_number_for_group": "configuration",
-    "_set_default_timeout": "configuration",
-    "_verify_work_timeout": "query",
-    "_add_ephemeral_timeout": "configuration",
-    "_is_initialized": "query",
-    "_shutdown": "lifecycle",
-    "_group_start": "p2p group bracket (the ops inside it are hooked)",
-    "_group_end": "p2p group bracket (the ops inside it are hooked)",
-    "_set_enable_nan_check": "configuration",
-    "_start_time_estimate": "estimation mode",
-    "_end_time_estimate": "estimation mode",
-    "allocate_tensor": "memory allocation, no communication",
-    "supports_tensor_alloc": "query",
-}
-
-#: Public ``ProcessGroup`` methods that are not collectives, with the reason.
-BACKEND_EXCLUDED: dict[str, str] = {
-    "abort": "lifecycle",
-    "boxed": "conversion",
-    "bound_device_id": "query",
-    "get_group_store": "query",
-    "group_desc": "query",
-    "group_name": "query",
-    "merge_remote_group": "group lifecycle",
-    "name": "query",
-    "rank": "query",
-    "set_timeout": "configuration",
-    "shutdown": "lifecycle",
-    "size": "query",
-    "split_group": "group lifecycle",
-    "unbox": "conversion",
-    "use_pg_for_symm_mem_rendezvous": "configuration",
-}
+from wsprof.contracts.ops import (
+    API_EXCLUDED,
+    API_OPS,
+    BACKEND_CLASS_EXCLUDED,
+    BACKEND_EXCLUDED,
+    BACKEND_OPS,
+    CPP_HELPERS,
+    FUNCTIONAL_EXCLUDED,
+    FUNCTIONAL_EXCLUDED_NAMESPACES,
+    FUNCTIONAL_OPS,
+    LIFECYCLE,
+)
 
 
 @dataclass(frozen=True)
@@ -269,8 +40,9 @@ def backend_classes(dist: Any) -> list[type]:
     from it (``ProcessGroupGloo``, ``ProcessGroupNCCL``, ...), defined in C++."""
     import torch._C._distributed_c10d as cc
 
-    return [obj for obj in vars(cc).values()
-            if isinstance(obj, type) and issubclass(obj, cc.Backend)]
+    return [
+        obj for obj in vars(cc).values() if isinstance(obj, type) and issubclass(obj, cc.Backend)
+    ]
 
 
 def build(dist: Any) -> AliasTable:
@@ -316,12 +88,17 @@ def unclassified(dist: Any) -> tuple[list[str], list[str]]:
                 continue
             module = getattr(obj, "__module__", "")
             if module != "torch.distributed.distributed_c10d" and not (
-                    module == "torch._C._distributed_c10d" and looks_collective(name)):
+                module == "torch._C._distributed_c10d" and looks_collective(name)
+            ):
                 continue
             if inspect.isclass(obj):
                 continue
-        if name not in API_OPS and name not in API_EXCLUDED and name not in CPP_HELPERS and (
-                name not in LIFECYCLE):
+        if (
+            name not in API_OPS
+            and name not in API_EXCLUDED
+            and name not in CPP_HELPERS
+            and (name not in LIFECYCLE)
+        ):
             api.append(name)
     backend: list[str] = []
     for name, obj in vars(dist.ProcessGroup).items():
@@ -344,8 +121,18 @@ def unclassified(dist: Any) -> tuple[list[str], list[str]]:
 
 
 #: Words in a backend class method's name that make it a possible collective.
-_OP_WORDS = ("all", "reduce", "broadcast", "scatter", "gather", "send", "recv", "barrier",
-             "coalesced", "alltoall")
+_OP_WORDS = (
+    "all",
+    "reduce",
+    "broadcast",
+    "scatter",
+    "gather",
+    "send",
+    "recv",
+    "barrier",
+    "coalesced",
+    "alltoall",
+)
 
 
 def looks_like_op(name: str) -> bool:

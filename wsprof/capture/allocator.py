@@ -57,8 +57,12 @@ def allocator_reading(stats: Mapping[str, Any], device: int) -> list[tuple[str, 
     """
     out = [(f"cuda{device}.{k}", float(stats[k])) for k in ALLOCATOR_KEYS if k in stats]
     if "num_device_alloc" in stats and "num_device_free" in stats:
-        out.append((f"cuda{device}.mappings",
-                    float(stats["num_device_alloc"]) - float(stats["num_device_free"])))
+        out.append(
+            (
+                f"cuda{device}.mappings",
+                float(stats["num_device_alloc"]) - float(stats["num_device_free"]),
+            )
+        )
     return out
 
 
@@ -82,7 +86,8 @@ def summarize_snapshot(snapshot: Any) -> dict[str, Any]:
         :data:`SNAPSHOT_LARGEST` largest blocks as ``[bytes, state]``).
     """
     segments: Sequence[Mapping[str, Any]] = (
-        snapshot.get("segments", []) if isinstance(snapshot, Mapping) else snapshot or [])
+        snapshot.get("segments", []) if isinstance(snapshot, Mapping) else snapshot or []
+    )
     hist: dict[str, int] = {}
     blocks: list[tuple[int, str]] = []
     reserved = allocated = n_expandable = 0

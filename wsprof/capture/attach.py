@@ -2,7 +2,7 @@
 
 Two parts run side by side until the duration ends, the targets exit or the caller stops:
 
-* :class:`~wsprof.capture.pyspy.PySpySampler` writes stack samples, window after window, to
+* :class:`~wsprof.capture.pyspy.sampler.PySpySampler` writes stack samples, window after window, to
   ``<out>/<host>-<wsprofpid>-pyspy.wsprof``;
 * :class:`ProcessPoller` writes, per target, ``<out>/<host>-<pid>-attach.wsprof``: the target's
   identity (pid, command line, host; never its environment) and counters polled every
@@ -29,8 +29,9 @@ import psutil
 
 from wsprof.capture.nvml import Nvml
 from wsprof.capture.process_stats import process_reading
-from wsprof.capture.pyspy import ptrace_problem
+from wsprof.capture.pyspy.ptrace import ptrace_problem
 from wsprof.capture.recorder import identity_meta
+from wsprof.contracts.events import EventKind
 from wsprof.errors import InputError
 from wsprof.trace.model import TRACE_SUFFIX
 from wsprof.trace.writer import TraceWriter
@@ -167,8 +168,10 @@ def resolve_targets(
         not_python = [p for p in matched if p not in pids and python_process(p) is False]
         for pid in not_python:
             if say is not None:
-                say(f"wsprof attach: skipping pid {pid} ({_process_name(pid)}): matches "
-                    f"--match but is not a Python process; give its pid to try it anyway")
+                say(
+                    f"wsprof attach: skipping pid {pid} ({_process_name(pid)}): matches "
+                    f"--match but is not a Python process; give its pid to try it anyway"
+                )
         found += [p for p in matched if p not in not_python]
         if not found:
             raise InputError(
@@ -227,8 +230,12 @@ class ProcessPoller:
                 path = os.path.join(out_dir, f"{host}-{pid}{TRACE_TAG}-{k}{TRACE_SUFFIX}")
                 k += 1
             w = TraceWriter(path)
-            meta = {**identity_meta("attach"), **(extra_meta or {}), "pid": pid,
-                    "attached_by_pid": os.getpid()}
+            meta = {
+                **identity_meta("attach"),
+                **(extra_meta or {}),
+                "pid": pid,
+                "attached_by_pid": os.getpid(),
+            }
             try:
                 proc = psutil.Process(pid)
                 meta["argv"] = proc.cmdline()
@@ -286,9 +293,9 @@ class ProcessPoller:
                 rows += [(t, name, value) for name, value in gpu.get(pid, [])]
             except psutil.NoSuchProcess:
                 self.exited[pid] = t
-                events.append((t, "target_exited", f"pid {pid} exited"))
+                events.append((t, EventKind.TARGET_EXITED.value, f"pid {pid} exited"))
             except psutil.Error as e:
-                events.append((t, "poll_error", f"{type(e).__name__}: {e}"))
+                events.append((t, EventKind.POLL_ERROR.value, f"{type(e).__name__}: {e}"))
             try:
                 w.write({"counters": rows, "events": events})
             except Exception:  # noqa: BLE001 - counted; sampling goes on

@@ -88,7 +88,6 @@ def mark_destroyed(rec: Recorder | None, group: Any = None) -> None:
     try:
         groups = _groups() if group is None else [group]
         for pg in groups:
-            rec.issued.append((_now(), STATE.step, group_name(pg), None, seq_of(pg),
-                               "destroy"))
+            rec.issued.append((_now(), STATE.step, group_name(pg), None, seq_of(pg), "destroy"))
     except Exception as e:  # noqa: BLE001 - never raise into training
         rec.internal_error("audit", e)

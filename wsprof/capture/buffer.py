@@ -50,8 +50,23 @@ class PyRing:
         self._busy = False
         self.closed = False
 
-    def put(self, w1: int, a: int, b: int, c: int, d: int, e: int, f: int, g: int, h: int,
-            i: int, j: int, k: int, m: int, n: int) -> bool:
+    def put(
+        self,
+        w1: int,
+        a: int,
+        b: int,
+        c: int,
+        d: int,
+        e: int,
+        f: int,
+        g: int,
+        h: int,
+        i: int,
+        j: int,
+        k: int,
+        m: int,
+        n: int,
+    ) -> bool:
         """Write one record (kind and hook id in ``w1``, 13 payload words)."""
         with self._lock:
             if self.closed:
@@ -65,10 +80,26 @@ class PyRing:
                 if seq - self.drained > self.capacity:
                     self._drop(w1, k)
                     return False
-                _pack_into(self.mm,
-                           fmt.HEADER_BYTES + (seq & (self.capacity - 1)) * fmt.RECORD_BYTES,
-                           seq, w1, a, b, c, d, e, f, g, h, i, j, k, m, n,
-                           _SALT ^ seq ^ w1 ^ a ^ b ^ c ^ d ^ e ^ f ^ g ^ h ^ i ^ j ^ k ^ m ^ n)
+                _pack_into(
+                    self.mm,
+                    fmt.HEADER_BYTES + (seq & (self.capacity - 1)) * fmt.RECORD_BYTES,
+                    seq,
+                    w1,
+                    a,
+                    b,
+                    c,
+                    d,
+                    e,
+                    f,
+                    g,
+                    h,
+                    i,
+                    j,
+                    k,
+                    m,
+                    n,
+                    _SALT ^ seq ^ w1 ^ a ^ b ^ c ^ d ^ e ^ f ^ g ^ h ^ i ^ j ^ k ^ m ^ n,
+                )
                 self.head = seq
                 if w1 & 0xFF == fmt.CALL:
                     self.calls += 1
@@ -101,7 +132,9 @@ def native_module() -> Any:
     global _NATIVE_CHOICE
     if _NATIVE_CHOICE is None:
         mod: Any = False
-        if os.environ.get("WSPROF_NATIVE", "1").strip() != "0":
+        from wsprof.capture import settings as cfg
+
+        if cfg.read().native:
             try:
                 from wsprof.capture import _fasthooks  # type: ignore[attr-defined]
 
@@ -127,8 +160,12 @@ def open_ring(path: str, capacity: int, pid: int) -> tuple[Any, mmap.mmap]:
     """
     fd = fmt.create(path, capacity, pid)
     try:
-        mm = mmap.mmap(fd, fmt.HEADER_BYTES + capacity * fmt.RECORD_BYTES,
-                       flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        mm = mmap.mmap(
+            fd,
+            fmt.HEADER_BYTES + capacity * fmt.RECORD_BYTES,
+            flags=mmap.MAP_SHARED,
+            prot=mmap.PROT_READ | mmap.PROT_WRITE,
+        )
     finally:
         os.close(fd)
     native = native_module()

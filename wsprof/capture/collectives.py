@@ -13,6 +13,10 @@ counted once, by the outermost name.
 A hook never changes arguments, results, exceptions or async work handles: the original is
 called with exactly what the caller passed and its result (or exception) is passed back
 untouched; recording errors are caught and counted by the recorder.
+
+This module holds the hooks and their install/uninstall; who wrapped the collectives is found by
+:mod:`wsprof.capture.wrappers` (the wrapper audit), what a hooked call costs is measured by
+:mod:`wsprof.capture.calibration`.
 """
 
 from __future__ import annotations
@@ -20,9 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 import sys
-import sysconfig
 import threading
 import time
 import weakref
@@ -35,7 +37,10 @@ from wsprof.capture import aliases, buffer
 from wsprof.capture.audit import seq_of
 from wsprof.capture.markers import STATE
 from wsprof.capture.recorder import Recorder
+from wsprof.capture.settings import LAYERS
 from wsprof.capture.sites import SiteTable
+from wsprof.contracts import ops
+from wsprof.contracts.events import EventKind
 from wsprof.trace import ring as fmt
 
 _now = time.monotonic_ns
@@ -104,9 +109,7 @@ class _Installed:
         self.group_ids: dict[int, tuple[Any, int]] = {}  # id(pg) -> (weakref to pg, string id)
         self.phase_ids: dict[str, int] = {}
         # async work handle -> (t_start_ns, thread) of the call that returned it
-        self.pending: weakref.WeakKeyDictionary[Any, tuple[int, int]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self.pending: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
         self.pending_order: deque[Any] = deque()
         self.device: Any = None  # DeviceTimer when CUDA device time is on
         self.rewraps: set[tuple[str, str, int]] = set()  # re-wraps already recorded
@@ -173,7 +176,12 @@ def _group_id(pg: Any) -> int:
     rec = _STATE.recorder
     i = rec.strings.intern(name) if rec is not None else -1
     if rec is not None:
-        _audit_group_class(rec, type(pg))
+        cls = type(pg)
+        if cls not in _STATE.group_classes:
+            from wsprof.capture import wrappers
+
+            _STATE.group_classes.add(cls)
+            wrappers.audit_group_class(rec, cls)
         if _STATE.device is not None:
             _STATE.device.watch_group(pg)
     with contextlib.suppress(TypeError):  # no weak references: looked up every time
@@ -197,29 +205,6 @@ def _owner_group_name(backend: Any) -> str | None:
     except Exception:  # noqa: BLE001 - no world
         return None
     return None
-
-
-def _audit_group_class(rec: Recorder, cls: type) -> None:
-    """Record a ``ProcessGroup`` subclass defined outside torch (a framework's reloadable or
-    instrumented group) the first time a call goes through one."""
-    if cls in _STATE.group_classes:
-        return
-    _STATE.group_classes.add(cls)
-    module = getattr(cls, "__module__", "") or ""
-    if module.startswith("torch"):
-        return
-    import inspect
-
-    try:
-        file: str | None = inspect.getsourcefile(cls)
-        line: int | None = inspect.getsourcelines(cls)[1]
-    except (OSError, TypeError):
-        file, line = None, None
-    rec.event("wrapper", json.dumps({
-        "api": "ProcessGroup", "kind": "group_class", "qualname": cls.__qualname__,
-        "module": module, "file": file, "line": line,
-        "wraps": [f"{b.__module__}.{b.__qualname__}" for b in cls.__mro__[1:3]],
-    }))
 
 
 def _phase_id(ident: int) -> int:
@@ -317,8 +302,22 @@ def _record_slow(
         site = _STATE.sites.site_of(_getframe(depth))
         err = rec.strings.intern(type(error).__name__) if error is not None else -1
         asy = _async_flag(ret, t0, ident) if ret is not None else 0
-        _STATE.put(hook, t0, t1, c[_BACKEND_NS], c[_N_BACKEND], ident, nbytes, dt,
-                   _group_id(c[_PG]), asy, site, STATE.step, _phase_id(ident), err)
+        _STATE.put(
+            hook,
+            t0,
+            t1,
+            c[_BACKEND_NS],
+            c[_N_BACKEND],
+            ident,
+            nbytes,
+            dt,
+            _group_id(c[_PG]),
+            asy,
+            site,
+            STATE.step,
+            _phase_id(ident),
+            err,
+        )
     except Exception as e:  # noqa: BLE001 - never raise into training
         rec.internal_error("record", e)
 
@@ -396,9 +395,22 @@ def _api_wrapper(orig: Callable[..., Any], op: str, api: str, layer: str = "api"
             else:
                 g = group_ids.get(id(pg))
                 grp = g[1] if g is not None and g[0]() is pg else _group_id(pg)
-            inst.put(hook, t0, t1, c[0], c[1], ident, nbytes, dt, grp,
-                     0 if ret is None else _async_flag(ret, t0, ident), site,
-                     markers.step, _phase_id(ident), -1)
+            inst.put(
+                hook,
+                t0,
+                t1,
+                c[0],
+                c[1],
+                ident,
+                nbytes,
+                dt,
+                grp,
+                0 if ret is None else _async_flag(ret, t0, ident),
+                site,
+                markers.step,
+                _phase_id(ident),
+                -1,
+            )
         except Exception as e:  # noqa: BLE001 - never raise into training
             if inst.recorder is not None:
                 inst.recorder.internal_error("record", e)
@@ -445,9 +457,14 @@ def _named_like(fn: Any, method: str) -> Any:
     return fn
 
 
-def _backend_wrapper(orig: Callable[..., Any], op: str, api: str,
-                     method: str | None = None, counted: bool = False,
-                     classify: Callable[[type], bool] | None = None) -> Any:
+def _backend_wrapper(
+    orig: Callable[..., Any],
+    op: str,
+    api: str,
+    method: str | None = None,
+    counted: bool = False,
+    classify: Callable[[type], bool] | None = None,
+) -> Any:
     """The backend-layer hook for a ``ProcessGroup`` (or ``Backend``) method: adds its time to
     the open API call, or records a row of its own (layer 'backend') when no API call is open.
 
@@ -513,7 +530,8 @@ def _backend_wrapper(orig: Callable[..., Any], op: str, api: str,
         # The compiled hook takes the common case (an open API call, a C++ group); the
         # Python one above every other.
         return functools.update_wrapper(
-            _NATIVE.MethodHook(orig, py_hook, classify or _native_class, False), orig)
+            _NATIVE.MethodHook(orig, py_hook, classify or _native_class, False), orig
+        )
     return py_hook
 
 
@@ -595,8 +613,7 @@ def _lifecycle_wrapper(orig: Callable[..., Any]) -> Any:
     return wsprof_lifecycle_hook
 
 
-def _wait_wrapper(orig: Callable[..., Any],
-                  classify: Callable[[type], bool] | None = None) -> Any:
+def _wait_wrapper(orig: Callable[..., Any], classify: Callable[[type], bool] | None = None) -> Any:
     """``Work.wait``: backend time of the open call; else the completion of an async call."""
     tls = _TLS
     inst = _STATE
@@ -628,7 +645,8 @@ def _wait_wrapper(orig: Callable[..., Any],
     py_hook = _named_like(wsprof_wait_hook, "wait")
     if inst.native:
         return functools.update_wrapper(
-            _NATIVE.MethodHook(orig, py_hook, classify or _native_class, True), orig)
+            _NATIVE.MethodHook(orig, py_hook, classify or _native_class, True), orig
+        )
     return py_hook
 
 
@@ -648,20 +666,6 @@ def _is_completed_wrapper(orig: Callable[..., Any]) -> Any:
         return ret
 
     return _named_like(wsprof_is_completed_hook, "is_completed")
-
-
-_STDLIB = sysconfig.get_paths()["stdlib"]
-
-
-def _library_file(filename: str, torch_dir: str) -> bool:
-    """torch itself, the standard library, or typing_extensions (torch's ``@deprecated``)."""
-    in_stdlib = filename.startswith(_STDLIB + os.sep) and not any(
-        part in filename for part in ("site-packages", "dist-packages"))
-    return (
-        filename.startswith(torch_dir + os.sep)
-        or in_stdlib
-        or os.path.basename(filename) == "typing_extensions.py"
-    )
 
 
 class _CoalescingCall:
@@ -742,43 +746,6 @@ _HOOK_CODES = frozenset(
 )
 
 
-def foreign_wrapper(obj: Any, torch_file: str) -> dict[str, Any] | None:
-    """Describe the outermost wrapper of ``obj`` defined outside torch and wsprof, else None.
-
-    Walks the ``__wrapped__`` chain from the outside in, skipping torch's own decorators
-    (including ``@deprecated``, whose code lives in typing_extensions).
-
-    Returns:
-        ``{"qualname", "module", "file", "line", "wraps"}``: who wrapped the collective and where
-        (from ``__code__``: ``functools.wraps`` copies the wrapped function's names, the code
-        object keeps the wrapper's own), and the chain of what it wraps, outermost first.
-    """
-    torch_dir = os.path.dirname(torch_file)
-    depth = 0
-    while obj is not None and not is_hook(obj) and depth < 16:
-        code = getattr(obj, "__code__", None)
-        if code is None:
-            return None
-        if not _library_file(code.co_filename, torch_dir):
-            chain: list[str] = []
-            inner = getattr(obj, "__wrapped__", None)
-            while inner is not None and len(chain) < 8:
-                chain.append(
-                    f"{getattr(inner, '__module__', '?')}.{getattr(inner, '__qualname__', '?')}"
-                )
-                inner = getattr(inner, "__wrapped__", None)
-            return {
-                "qualname": getattr(code, "co_qualname", code.co_name),
-                "module": obj.__globals__.get("__name__") if hasattr(obj, "__globals__") else None,
-                "file": code.co_filename,
-                "line": code.co_firstlineno,
-                "wraps": chain,
-            }
-        obj = getattr(obj, "__wrapped__", None)
-        depth += 1
-    return None
-
-
 def is_hook(obj: Any) -> bool:
     """True if ``obj`` is one of wsprof's wrappers.
 
@@ -789,93 +756,6 @@ def is_hook(obj: Any) -> bool:
         return True
     code = getattr(obj, "__code__", None)
     return code in _HOOK_CODES or code in _RENAMED_CODES
-
-
-#: Which layers :func:`install` hooks: ``both`` (names, ProcessGroup methods and Work), or
-#: ``api`` (names only).
-LAYERS = ("both", "api")
-
-
-def _wrapper_codes(obj: Any) -> set[CodeType]:
-    """Code objects along a foreign wrapper's ``__wrapped__`` chain (ours excluded)."""
-    codes: set[CodeType] = set()
-    depth = 0
-    while obj is not None and not is_hook(obj) and depth < 16:
-        code = getattr(obj, "__code__", None)
-        if isinstance(code, CodeType):
-            codes.add(code)
-        obj = getattr(obj, "__wrapped__", None)
-        depth += 1
-    return codes
-
-
-#: Calls per repetition and repetitions of the start-up calibration (about 1 ms in all).
-CALIBRATION_CALLS, CALIBRATION_REPEATS = 200, 5
-
-
-def _calibrate(rec: Recorder, layers: str) -> int:
-    """Median ns a call pays for wsprof's hooks, measured once before any hook is installed.
-
-    Times a no-op "collective" bare and through the same hook code the real names get (API
-    hook, and with ``layers='both'`` a backend hook and a ``Work.wait``-style hook inside it),
-    recording into ``rec``; the rows are removed again under the recorder's lock. The trace's
-    ``self_overhead`` finding multiplies it by the number of calls (an estimate of the hooks'
-    host time; the benchmark in ``scripts/bench_hooks.py`` is the measurement).
-    """
-    tensor = _STATE.tensor_type(1) if _STATE.tensor_type is not None else None
-
-    def wait_noop(self: Any) -> None:
-        return None
-
-    def backend_noop(self: Any, t: Any) -> None:
-        return None
-
-    def anything(cls: type) -> bool:
-        return True  # the calibration's "group" is None: timed as a C++ group would be
-
-    backend = _backend_wrapper(backend_noop, "calibration", "calibration", classify=anything)
-    wait = _wait_wrapper(wait_noop, classify=anything)
-
-    def bare(t: Any, src: int = 0) -> None:
-        if layers == "both":
-            backend_noop(None, t)
-            wait_noop(None)
-
-    def collective(t: Any, src: int = 0) -> None:
-        if layers == "both":
-            backend(None, t)
-            wait(None)
-
-    hook = _api_wrapper(collective, "calibration", "calibration")
-    import statistics
-
-    from wsprof.capture import buffer
-
-    # Into a scratch ring of the same kind (anonymous memory): the calibration's records are
-    # not the job's.
-    scratch = buffer.scratch_ring(rec.ring, CALIBRATION_CALLS * CALIBRATION_REPEATS)
-    with rec.lock:
-        was, put = _STATE.active, _STATE.put
-        _STATE.active, _STATE.put = True, scratch.put
-        if _STATE.native:
-            _NATIVE.set_ring(scratch)
-        try:
-            added: list[float] = []
-            for _ in range(CALIBRATION_REPEATS):
-                t0 = _now()
-                for _ in range(CALIBRATION_CALLS):
-                    bare(tensor, 0)
-                t1 = _now()
-                for _ in range(CALIBRATION_CALLS):
-                    hook(tensor, 0)
-                t2 = _now()
-                added.append(((t2 - t1) - (t1 - t0)) / CALIBRATION_CALLS)
-        finally:
-            _STATE.active, _STATE.put = was, put
-            if _STATE.native:
-                _NATIVE.set_ring(rec.ring)
-            scratch.close()
-    return max(0, int(statistics.median(added)))
 
 
 def install(recorder: Recorder, layers: str = "both", device_time: bool = False) -> None:
@@ -901,6 +781,8 @@ def install(recorder: Recorder, layers: str = "both", device_time: bool = False)
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
+    from wsprof.capture import wrappers
+
     _STATE.tensor_type = torch.Tensor
     _STATE.parameter_type = torch.nn.Parameter
     # String ids are per trace: every cache of them is emptied in place (hooks of earlier
@@ -919,8 +801,9 @@ def install(recorder: Recorder, layers: str = "both", device_time: bool = False)
     table = aliases.build(dist)
     _STATE.recorder = recorder
     _STATE.put = recorder.ring.put
-    _STATE.native = (_NATIVE is not None and not device_time
-                     and getattr(recorder.ring, "native", False))
+    _STATE.native = (
+        _NATIVE is not None and not device_time and getattr(recorder.ring, "native", False)
+    )
     for i, (op_name, api_name, layer_name) in enumerate(_HOOK_NAMES):
         recorder.register_hook(i, op_name, api_name, layer_name)  # hooks of earlier sessions
     sites = _STATE.sites
@@ -935,7 +818,7 @@ def install(recorder: Recorder, layers: str = "both", device_time: bool = False)
             _STATE.device = DeviceTimer(recorder)
             recorder.on_flush.append(_STATE.device.resolve)
         except Exception as e:  # noqa: BLE001 - no CUDA: record it, go on without
-            recorder.event("device_time", f"off: {e}")
+            recorder.event(EventKind.DEVICE_TIME, f"off: {e}")
     patches: list[tuple[Any, str, Any, Any]] = []
     wrapper_codes: set[CodeType] = set()
     if layers in ("both", "api"):
@@ -949,25 +832,27 @@ def install(recorder: Recorder, layers: str = "both", device_time: bool = False)
                 current = module.__dict__.get(name)
                 if current is None or is_hook(current):
                     continue
-                fact = foreign_wrapper(current, torch.__file__)
+                fact = wrappers.foreign_wrapper(current, torch.__file__)
                 if fact is not None:
-                    recorder.event("wrapper", json.dumps({"api": prefix + name, **fact}))
-                    wrapper_codes |= _wrapper_codes(current)
+                    recorder.event(EventKind.WRAPPER, json.dumps({"api": prefix + name, **fact}))
+                    wrapper_codes |= wrappers.wrapper_codes(current)
                 hook = hooks_by_id.get(id(current))
                 if hook is None:
                     hook = hooks_by_id[id(current)] = _api_wrapper(current, op, prefix + name)
                 patches.append((module, name, current, hook))
-            current = module.__dict__.get(aliases.COALESCING)
+            current = module.__dict__.get(ops.COALESCING)
             if current is not None:
                 hook = hooks_by_id.get(id(current))
                 if hook is None:
                     hook = hooks_by_id[id(current)] = _coalescing_wrapper(
-                        current, "distributed_c10d." + aliases.COALESCING)
-                patches.append((module, aliases.COALESCING, current, hook))
+                        current, "distributed_c10d." + ops.COALESCING
+                    )
+                patches.append((module, ops.COALESCING, current, hook))
             extra_names: list[tuple[str, Callable[[Callable[..., Any]], Any]]] = [
                 (n, functools.partial(_helper_wrapper, op=op, api="dist." + n))
-                for n, op in table.helpers]
-            extra_names += [(n, _lifecycle_wrapper) for n in aliases.LIFECYCLE]
+                for n, op in table.helpers
+            ]
+            extra_names += [(n, _lifecycle_wrapper) for n in ops.LIFECYCLE]
             for name, factory in extra_names:
                 current = module.__dict__.get(name)
                 if current is None or is_hook(current):
@@ -987,24 +872,45 @@ def install(recorder: Recorder, layers: str = "both", device_time: bool = False)
         for name, op in table.backend:
             descriptor = pg_cls.__dict__[name]
             bound_get = getattr(pg_cls, name)
-            patches.append((pg_cls, name, descriptor, _backend_wrapper(
-                bound_get, op, "ProcessGroup." + name, name, name in aliases.COUNTED)))
+            patches.append(
+                (
+                    pg_cls,
+                    name,
+                    descriptor,
+                    _backend_wrapper(
+                        bound_get, op, "ProcessGroup." + name, name, name in ops.COUNTED
+                    ),
+                )
+            )
         for cls, methods in table.backend_classes:
             for name, op in methods:
-                patches.append((cls, name, cls.__dict__[name], _backend_wrapper(
-                    getattr(cls, name), op, f"{cls.__name__}.{name}", name,
-                    name in aliases.COUNTED)))
+                patches.append(
+                    (
+                        cls,
+                        name,
+                        cls.__dict__[name],
+                        _backend_wrapper(
+                            getattr(cls, name),
+                            op,
+                            f"{cls.__name__}.{name}",
+                            name,
+                            name in ops.COUNTED,
+                        ),
+                    )
+                )
         work_cls = _STATE.work_type
         if work_cls is not None:
-            for name, factory in (("wait", _wait_wrapper),
-                                  ("is_completed", _is_completed_wrapper)):
+            for name, factory in (("wait", _wait_wrapper), ("is_completed", _is_completed_wrapper)):
                 if name in work_cls.__dict__:
-                    patches.append((work_cls, name, work_cls.__dict__[name],
-                                    factory(getattr(work_cls, name))))
+                    patches.append(
+                        (work_cls, name, work_cls.__dict__[name], factory(getattr(work_cls, name)))
+                    )
     if wrapper_codes:
         sites.mark_internal(wrapper_codes)
     try:
-        recorder.hook_ns_per_call = _calibrate(recorder, layers)
+        from wsprof.capture.calibration import calibrate
+
+        recorder.hook_ns_per_call = calibrate(recorder, layers)
     except Exception as e:  # noqa: BLE001 - an estimate only
         recorder.internal_error("calibrate", e)
     from wsprof.capture import audit
@@ -1016,11 +922,18 @@ def install(recorder: Recorder, layers: str = "both", device_time: bool = False)
     _compiler_remaps(patches)
     _STATE.active = True
     recorder.on_flush.append(_reaudit)
-    recorder.event("patched", json.dumps({
-        "layers": layers, "api_names": len(table.api), "backend_methods": len(table.backend),
-        "backend_class_methods": sum(len(m) for _, m in table.backend_classes),
-        "functional_ops": sum(1 for p in patches if p[1] == "_op"),
-    }))
+    recorder.event(
+        EventKind.PATCHED,
+        json.dumps(
+            {
+                "layers": layers,
+                "api_names": len(table.api),
+                "backend_methods": len(table.backend),
+                "backend_class_methods": sum(len(m) for _, m in table.backend_classes),
+                "functional_ops": sum(1 for p in patches if p[1] == "_op"),
+            }
+        ),
+    )
 
 
 def _configure_native(recorder: Recorder) -> None:
@@ -1033,16 +946,30 @@ def _configure_native(recorder: Recorder) -> None:
             rec.internal_error(where, exc)
 
     _NATIVE.configure(
-        tensor_type=_STATE.tensor_type, parameter_type=_STATE.parameter_type,
-        dtype_ids=_STATE.dtype_ids, group_ids=_STATE.group_ids,
-        group_name_ids=_STATE.group_name_ids, fast_sites=_STATE.sites.fast,
-        phase_ids=_STATE.phase_ids, markers=STATE, phase_var=STATE.phase_var,
-        coalescing=_STATE.coalescing, pending_by_id=functional._PENDING.by_id,
-        record_slow=_record_slow, intern_dtype=_intern_dtype, site_of=_STATE.sites.site_of,
-        group_id=_group_id, async_flag=_async_flag, payload_slow=_payload_slow,
-        phase_id=_phase_id, internal_error=internal_error, completed=_completed,
-        register_outputs=functional._register_outputs, intern_group=functional.intern_group,
-        max_async=MAX_PENDING_ASYNC)
+        tensor_type=_STATE.tensor_type,
+        parameter_type=_STATE.parameter_type,
+        dtype_ids=_STATE.dtype_ids,
+        group_ids=_STATE.group_ids,
+        group_name_ids=_STATE.group_name_ids,
+        fast_sites=_STATE.sites.fast,
+        phase_ids=_STATE.phase_ids,
+        markers=STATE,
+        phase_var=STATE.phase_var,
+        coalescing=_STATE.coalescing,
+        pending_by_id=functional._PENDING.by_id,
+        record_slow=_record_slow,
+        intern_dtype=_intern_dtype,
+        site_of=_STATE.sites.site_of,
+        group_id=_group_id,
+        async_flag=_async_flag,
+        payload_slow=_payload_slow,
+        phase_id=_phase_id,
+        internal_error=internal_error,
+        completed=_completed,
+        register_outputs=functional._register_outputs,
+        intern_group=functional.intern_group,
+        max_async=MAX_PENDING_ASYNC,
+    )
     _NATIVE.set_ring(recorder.ring)
 
 
@@ -1087,27 +1014,14 @@ def _restore_remaps() -> None:
 
 
 def _reaudit() -> None:
-    """Called by the writer thread at each flush: a collective name that no longer holds our
-    hook was re-wrapped after ``patch()``; record who did it (once per new value)."""
+    """Called by the writer thread at each flush: name who re-wrapped a collective after
+    ``patch()`` (:func:`wsprof.capture.wrappers.reaudit`)."""
     rec = _STATE.recorder
     if rec is None or not _STATE.active:
         return
-    import torch
+    from wsprof.capture import wrappers
 
-    for owner, name, _orig, hook in _STATE.patches:
-        if not isinstance(owner, type(sys)):
-            continue
-        current = owner.__dict__.get(name)
-        if current is hook or current is None:
-            continue
-        key = (owner.__name__, name, id(current))
-        if key in _STATE.rewraps:
-            continue
-        _STATE.rewraps.add(key)
-        fact = foreign_wrapper(current, torch.__file__) or {"qualname": repr(current)}
-        prefix = "dist." if owner.__name__ == "torch.distributed" else "distributed_c10d."
-        rec.event("wrapper", json.dumps({"api": prefix + name, "after_patch": True, **fact}))
-        _STATE.sites.mark_internal(_wrapper_codes(current))
+    wrappers.reaudit(rec, _STATE.patches, _STATE.rewraps, _STATE.sites.mark_internal)
 
 
 def uninstall() -> None:
@@ -1124,12 +1038,17 @@ def uninstall() -> None:
         if current is hook:
             setattr(owner, name, orig)
         elif _STATE.recorder is not None:
-            _STATE.recorder.event("rewrapped", f"{getattr(owner, '__name__', owner)}.{name}")
+            _STATE.recorder.event(
+                EventKind.REWRAPPED, f"{getattr(owner, '__name__', owner)}.{name}"
+            )
     rec = _STATE.recorder
     if rec is not None:
         device = _STATE.device
-        rec.on_flush[:] = [f for f in rec.on_flush
-                           if f is not _reaudit and getattr(f, "__self__", None) is not device]
+        rec.on_flush[:] = [
+            f
+            for f in rec.on_flush
+            if f is not _reaudit and getattr(f, "__self__", None) is not device
+        ]
         if _STATE.device is not None:
             _STATE.device.resolve()
     _restore_remaps()

@@ -4,7 +4,8 @@ In the motivating case the bug *was* a per-call memory probe whose cost grew wit
 allocator. So every counter source here is a :class:`Probe` run by one background thread
 (:class:`CounterSampler`), never by a hook, and every run is paid from a :class:`Budget`: a
 token bucket filled at ``fraction`` of wall time (default 0.5 %, ``$WSPROF_PROBE_BUDGET_PCT``).
-Each probe draws on its own share of that budget (:data:`BUDGET_SHARES`), so an expensive
+Each probe draws on its own share of that budget (:attr:`ProbeSpec.share_pct`; every probe is
+one :class:`ProbeSpec` of :data:`PROBES`, whose shares sum to 100 %), so an expensive
 probe in debt (walking a large heap) never starves the cheap ones (the allocator's counters).
 A probe whose cost grows therefore runs less often on its own; its measured cost is recorded
 (``wsprof.probe_us.<name>`` counters and ``meta.self.probes``), and skipped runs are counted.
@@ -43,12 +44,13 @@ off with an event in the trace. Nothing here ever raises into the training loop.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from wsprof.contracts.events import EventKind
 
 if TYPE_CHECKING:
     from wsprof.capture.recorder import Recorder
@@ -89,9 +91,12 @@ class Budget:
         clock: monotonic ns (a test may pass its own).
     """
 
-    def __init__(self, fraction: float = DEFAULT_BUDGET_FRACTION,
-                 cap_ns: int = int(BUDGET_CAP_S * 1e9),
-                 clock: Callable[[], int] = _now) -> None:
+    def __init__(
+        self,
+        fraction: float = DEFAULT_BUDGET_FRACTION,
+        cap_ns: int = int(BUDGET_CAP_S * 1e9),
+        clock: Callable[[], int] = _now,
+    ) -> None:
         if not 0 < fraction <= 1:
             raise ValueError(f"budget fraction {fraction!r} is not in (0, 1]")
         self.fraction = fraction
@@ -158,10 +163,17 @@ class Probe:
 
     def stats(self) -> dict[str, Any]:
         """What ``meta.self.probes[name]`` holds (costs in ns)."""
-        return {"when": sorted(self.when), "interval_s": self.interval_s, "runs": self.runs,
-                "skipped": self.skipped, "errors": self.errors, "total_ns": self.total_ns,
-                "mean_ns": self.total_ns // self.runs if self.runs else None,
-                "max_ns": self.max_ns, "off": self.off}
+        return {
+            "when": sorted(self.when),
+            "interval_s": self.interval_s,
+            "runs": self.runs,
+            "skipped": self.skipped,
+            "errors": self.errors,
+            "total_ns": self.total_ns,
+            "mean_ns": self.total_ns // self.runs if self.runs else None,
+            "max_ns": self.max_ns,
+            "off": self.off,
+        }
 
 
 @dataclass
@@ -203,7 +215,9 @@ class CounterSampler:
 
     def stop(self) -> None:
         """Stop the thread after a last round of what the budget allows (before the recorder's
-        last flush)."""
+        last flush). Idempotent."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
@@ -265,20 +279,22 @@ class CounterSampler:
             p.consecutive_errors += 1
             p.last_error = f"{type(e).__name__}: {e}"
             if p.errors == 1:
-                self.recorder.event("probe_error", f"{p.name}: {p.last_error}")
+                self.recorder.event(EventKind.PROBE_ERROR, f"{p.name}: {p.last_error}")
             if p.consecutive_errors >= MAX_CONSECUTIVE_ERRORS:
                 p.off = True
                 self.recorder.event(
-                    "probe_off", f"{p.name}: off after {p.consecutive_errors} errors in a row "
-                    f"({p.last_error})")
+                    EventKind.PROBE_OFF,
+                    f"{p.name}: off after {p.consecutive_errors} errors in a row ({p.last_error})",
+                )
         cost = _cpu() - t0
         (p.budget or self.budget).spend(cost)
         p.last_ns = now
         p.runs += reading is not None
         p.total_ns += cost
         p.max_ns = max(p.max_ns, cost)
-        p.cost_ema_ns = cost if p.runs <= 1 else (
-            COST_EMA_ALPHA * cost + (1 - COST_EMA_ALPHA) * p.cost_ema_ns)
+        p.cost_ema_ns = (
+            cost if p.runs <= 1 else (COST_EMA_ALPHA * cost + (1 - COST_EMA_ALPHA) * p.cost_ema_ns)
+        )
         if reading is None:
             return
         p.consecutive_errors = 0
@@ -313,10 +329,6 @@ class CounterSampler:
         }
 
 
-#: Each probe's share of the budget (fraction and cap), by probe name.
-BUDGET_SHARES = {"allocator": 0.35, "process": 0.15, "gc_types": 0.2, "nvml": 0.25,
-                 "snapshot": 0.05}
-
 #: Consecutive step starts at which the allocator's mappings (segments without expandable
 #: segments) must have grown for a memory snapshot to be summarised: growth that persists for a
 #: few steps, not one allocation.
@@ -342,8 +354,9 @@ class _SnapshotTrigger:
         reading = dict(allocator.read_allocator())
         value = next((v for k, v in reading.items() if k.endswith(".mappings")), None)
         if value is None:
-            value = next((v for k, v in reading.items() if k.endswith(".segment.all.current")),
-                         None)
+            value = next(
+                (v for k, v in reading.items() if k.endswith(".segment.all.current")), None
+            )
         if value is None:
             return []
         self.growths = self.growths + 1 if self.last is not None and value > self.last else 0
@@ -352,8 +365,11 @@ class _SnapshotTrigger:
             return []
         self.growths = 0
         self.taken += 1
-        record_snapshot(self.recorder, f"growth: mappings/segments rose at "
-                        f"{SNAPSHOT_AFTER_GROWTHS} step starts in a row (now {value:.0f})")
+        record_snapshot(
+            self.recorder,
+            f"growth: mappings/segments rose at "
+            f"{SNAPSHOT_AFTER_GROWTHS} step starts in a row (now {value:.0f})",
+        )
         return []
 
 
@@ -370,46 +386,49 @@ def record_snapshot(recorder: Recorder, reason: str) -> dict[str, Any] | None:
     if summary is None:
         return None
     summary = {**summary, "reason": reason, "cost_ns": time.perf_counter_ns() - t0}
-    recorder.event("memory_snapshot", json.dumps(summary))
+    recorder.event(EventKind.MEMORY_SNAPSHOT, json.dumps(summary))
     return summary
 
 
-def install(recorder: Recorder, boundaries: Callable[[], int],
-            steps: Callable[[], int]) -> CounterSampler:
-    """Set up the probes of the module table on ``recorder`` and start sampling.
+@dataclass(frozen=True)
+class ProbeContext:
+    """What a probe's reader is built from (:attr:`ProbeSpec.make`).
 
     Args:
-        recorder: where readings go.
-        boundaries: changes at every step and phase boundary; ``steps``: at every step start.
-
-    Settings: ``$WSPROF_PROBE_BUDGET_PCT`` (share of wall time, percent, default 0.5),
-    ``$WSPROF_PROBE_INTERVAL_MS`` (allocator interval inside bursts, default 50).
-
-    Returns:
-        The running sampler (stop it before the recorder's last flush).
+        recorder: where readings and events go.
+        burst_interval_s: the allocator's interval inside sync bursts, s.
     """
-    import os
 
-    import psutil
+    recorder: Recorder
+    burst_interval_s: float
 
-    from wsprof.capture import allocator, process_stats
-    from wsprof.capture.nvml import Nvml
-    from wsprof.capture.settings import env_int
 
-    pct = os.environ.get("WSPROF_PROBE_BUDGET_PCT", "").strip()
-    fraction = DEFAULT_BUDGET_FRACTION
-    if pct:
-        try:
-            fraction = float(pct) / 100
-            Budget(fraction)
-        except ValueError:
-            fraction = DEFAULT_BUDGET_FRACTION
-            msg = f"ignoring WSPROF_PROBE_BUDGET_PCT={pct!r}: not a percent in (0, 100]; using 0.5"
-            sys.stderr.write(f"wsprof: {msg}\n")
-            recorder.event("settings", msg)
-    interval_s = env_int("WSPROF_PROBE_INTERVAL_MS", 50, minimum=1) / 1e3
-    me = psutil.Process()
-    me.cpu_percent(None)
+@dataclass(frozen=True)
+class ProbeSpec:
+    """One counter probe of :func:`install`: the one place a new probe goes is :data:`PROBES`.
+
+    Args:
+        name: short name (``probe_us.<name>`` counters, ``meta.self.probes[name]``).
+        share_pct: its share of the probe budget, percent (an integer > 0); the shares of
+            :data:`PROBES` sum to 100 exactly (:func:`check_shares`), so a new probe must take
+            its share from the others.
+        when: triggers (see the module docstring).
+        interval_s: least seconds between two ``burst`` or ``periodic`` runs; None: the burst
+            interval (``$WSPROF_PROBE_INTERVAL_MS``).
+        make: builds the reader; returns a string instead when the source is unavailable here
+            (why, recorded as a ``counters`` event).
+    """
+
+    name: str
+    share_pct: int
+    when: frozenset[str]
+    interval_s: float | None
+    make: Callable[[ProbeContext], Callable[[], Reading] | str]
+
+
+def _allocator_probe(ctx: ProbeContext) -> Callable[[], Reading]:
+    from wsprof.capture import allocator
+
     total_sent: list[bool] = []
 
     def read_allocator() -> Reading:
@@ -422,34 +441,152 @@ def install(recorder: Recorder, boundaries: Callable[[], int],
                 total_sent.append(True)
         return out
 
+    return read_allocator
+
+
+def _process_probe(ctx: ProbeContext) -> Callable[[], Reading]:
+    import psutil
+
+    from wsprof.capture import process_stats
+
+    me = psutil.Process()
+    me.cpu_percent(None)
+
     def read_process() -> Reading:
         return process_stats.process_reading(me) + process_stats.gc_reading()
 
-    probes = [
-        Probe("allocator", read_allocator, frozenset({"boundary", "burst"}), interval_s),
-        Probe("process", read_process, frozenset({"step", "periodic"}), 1.0),
-        Probe("gc_types", process_stats.GrowingTypes(), frozenset({"step"})),
-        Probe("snapshot", _SnapshotTrigger(recorder), frozenset({"step"})),
-    ]
+    return read_process
+
+
+def _gc_types_probe(ctx: ProbeContext) -> Callable[[], Reading]:
+    from wsprof.capture import process_stats
+
+    return process_stats.GrowingTypes()
+
+
+def _snapshot_probe(ctx: ProbeContext) -> Callable[[], Reading]:
+    return _SnapshotTrigger(ctx.recorder)
+
+
+def _nvml_probe(ctx: ProbeContext) -> Callable[[], Reading] | str:
+    import os
+
+    from wsprof.capture.nvml import Nvml
+
     nvml = Nvml()
-    if nvml.ok:
-        pid = os.getpid()
-        nvml_totals = nvml.total_bytes()
-        sent: list[bool] = []
+    if not nvml.ok:
+        return f"no NVML counters: {nvml.why}"
+    pid = os.getpid()
+    nvml_totals = nvml.total_bytes()
+    sent: list[bool] = []
 
-        def read_nvml() -> Reading:
-            out = nvml.reading_for(pid)
-            if not sent:
-                out += [(f"nvml.gpu{i}.mem_total_bytes", float(b)) for i, b in nvml_totals.items()]
-                sent.append(True)
-            return out
+    def read_nvml() -> Reading:
+        out = nvml.reading_for(pid)
+        if not sent:
+            out += [(f"nvml.gpu{i}.mem_total_bytes", float(b)) for i, b in nvml_totals.items()]
+            sent.append(True)
+        return out
 
-        probes.append(Probe("nvml", read_nvml, frozenset({"periodic"}), 0.1))
-    else:
-        recorder.event("counters", f"no NVML counters: {nvml.why}")
-    for p in probes:
-        share = BUDGET_SHARES.get(p.name, 0.1)
-        p.budget = Budget(fraction * share, cap_ns=int(BUDGET_CAP_S * 1e9 * share))
-    sampler = CounterSampler(recorder, probes, Budget(fraction), boundaries, steps)
+    return read_nvml
+
+
+#: Every counter probe, in the order a round runs them (see the module table). A probe's
+#: budget is its share of the whole; NVML's share stays unused where there is no NVML.
+PROBES: tuple[ProbeSpec, ...] = (
+    ProbeSpec("allocator", 35, frozenset({"boundary", "burst"}), None, _allocator_probe),
+    ProbeSpec("process", 15, frozenset({"step", "periodic"}), 1.0, _process_probe),
+    ProbeSpec("gc_types", 20, frozenset({"step"}), 1.0, _gc_types_probe),
+    ProbeSpec("snapshot", 5, frozenset({"step"}), 1.0, _snapshot_probe),
+    ProbeSpec("nvml", 25, frozenset({"periodic"}), 0.1, _nvml_probe),
+)
+
+
+def check_shares(specs: Sequence[ProbeSpec]) -> None:
+    """Check that probe names are unique and their shares are integers > 0 summing to 100.
+
+    Raises:
+        ValueError: one line saying which rule the specs break.
+    """
+    names = [p.name for p in specs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"counter probes named twice: {sorted(names)}")
+    bad = [
+        p.name
+        for p in specs
+        if isinstance(p.share_pct, bool) or not isinstance(p.share_pct, int) or p.share_pct <= 0
+    ]
+    if bad:
+        raise ValueError(f"counter probes {bad}: share_pct must be an integer percent > 0")
+    total = sum(p.share_pct for p in specs)
+    if total != 100:
+        raise ValueError(
+            f"counter probe shares sum to {total} %, not 100 %: give a new probe "
+            "its share out of the others'"
+        )
+
+
+check_shares(PROBES)
+
+#: Each probe's share of the budget (fraction and cap), by probe name.
+BUDGET_SHARES = {p.name: p.share_pct / 100 for p in PROBES}
+#: The allocator's default interval inside sync bursts, ms (``$WSPROF_PROBE_INTERVAL_MS``).
+DEFAULT_BURST_INTERVAL_MS = 50
+
+
+def install(
+    recorder: Recorder,
+    boundaries: Callable[[], int],
+    steps: Callable[[], int],
+    *,
+    fraction: float | None = None,
+    interval_s: float | None = None,
+    probes: Sequence[ProbeSpec] = PROBES,
+) -> CounterSampler:
+    """Set up ``probes`` (default: every one of :data:`PROBES`) on ``recorder`` and start
+    sampling.
+
+    Args:
+        recorder: where readings go.
+        boundaries: changes at every step and phase boundary; ``steps``: at every step start.
+        fraction: share of wall time all probes may cost, in (0, 1]; default
+            ``$WSPROF_PROBE_BUDGET_PCT`` / 100, else :data:`DEFAULT_BUDGET_FRACTION`.
+        interval_s: the allocator's interval inside bursts, s; default
+            ``$WSPROF_PROBE_INTERVAL_MS``, else :data:`DEFAULT_BURST_INTERVAL_MS`.
+        probes: the probe specs (their shares checked by :func:`check_shares`).
+
+    Returns:
+        The running sampler (stop it before the recorder's last flush).
+
+    Raises:
+        ValueError: ``probes`` whose shares do not sum to 100 %, or a bad ``fraction``.
+    """
+    check_shares(probes)
+    if fraction is None or interval_s is None:
+        from wsprof.capture import settings as cfg
+
+        s = cfg.read()
+        if fraction is None:
+            fraction = s.probe_budget_fraction or DEFAULT_BUDGET_FRACTION
+        if interval_s is None:
+            interval_s = (s.probe_interval_ms or DEFAULT_BURST_INTERVAL_MS) / 1e3
+    Budget(fraction)  # checks it
+    ctx = ProbeContext(recorder, interval_s)
+    built: list[Probe] = []
+    for spec in probes:
+        reader = spec.make(ctx)
+        if isinstance(reader, str):
+            recorder.event(EventKind.COUNTERS, reader)
+            continue
+        share = spec.share_pct / 100
+        built.append(
+            Probe(
+                spec.name,
+                reader,
+                spec.when,
+                interval_s if spec.interval_s is None else spec.interval_s,
+                budget=Budget(fraction * share, cap_ns=int(BUDGET_CAP_S * 1e9 * share)),
+            )
+        )
+    sampler = CounterSampler(recorder, built, Budget(fraction), boundaries, steps)
     sampler.start()
     return sampler

@@ -22,6 +22,7 @@ from collections import deque
 from typing import Any
 
 from wsprof.capture.recorder import Recorder
+from wsprof.contracts.events import EventKind
 
 #: Most calls awaiting their end event; beyond it new calls are not timed (counted).
 MAX_PENDING_EVENTS = 16_384
@@ -110,7 +111,7 @@ class DeviceTimer:
         try:
             register(on_completion)
         except Exception as e:  # noqa: BLE001 - not NCCL, or hooks unsupported: skip
-            rec.event("device_time", f"no NCCL completion hook on {type(pg).__name__}: {e}")
+            rec.event(EventKind.DEVICE_TIME, f"no NCCL completion hook on {type(pg).__name__}: {e}")
 
 
 def _now() -> int:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.machinery
-import os
 import sys
 import threading
 import types
@@ -35,13 +34,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from wsprof.capture import collectives
+from wsprof.capture import settings as cfg
 from wsprof.capture.imports import PostImportFinder
+from wsprof.contracts.events import EventKind
 
 if TYPE_CHECKING:
     from wsprof.capture.recorder import Recorder
 
 #: Environment variable with more targets, comma-separated.
-ENV_VAR = "WSPROF_EXTRA"
+ENV_VAR = cfg.ENV_EXTRA
 
 _VLLM = "vllm.distributed.device_communicators.pynccl:PyNcclCommunicator."
 _SGLANG = "sglang.srt.distributed.device_communicators.pynccl:PyNcclCommunicator."
@@ -176,16 +177,19 @@ def parse_target(text: str) -> Target:
     return Target(s, module, qualname, op if eq else canonical_op(qualname.rsplit(".", 1)[-1]))
 
 
-def targets_from(extra: Sequence[str] | None = None) -> list[str]:
+def targets_from(extra: Sequence[str] | None = None, env: Sequence[str] | None = None) -> list[str]:
     """Every target ``wsprof.patch()`` hooks: built-ins, then ``$WSPROF_EXTRA``, then ``extra``.
 
     Args:
         extra: targets passed to ``wsprof.patch(extra=...)``.
+        env: the targets of ``$WSPROF_EXTRA`` (:attr:`wsprof.capture.settings.Settings.extra`);
+            default: read now.
 
     Returns:
         The targets, duplicates removed, in that order.
     """
-    env = [t for t in os.environ.get(ENV_VAR, "").split(",") if t.strip()]
+    if env is None:
+        env = cfg.read().extra
     out: dict[str, None] = {}
     for t in (*BUILTIN_TARGETS, *env, *(extra or ())):
         out.setdefault(t.strip(), None)
@@ -227,9 +231,9 @@ def install(targets: Iterable[str], recorder: Recorder | None = None) -> list[st
         The targets hooked so far (targets still waiting for their module are not listed).
     """
     if recorder is None:
-        from wsprof.capture.markers import STATE
+        from wsprof.capture.session import current_recorder
 
-        recorder = STATE.recorder
+        recorder = current_recorder()
     with _STATE.lock:
         if recorder is not None:
             _STATE.recorder = recorder
@@ -240,7 +244,7 @@ def install(targets: Iterable[str], recorder: Recorder | None = None) -> list[st
             try:
                 target = parse_target(text)
             except TargetError as e:
-                _event("extra_missing", str(e))
+                _event(EventKind.EXTRA_MISSING, str(e))
                 continue
             module = sys.modules.get(target.module)
             if module is not None and not (_initialising(module) and _watch(module)):
@@ -248,8 +252,7 @@ def install(targets: Iterable[str], recorder: Recorder | None = None) -> list[st
             else:  # not imported yet (the finder sees its import) or still initialising
                 _STATE.pending.setdefault(target.module, []).append(target)
         if _STATE.pending and _STATE.finder is None:
-            _STATE.finder = PostImportFinder(lambda name: name in _STATE.pending,
-                                             _module_loaded)
+            _STATE.finder = PostImportFinder(lambda name: name in _STATE.pending, _module_loaded)
             sys.meta_path.insert(0, _STATE.finder)
         return list(_STATE.hooked)
 
@@ -290,7 +293,7 @@ def finder_installed() -> bool:
     return f is not None and f in sys.meta_path
 
 
-def _event(kind: str, detail: str) -> None:
+def _event(kind: EventKind, detail: str) -> None:
     rec = _STATE.recorder
     if rec is not None:
         rec.event(kind, detail)
@@ -307,7 +310,9 @@ def _hook(target: Target, module: types.ModuleType) -> None:
         else:
             owner = getattr(owner, part, _ABSENT)
         if owner is _ABSENT:
-            _event("extra_missing", f"{target.text}: {target.module} has no {target.qualname}")
+            _event(
+                EventKind.EXTRA_MISSING, f"{target.text}: {target.module} has no {target.qualname}"
+            )
             return
     name = parts[-1]
     try:
@@ -317,14 +322,14 @@ def _hook(target: Target, module: types.ModuleType) -> None:
             done = _hook_function(target, owner, name)
         else:
             kind = type(owner).__name__
-            _event("extra_missing", f"{target.text}: {kind} is not a class or module")
+            _event(EventKind.EXTRA_MISSING, f"{target.text}: {kind} is not a class or module")
             return
     except Exception as e:  # noqa: BLE001 - e.g. an immutable extension type
-        _event("extra_missing", f"{target.text}: cannot patch ({type(e).__name__}: {e})")
+        _event(EventKind.EXTRA_MISSING, f"{target.text}: cannot patch ({type(e).__name__}: {e})")
         return
     if done:
         _STATE.hooked.append(target.text)
-        _event("extra_hooked", target.text)
+        _event(EventKind.EXTRA_HOOKED, target.text)
 
 
 def _hook_method(target: Target, cls: type, name: str) -> bool:
@@ -334,7 +339,7 @@ def _hook_method(target: Target, cls: type, name: str) -> bool:
             raw = klass.__dict__[name]
             break
     if raw is _ABSENT:
-        _event("extra_missing", f"{target.text}: {cls.__qualname__} has no {name}")
+        _event(EventKind.EXTRA_MISSING, f"{target.text}: {cls.__qualname__} has no {name}")
         return False
     wrapper: type[staticmethod[Any, Any]] | type[classmethod[Any, Any, Any]] | None = None
     func = raw
@@ -343,11 +348,14 @@ def _hook_method(target: Target, cls: type, name: str) -> bool:
     if collectives.is_hook(func):
         return True  # hooked already (another target string naming the same method)
     if not isinstance(func, types.FunctionType):
-        _event("extra_missing", f"{target.text}: {cls.__qualname__}.{name} is not a function")
+        _event(
+            EventKind.EXTRA_MISSING, f"{target.text}: {cls.__qualname__}.{name} is not a function"
+        )
         return False
     # The package prefix tells vLLM's PyNcclCommunicator from SGLang's copy of it.
-    hook = collectives.extra_hook(func, target.op,
-                                  f"{target.module.split('.')[0]}:{target.qualname}")
+    hook = collectives.extra_hook(
+        func, target.op, f"{target.module.split('.')[0]}:{target.qualname}"
+    )
     value = hook if wrapper is None else wrapper(hook)
     orig = cls.__dict__.get(name, _ABSENT)
     setattr(cls, name, value)
@@ -358,12 +366,12 @@ def _hook_method(target: Target, cls: type, name: str) -> bool:
 def _hook_function(target: Target, module: types.ModuleType, name: str) -> bool:
     current = module.__dict__.get(name, _ABSENT)
     if current is _ABSENT:
-        _event("extra_missing", f"{target.text}: {target.module} has no {name}")
+        _event(EventKind.EXTRA_MISSING, f"{target.text}: {target.module} has no {name}")
         return False
     if collectives.is_hook(current):
         return True
     if isinstance(current, type) or not callable(current):
-        _event("extra_missing", f"{target.text}: {target.module}.{name} is not a function")
+        _event(EventKind.EXTRA_MISSING, f"{target.text}: {target.module}.{name} is not a function")
         return False
     hook = collectives.extra_hook(current, target.op, f"{target.module}.{target.qualname}")
     # Aliases: ``ray.util.collective.allreduce`` is ``ray.util.collective.collective.allreduce``;
@@ -444,8 +452,11 @@ def _watch(module: types.ModuleType) -> bool:
     cls = _WATCH_CLASSES.get(base)
     try:
         if cls is None:
-            cls = type(f"_Watched{base.__name__}", (_ImportEndWatch, base),
-                       {"_wsprof_base": base, "__slots__": ()})
+            cls = type(
+                f"_Watched{base.__name__}",
+                (_ImportEndWatch, base),
+                {"_wsprof_base": base, "__slots__": ()},
+            )
             _WATCH_CLASSES[base] = cls
         spec.__class__ = cls
     except TypeError:  # a spec class with an incompatible layout

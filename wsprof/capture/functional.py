@@ -22,9 +22,9 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from wsprof.capture import aliases
 from wsprof.capture import collectives as col
 from wsprof.capture.markers import STATE as MARKERS
+from wsprof.contracts import ops
 
 #: ``OpOverload`` objects (and packets) whose ``_op`` is hooked: (owner, "_op", orig, hook).
 Patch = tuple[Any, str, Any, Any]
@@ -182,16 +182,31 @@ def op_wrapper(orig: Callable[..., Any], op: str, api: str) -> Any:
                 asy = 1
             else:
                 asy = _register_outputs(ret, t0, ident)
-            inst.put(hook, t0, t1, t1 - t0, len(args[0]) if p2p else 1, ident, nbytes, dt,
-                     grp, asy, site, markers.step, col._phase_id(ident), -1)
+            inst.put(
+                hook,
+                t0,
+                t1,
+                t1 - t0,
+                len(args[0]) if p2p else 1,
+                ident,
+                nbytes,
+                dt,
+                grp,
+                asy,
+                site,
+                markers.step,
+                col._phase_id(ident),
+                -1,
+            )
         except Exception as e:  # noqa: BLE001 - never raise into training
             if inst.recorder is not None:
                 inst.recorder.internal_error("record", e)
         return ret
 
     if inst.native:
-        return functools.update_wrapper(col._NATIVE.OpHook(orig, wsprof_op_hook, hook, p2p, False),
-                                        orig)
+        return functools.update_wrapper(
+            col._NATIVE.OpHook(orig, wsprof_op_hook, hook, p2p, False), orig
+        )
     return wsprof_op_hook
 
 
@@ -217,14 +232,17 @@ def wait_wrapper(orig: Callable[..., Any]) -> Any:
 
     if inst.native:
         return functools.update_wrapper(
-            col._NATIVE.OpHook(orig, wsprof_wait_tensor_hook, 0, False, True), orig)
+            col._NATIVE.OpHook(orig, wsprof_wait_tensor_hook, 0, False, True), orig
+        )
     return wsprof_wait_tensor_hook
 
 
-HOOK_CODES = frozenset({
-    col._inner_code(op_wrapper, "wsprof_op_hook"),
-    col._inner_code(wait_wrapper, "wsprof_wait_tensor_hook"),
-})
+HOOK_CODES = frozenset(
+    {
+        col._inner_code(op_wrapper, "wsprof_op_hook"),
+        col._inner_code(wait_wrapper, "wsprof_wait_tensor_hook"),
+    }
+)
 
 
 def _ops_of(torch: Any, namespace: str) -> list[str]:
@@ -239,10 +257,10 @@ def _ops_of(torch: Any, namespace: str) -> list[str]:
 
 def patches(torch: Any) -> list[Patch]:
     """``(owner, '_op', original, hook)`` for every hooked op of
-    :data:`~wsprof.capture.aliases.FUNCTIONAL_OPS`: each packet and each of its overloads."""
+    :data:`~wsprof.capture.ops.FUNCTIONAL_OPS`: each packet and each of its overloads."""
     _PENDING.by_id.clear()
     out: list[Patch] = []
-    for namespace, table in aliases.FUNCTIONAL_OPS.items():
+    for namespace, table in ops.FUNCTIONAL_OPS.items():
         present = set(_ops_of(torch, namespace))
         ns = getattr(torch.ops, namespace)
         for name, op in table.items():
@@ -253,10 +271,12 @@ def patches(torch: Any) -> list[Patch]:
             owners = [packet] + [getattr(packet, o) for o in packet.overloads()]
             for owner in owners:
                 orig = owner.__dict__.get("_op")
-                if orig is None or getattr(orig, "__code__", None) in HOOK_CODES or col.is_hook(
-                        orig):
+                if (
+                    orig is None
+                    or getattr(orig, "__code__", None) in HOOK_CODES
+                    or col.is_hook(orig)
+                ):
                     continue
-                hook = wait_wrapper(orig) if op == aliases.COMPLETION else op_wrapper(
-                    orig, op, api)
+                hook = wait_wrapper(orig) if op == ops.COMPLETION else op_wrapper(orig, op, api)
                 out.append((owner, "_op", orig, hook))
     return out

@@ -27,8 +27,9 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
         loaded: called once the module has executed; it must not raise.
     """
 
-    def __init__(self, wants: Callable[[str], bool],
-                 loaded: Callable[[str, types.ModuleType], None]) -> None:
+    def __init__(
+        self, wants: Callable[[str], bool], loaded: Callable[[str, types.ModuleType], None]
+    ) -> None:
         self._busy = threading.local()
         self._wants = wants
         self._loaded = loaded

@@ -24,6 +24,8 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from wsprof.contracts.phases import resolve_phase
+
 if TYPE_CHECKING:
     from wsprof.capture.recorder import Recorder
 
@@ -73,6 +75,18 @@ def _recorder() -> Recorder | None:
     if rec is not None and getattr(rec, "pid", None) != os.getpid():
         return None
     return rec
+
+
+def bind(rec: Recorder) -> None:
+    """Point the markers at ``rec`` (the capture session does, at start)."""
+    STATE.recorder = rec
+
+
+def unbind() -> None:
+    """Detach the markers from the session's recorder and forget the step (at stop)."""
+    STATE.recorder = None
+    STATE.step = -1
+    STATE.step_start_ns = None
 
 
 #: Largest step number a trace row holds (int64), with room for ``+ 1``.
@@ -136,14 +150,18 @@ def close_step() -> None:
 class phase:  # used like a function: ``with wsprof.phase("rollout"):``
     """Context manager marking a phase of the current step.
 
-    Standard names: ``rollout``, ``train``, ``weight_sync``; any name is accepted.
+    Standard names: ``rollout``, ``train``, ``weight_sync``; their aliases
+    (:data:`wsprof.contracts.phases.PHASE_ALIASES`: ``sync``, ``generation``, ...) and other
+    spellings (``Weight-Sync``) are recorded as the standard name, as sampled phases read them;
+    any other name is accepted as given.
 
     Args:
         name: the phase name.
     """
 
     def __init__(self, name: str) -> None:
-        self.name = str(name)  # an enum or other object would poison the trace's strings
+        # str(): an enum or other object would poison the trace's strings
+        self.name = resolve_phase(str(name))
         self._t0 = 0
         self._token: contextvars.Token[tuple[str, ...]] | None = None
         self._stack: tuple[str, ...] = ()
@@ -182,7 +200,7 @@ class phase:  # used like a function: ``with wsprof.phase("rollout"):``
                 PHASE_VAR.set(stack[:-1])
             elif self.name in stack:
                 i = stack.index(self.name)
-                PHASE_VAR.set(stack[:i] + stack[i + 1:])
+                PHASE_VAR.set(stack[:i] + stack[i + 1 :])
         ident = threading.get_ident()
         if ident == threading.main_thread().ident:
             STATE.main_stack = PHASE_VAR.get(())
@@ -205,7 +223,11 @@ def counter(name: str, value: float) -> None:
         v = float(value)
     except (TypeError, ValueError, OverflowError) as e:
         # Training must not change behaviour because it is profiled: count and drop.
-        rec.internal_error("counter", ValueError(f"counter {str(name)[:80]!r}: value "
-                                                 f"{str(value)[:40]!r} is not a number ({e})"))
+        rec.internal_error(
+            "counter",
+            ValueError(
+                f"counter {str(name)[:80]!r}: value {str(value)[:40]!r} is not a number ({e})"
+            ),
+        )
         return
     rec.counters.append((_now(), str(name), v))

@@ -25,8 +25,9 @@ class Nvml:
 
             pynvml.nvmlInit()
             self._nv: Any = pynvml
-            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
-                             for i in range(pynvml.nvmlDeviceGetCount())]
+            self._handles = [
+                pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())
+            ]
             self.ok = True
         except Exception as e:  # noqa: BLE001 - no driver, no GPU, no library
             self.why = f"{type(e).__name__}: {e}"

@@ -8,24 +8,18 @@ wsprof: an entry point whose module is not imported yet is wrapped right after i
 (:class:`~wsprof.capture.imports.PostImportFinder`). A missing module attribute is a
 ``preset_missing`` event in the trace, never an error.
 
-Entry points, checked against the frameworks' sources (the same files as the sampled-phase
-patterns of :mod:`wsprof.analysis.phases`):
+The entry points are the registry's (:attr:`wsprof.frameworks.Framework.entry_points`,
+``wsprof frameworks`` lists them), checked against the released sources by
+``scripts/check_frameworks.py``. An entry point may have several paths, one per place releases
+have kept it (OpenRLHF's ``SamplesGenerator.generate_samples`` moved from
+``experience_maker.py`` to ``samples_generator.py``): the first one found is wrapped and the
+others are then dropped; ``preset_missing`` is recorded once every path's module is imported
+and none had the function.
 
-- slime: ``UpdateWeightFromDistributed.update_weights``
-  (``slime/backends/megatron_utils/update_weight/update_weight_from_distributed.py``; slime logs
-  ``perf/update_weights_time``), rollout ``RolloutManager.generate`` (``slime/ray/rollout.py``;
-  ``perf/rollout_time``);
-- verl: ``CheckpointEngineManager.update_weights`` (``verl/checkpoint_engine/base.py``;
-  ``timing_s/update_weights``), rollout ``AgentLoopManager.generate_sequences``
-  (``verl/experimental/agent_loop/agent_loop.py``; ``timing_s/gen``);
-- OpenRLHF: ``PolicyModelActor.broadcast_to_vllm`` (``openrlhf/trainer/ray/ppo_actor.py``;
-  ``timing/broadcast``), rollout ``SamplesGenerator.generate_samples``
-  (``openrlhf/trainer/ppo_utils/experience_maker.py``; ``timing/generation``);
-- AReaL: ``FSDPEngine.update_weights`` (``areal/engine/fsdp_engine.py``;
-  ``timeperf/update_weights``), rollout ``RemoteSGLangEngine.rollout_batch``
-  (``areal/engine/sglang_remote.py``; ``timeperf/rollout``);
-- TRL: ``VLLMGeneration.sync_weights`` and rollout ``VLLMGeneration.generate``
-  (``trl/generation/vllm_generation.py``).
+A class that is a Ray actor (``@ray.remote class RolloutManager``, slime; OpenRLHF's
+``PolicyModelActor``: the module attribute is Ray's ``ActorClass`` handle) is wrapped on the
+class Ray instantiates in the actor, ``__ray_metadata__.modified_class`` (which holds its own
+copy of every method); wrapping the handle itself would never run.
 """
 
 from __future__ import annotations
@@ -38,48 +32,41 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from wsprof import frameworks
 from wsprof.capture.imports import PostImportFinder
 from wsprof.capture.markers import STATE, phase
+from wsprof.contracts.events import EventKind
+from wsprof.frameworks import EntryPoint, split_path
 
-#: ``$WSPROF_PRESET`` values, with each framework's entry points: phase -> ``module:qualname``.
-PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
-    "slime": {
-        "weight_sync": ("slime.backends.megatron_utils.update_weight."
-                        "update_weight_from_distributed:UpdateWeightFromDistributed."
-                        "update_weights",),
-        "rollout": ("slime.ray.rollout:RolloutManager.generate",),
-    },
-    "verl": {
-        "weight_sync": ("verl.checkpoint_engine.base:CheckpointEngineManager.update_weights",),
-        "rollout": ("verl.experimental.agent_loop.agent_loop:AgentLoopManager."
-                    "generate_sequences",),
-    },
-    "openrlhf": {
-        "weight_sync": ("openrlhf.trainer.ray.ppo_actor:PolicyModelActor.broadcast_to_vllm",),
-        "rollout": ("openrlhf.trainer.ppo_utils.experience_maker:SamplesGenerator."
-                    "generate_samples",),
-    },
-    "areal": {
-        "weight_sync": ("areal.engine.fsdp_engine:FSDPEngine.update_weights",),
-        "rollout": ("areal.engine.sglang_remote:RemoteSGLangEngine.rollout_batch",),
-    },
-    "trl": {
-        "weight_sync": ("trl.generation.vllm_generation:VLLMGeneration.sync_weights",),
-        "rollout": ("trl.generation.vllm_generation:VLLMGeneration.generate",),
-    },
+#: ``$WSPROF_PRESET`` values, with each framework's entry points.
+PRESETS: dict[str, tuple[EntryPoint, ...]] = {
+    fw.name: fw.entry_points for fw in frameworks.FRAMEWORKS
 }
 #: Attribute set on a wrapper (the phase it marks), so that wrapping twice is wrapping once.
 MARK = "__wsprof_phase__"
 
+
+class _Waiting:
+    """One entry point being waited for: its paths not yet looked at, the ones missing."""
+
+    def __init__(self, preset: str, entry: EntryPoint) -> None:
+        self.preset = preset
+        self.entry = entry
+        self.left = set(entry.paths)
+        self.missing: list[str] = []
+        self.done = False
+
+
 _lock = threading.RLock()
-_pending: dict[str, list[tuple[str, str, str]]] = {}  # module -> (preset, phase, qualname)
+_pending: dict[str, list[tuple[_Waiting, str]]] = {}  # module -> (entry point, qualname)
+_waiting: dict[tuple[str, int], _Waiting] = {}  # (preset, index) -> its state
 _finder: PostImportFinder | None = None
 #: Events met before ``wsprof.patch()`` started a recorder; recorded by :func:`flush_events`.
-_early: list[tuple[str, str]] = []
+_early: list[tuple[EventKind, str]] = []
 wrapped: list[str] = []
 
 
-def _event(kind: str, detail: str) -> None:
+def _event(kind: EventKind, detail: str) -> None:
     rec = STATE.recorder
     if rec is not None:
         rec.event(kind, detail)
@@ -99,12 +86,14 @@ def flush_events() -> None:
 def phase_wrapper(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     """``fn`` inside ``wsprof.phase(name)``; a coroutine function stays one."""
     if inspect.iscoroutinefunction(fn):
+
         async def awrapper(*args: Any, **kwargs: Any) -> Any:
             with phase(name):
                 return await fn(*args, **kwargs)
 
         out: Callable[..., Any] = functools.update_wrapper(awrapper, fn)
     else:
+
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             with phase(name):
                 return fn(*args, **kwargs)
@@ -114,40 +103,66 @@ def phase_wrapper(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     return out
 
 
-def _wrap(preset: str, phase_name: str, module: types.ModuleType, qualname: str) -> None:
+def _unwrap_actor(owner: Any) -> Any:
+    """The class a Ray ``ActorClass`` handle makes actors of (``__ray_metadata__``'s
+    ``modified_class``: the driver pickles it for the workers, a worker that loads code
+    locally takes it from the module), else ``owner``."""
+    if isinstance(owner, type):  # a plain class, not a handle (an instance of ActorClass)
+        return owner
+    actor_cls = getattr(getattr(owner, "__ray_metadata__", None), "modified_class", None)
+    return actor_cls if isinstance(actor_cls, type) else owner
+
+
+def _missing(w: _Waiting, path: str, why: str) -> None:
+    w.left.discard(path)
+    w.missing.append(f"{path} {why}")
+    if w.left or w.done:
+        return
+    _event(
+        EventKind.PRESET_MISSING,
+        f"{w.preset}: {', '.join(w.missing)}; the {w.entry.phase} phase "
+        "is not marked (framework version?)",
+    )
+
+
+def _wrap(w: _Waiting, module: types.ModuleType, qualname: str) -> None:
+    path = f"{module.__name__}:{qualname}"
+    if w.done:
+        return
     owner: Any = module
-    *path, attr = qualname.split(".")
+    *parts, attr = qualname.split(".")
     try:
-        for part in path:
-            owner = getattr(owner, part)
+        for part in parts:
+            owner = _unwrap_actor(getattr(owner, part))
         fn = inspect.getattr_static(owner, attr)
     except AttributeError:
-        _event("preset_missing", f"{preset}: {module.__name__}:{qualname} not found; the "
-               f"{phase_name} phase is not marked (framework version?)")
+        _missing(w, path, "not found")
         return
+    name = w.entry.phase
     if isinstance(fn, (staticmethod, classmethod)):
         inner = fn.__func__
-        if getattr(inner, MARK, None):
-            return
-        setattr(owner, attr, type(fn)(phase_wrapper(inner, phase_name)))
+        if not getattr(inner, MARK, None):
+            setattr(owner, attr, type(fn)(phase_wrapper(inner, name)))
     elif callable(fn):
-        if getattr(fn, MARK, None):
-            return
-        setattr(owner, attr, phase_wrapper(fn, phase_name))
+        if not getattr(fn, MARK, None):
+            setattr(owner, attr, phase_wrapper(fn, name))
     else:
-        _event("preset_missing", f"{preset}: {module.__name__}:{qualname} is not callable")
+        _missing(w, path, "is not callable")
         return
-    wrapped.append(f"{module.__name__}:{qualname}")
-    _event("preset", f"{preset}: {phase_name} marked on {module.__name__}:{qualname}")
+    w.done = True
+    w.left.clear()
+    if path not in wrapped:
+        wrapped.append(path)
+        _event(EventKind.PRESET, f"{w.preset}: {name} marked on {path}")
 
 
 def _loaded(name: str, module: types.ModuleType) -> None:
     with _lock:
-        for preset, phase_name, qualname in _pending.pop(name, []):
+        for w, qualname in _pending.pop(name, []):
             try:
-                _wrap(preset, phase_name, module, qualname)
+                _wrap(w, module, qualname)
             except Exception as e:  # noqa: BLE001 - never raise into the importing code
-                _event("preset_missing", f"{preset}: {name}:{qualname}: {type(e).__name__}: {e}")
+                _missing(w, f"{name}:{qualname}", f"({type(e).__name__}: {e})")
 
 
 def install(preset: str | None = None) -> list[str]:
@@ -160,21 +175,26 @@ def install(preset: str | None = None) -> list[str]:
     """
     name = (preset or "").strip().lower()
     if name and name not in PRESETS:
-        msg = (f"WSPROF_PRESET={preset!r} is not one of {', '.join(PRESETS)}; no phases are "
-               "marked by a preset")
+        msg = (
+            f"WSPROF_PRESET={preset!r} is not one of {', '.join(PRESETS)}; no phases are "
+            "marked by a preset"
+        )
         sys.stderr.write(f"wsprof: {msg}\n")
-        _event("preset_missing", msg)
+        _event(EventKind.PRESET_MISSING, msg)
         return list(wrapped)
     global _finder
     with _lock:
         for p in [name] if name else list(PRESETS):
-            for phase_name, targets in PRESETS[p].items():
-                for target in targets:
-                    module, qualname = target.split(":", 1)
+            for i, entry in enumerate(PRESETS[p]):
+                if (p, i) in _waiting:
+                    continue  # installed before: wrapped, missing or still waited for
+                w = _waiting[p, i] = _Waiting(p, entry)
+                for path in entry.paths:
+                    module, qualname = split_path(path)
                     if module in sys.modules:
-                        _wrap(p, phase_name, sys.modules[module], qualname)
-                    else:
-                        _pending.setdefault(module, []).append((p, phase_name, qualname))
+                        _wrap(w, sys.modules[module], qualname)
+                    elif not w.done:
+                        _pending.setdefault(module, []).append((w, qualname))
         if _pending and _finder is None:
             _finder = PostImportFinder(lambda n: n in _pending, _loaded)
             sys.meta_path.insert(0, _finder)

@@ -26,9 +26,11 @@ def process_reading(proc: psutil.Process) -> Reading:
         psutil.Error: the process is gone or cannot be read.
     """
     with proc.oneshot():
-        out = [("proc.rss_bytes", float(proc.memory_info().rss)),
-               ("proc.threads", float(proc.num_threads())),
-               ("proc.cpu_pct", float(proc.cpu_percent(None)))]
+        out = [
+            ("proc.rss_bytes", float(proc.memory_info().rss)),
+            ("proc.threads", float(proc.num_threads())),
+            ("proc.cpu_pct", float(proc.cpu_percent(None))),
+        ]
         with contextlib.suppress(psutil.Error, AttributeError):
             out.append(("proc.open_fds", float(proc.num_fds())))
     return out
@@ -38,8 +40,10 @@ def gc_reading() -> Reading:
     """``gc.gen<i>.count`` (objects allocated minus freed since that generation's last
     collection, ``gc.get_count()``) and ``gc.gen<i>.collections`` (``gc.get_stats()``)."""
     out = [(f"gc.gen{i}.count", float(c)) for i, c in enumerate(gc.get_count())]
-    out += [(f"gc.gen{i}.collections", float(s.get("collections", 0)))
-            for i, s in enumerate(gc.get_stats())]
+    out += [
+        (f"gc.gen{i}.collections", float(s.get("collections", 0)))
+        for i, s in enumerate(gc.get_stats())
+    ]
     return out
 
 
@@ -77,10 +81,13 @@ class GrowingTypes:
             self.first = counts
             return []
         first = self.first
-        growth = sorted(((n - first.get(k, 0), i, k) for i, (k, n) in enumerate(counts.items())),
-                        reverse=True)
+        growth = sorted(
+            ((n - first.get(k, 0), i, k) for i, (k, n) in enumerate(counts.items())), reverse=True
+        )
         for g, _, k in growth[: self.top]:
             if g > 0 and k not in self.reported and len(self.reported) < 2 * self.top:
                 self.reported[k] = _type_name(k)
-        return [(f"gc.type.{name}", float(counts.get(k, 0)))
-                for k, name in sorted(self.reported.items(), key=lambda kv: kv[1])]
+        return [
+            (f"gc.type.{name}", float(counts.get(k, 0)))
+            for k, name in sorted(self.reported.items(), key=lambda kv: kv[1])
+        ]

@@ -30,7 +30,8 @@ import numpy as np
 import numpy.typing as npt
 
 from wsprof.capture import buffer
-from wsprof.capture.settings import env_int
+from wsprof.capture import settings as cfg
+from wsprof.contracts.events import EventKind
 from wsprof.trace import journal as jfmt
 from wsprof.trace import ring as fmt
 from wsprof.trace.model import TRACE_SUFFIX
@@ -45,15 +46,27 @@ FLUSH_CHUNK_ROWS = 32_768
 #: Column order of a raw call row (all ints; -1 for none/unknown): the ring's call payload
 #: with the hook id (standing for op, api, layer) at index 5.
 RAW_CALL_COLUMNS = (
-    "t_start_ns", "t_end_ns", "backend_ns", "n_backend", "thread", "hook", "bytes", "dtype",
-    "grp", "is_async", "site", "step", "phase", "error",
+    "t_start_ns",
+    "t_end_ns",
+    "backend_ns",
+    "n_backend",
+    "thread",
+    "hook",
+    "bytes",
+    "dtype",
+    "grp",
+    "is_async",
+    "site",
+    "step",
+    "phase",
+    "error",
 )
 
 
 def identity_meta(source: str) -> dict[str, Any]:
     """Who wrote a trace: wsprof and Python versions, host, pid, source, and the clock anchor
     (one monotonic reading paired with one wall-clock reading, to align processes)."""
-    from wsprof import __version__
+    from wsprof._version import __version__
 
     return {
         "wsprof_version": __version__,
@@ -65,9 +78,13 @@ def identity_meta(source: str) -> dict[str, Any]:
     }
 
 
-def default_out_dir() -> str:
-    """``$WSPROF_OUT``, else ``./wsprof-out/<YYYYmmdd-HHMMSS>``."""
-    env = os.environ.get("WSPROF_OUT")
+def default_out_dir(settings: cfg.Settings | None = None) -> str:
+    """``$WSPROF_OUT``, else ``./wsprof-out/<YYYYmmdd-HHMMSS>``.
+
+    Args:
+        settings: the ``WSPROF_*`` settings; default: read now.
+    """
+    env = (settings or cfg.read()).out
     if env:
         return env
     return os.path.join("wsprof-out", time.strftime("%Y%m%d-%H%M%S"))
@@ -167,17 +184,20 @@ class Recorder:
         ring_records: int | None = None,
         retention: Retention | None = None,
     ) -> None:
-        if not (isinstance(flush_interval_s, (int, float)) and flush_interval_s > 0
-                and flush_interval_s < float("inf")):
-            raise ValueError(f"flush_interval_s must be a positive number of seconds, not "
-                             f"{flush_interval_s!r}")
+        if not (
+            isinstance(flush_interval_s, (int, float))
+            and flush_interval_s > 0
+            and flush_interval_s < float("inf")
+        ):
+            raise ValueError(
+                f"flush_interval_s must be a positive number of seconds, not {flush_interval_s!r}"
+            )
         self.out_dir = out_dir
         self.path = new_trace_path(out_dir)
         self.pid = os.getpid()
         self.flush_interval_s = float(flush_interval_s)
-        # WSPROF_MAX_PENDING: the older name of the same bound (most records held in memory)
-        records = ring_records or env_int("WSPROF_RING_RECORDS", env_int(
-            "WSPROF_MAX_PENDING", fmt.DEFAULT_CAPACITY, minimum=1), minimum=1)
+        # $WSPROF_RING_RECORDS, else $WSPROF_MAX_PENDING (its older name), else the default
+        records = ring_records or cfg.read().ring_records or fmt.DEFAULT_CAPACITY
         self.capacity = fmt.capacity_for(records)
         #: c10d's issued-collective readings are appended here (:mod:`wsprof.capture.audit`)
         self.lost_calls = 0  # records found torn or damaged at a drain (should stay 0)
@@ -202,20 +222,26 @@ class Recorder:
         self.strings.journal = self.journal
         self.ring, self._mm = buffer.open_ring(fmt.ring_path(self.path), self.capacity, self.pid)
         self._view: npt.NDArray[np.int64] = np.frombuffer(
-            self._mm, dtype="<i8", count=self.capacity * fmt.RECORD_WORDS,
-            offset=fmt.HEADER_BYTES).reshape(self.capacity, fmt.RECORD_WORDS)
+            self._mm, dtype="<i8", count=self.capacity * fmt.RECORD_WORDS, offset=fmt.HEADER_BYTES
+        ).reshape(self.capacity, fmt.RECORD_WORDS)
         self._writer.set_meta(self._static_meta(source))
         intern = self.strings.intern
         put = self.ring.put
         span_w, counter_w, update_w, issued_w = fmt.SPAN, fmt.COUNTER, fmt.UPDATE, fmt.ISSUED
         z7, z9, z10 = _zeros(7), _zeros(9), _zeros(10)
-        self.spans = _Sink(self, lambda r: put(span_w, intern(r[0]), intern(r[1]), r[2], r[3],
-                                               r[4], r[5], *z7))
-        self.counters = _Sink(self, lambda r: put(counter_w, r[0], intern(r[1]),
-                                                  fmt.float_word(float(r[2])), *z10))
+        self.spans = _Sink(
+            self, lambda r: put(span_w, intern(r[0]), intern(r[1]), r[2], r[3], r[4], r[5], *z7)
+        )
+        self.counters = _Sink(
+            self, lambda r: put(counter_w, r[0], intern(r[1]), fmt.float_word(float(r[2])), *z10)
+        )
         self.updates = _Sink(self, lambda r: put(update_w, r[0], r[1], r[2], r[3], *z9))
-        self.issued = _Sink(self, lambda r: put(issued_w, r[0], r[1], intern(r[2]),
-                                                intern(r[3]), r[4], intern(r[5]), *z7))
+        self.issued = _Sink(
+            self,
+            lambda r: put(
+                issued_w, r[0], r[1], intern(r[2]), intern(r[3]), r[4], intern(r[5]), *z7
+            ),
+        )
         add = self.journal.add
         self.events = _Sink(self, lambda r: add(["e", r[0], r[1], r[2]]))
         self.sites = _Sink(self, lambda r: add(["site", r[0], r[1], r[2], r[3]]))
@@ -249,8 +275,12 @@ class Recorder:
             "expandable_segments": "expandable_segments:true" in alloc_conf.lower(),
             # Until a drain writes meta['ring'], nothing is drained: a reader of a trace whose
             # process died before its first drain recovers everything from the ring.
-            "ring": {"drained": 0, "journal_bytes": 0, "capacity": self.capacity,
-                     "native": bool(getattr(self.ring, "native", False))},
+            "ring": {
+                "drained": 0,
+                "journal_bytes": 0,
+                "capacity": self.capacity,
+                "native": bool(getattr(self.ring, "native", False)),
+            },
         }
 
     def written(self) -> int:
@@ -270,11 +300,12 @@ class Recorder:
         """Count an error inside wsprof and keep the first of each kind as an event."""
         self.internal_errors += 1
         if self.internal_errors <= 100:
-            self.event("internal_error", f"{where}: {type(exc).__name__}: {exc}")
+            self.event(EventKind.INTERNAL_ERROR, f"{where}: {type(exc).__name__}: {exc}")
 
-    def event(self, kind: str, detail: str) -> None:
-        """Record a fact (wrapper found, sampler status, warning)."""
-        self.events.append((_now(), kind, detail))
+    def event(self, kind: EventKind, detail: str) -> None:
+        """Record a fact (wrapper found, sampler status, warning): ``kind``'s on-disk text and
+        ``detail`` (the format :func:`wsprof.contracts.events.parse_event` reads)."""
+        self.events.append((_now(), kind.value, detail))
 
     def _run(self) -> None:
         wait_s = self.flush_interval_s
@@ -339,10 +370,12 @@ class Recorder:
         seqs = np.arange(lo + 1, hi + 1, dtype=np.int64)
         start, n = (lo + 1) & (self.capacity - 1), hi - lo
         # One or two contiguous runs of slots (the ring wraps once at most), copied out.
-        first = self._view[start:start + n]
-        m: npt.NDArray[np.int64] = (np.concatenate([first, self._view[:n - len(first)]])
-                                    if len(first) < n else first.copy()).astype(np.int64,
-                                                                                copy=False)
+        first = self._view[start : start + n]
+        m: npt.NDArray[np.int64] = (
+            np.concatenate([first, self._view[: n - len(first)]])
+            if len(first) < n
+            else first.copy()
+        ).astype(np.int64, copy=False)
         ok = (m[:, 0] == seqs) & fmt.checks(m)
         if not bool(ok.all()):
             self.lost_calls += int((~ok).sum())
@@ -385,8 +418,10 @@ class Recorder:
                 meta.update(self._identity())
                 self._rank_known = "backend" in meta  # from the live group: final
             batches: dict[str, list[tuple[Any, ...]]] = {
-                "strings": list(jrows.strings), "sites": list(jrows.sites),
-                "events": list(jrows.events)}
+                "strings": list(jrows.strings),
+                "sites": list(jrows.sites),
+                "events": list(jrows.events),
+            }
             # At most FLUSH_CHUNK_ROWS records per transaction, so that the transient copies a
             # drain makes stay small however far behind it is.
             start = lo
@@ -395,17 +430,34 @@ class Recorder:
                 end = min(hi, start + FLUSH_CHUNK_ROWS)
                 dec = fmt.decode(self._records(start, end), self.strings.values)
                 batches.update(spans=dec.spans, counters=dec.counters, issued=dec.issued)
-                batches["meta"] = [("ring", json.dumps({
-                    "drained": end, "journal_bytes": journal_bytes, "capacity": self.capacity,
-                    "native": bool(getattr(ring, "native", False))}))]
+                batches["meta"] = [
+                    (
+                        "ring",
+                        json.dumps(
+                            {
+                                "drained": end,
+                                "journal_bytes": journal_bytes,
+                                "capacity": self.capacity,
+                                "native": bool(getattr(ring, "native", False)),
+                            }
+                        ),
+                    )
+                ]
                 if start == lo and len(self._hooks) != self._hooks_stored:
                     # The hook table in the trace too: a salvage whose journal is gone or
                     # damaged still names the calls the ring kept.
-                    batches["meta"].append(("hooks", json.dumps(
-                        {str(h): list(ids) for h, ids in sorted(self._hooks.items())})))
+                    batches["meta"].append(
+                        (
+                            "hooks",
+                            json.dumps(
+                                {str(h): list(ids) for h, ids in sorted(self._hooks.items())}
+                            ),
+                        )
+                    )
                     hooks_now = len(self._hooks)
-                self._writer.write(batches, self._call_matrix(dec.calls) if len(dec.calls)
-                                   else None, dec.updates)
+                self._writer.write(
+                    batches, self._call_matrix(dec.calls) if len(dec.calls) else None, dec.updates
+                )
                 ring.drained = end
                 batches = {}
                 start = end
@@ -416,8 +468,9 @@ class Recorder:
             meta["self"] = {
                 "dropped_calls": int(sum(ring.dropped_by_step.values())),
                 "dropped_records": int(ring.dropped),
-                "dropped_by_step": {str(k): int(v) for k, v in
-                                    sorted(ring.dropped_by_step.items())},
+                "dropped_by_step": {
+                    str(k): int(v) for k, v in sorted(ring.dropped_by_step.items())
+                },
                 "lost_calls": self.lost_calls,
                 "forgotten_async": self.forgotten_async,
                 "internal_errors": self.internal_errors,
@@ -440,8 +493,10 @@ class Recorder:
                 self.journal.put_back(entries if start == lo else [])
             self.write_errors += 1
             if self.write_errors == 1:
-                sys.stderr.write(f"wsprof: cannot write {self.path}: {e}; records stay in "
-                                 f"{fmt.ring_path(self.path)} until it can\n")
+                sys.stderr.write(
+                    f"wsprof: cannot write {self.path}: {e}; records stay in "
+                    f"{fmt.ring_path(self.path)} until it can\n"
+                )
         self.flush_ns_total += _now() - t0
         self.flush_cpu_ns_total += time.thread_time_ns() - c0
 
@@ -464,14 +519,19 @@ class Recorder:
         with self.lock:
             complete = int(self.ring.drained) >= int(self.ring.head) and self._last_write_ok
             with contextlib.suppress(Exception):
-                self._writer.set_meta({"closed": {"t_ns": _now(), "unix_ns": time.time_ns(),
-                                                  "complete": complete}})
+                self._writer.set_meta(
+                    {"closed": {"t_ns": _now(), "unix_ns": time.time_ns(), "complete": complete}}
+                )
             self.closed_cleanly = complete
             with contextlib.suppress(Exception):
                 self._writer.close()
             if complete:
-                fmt.write_header_counts(self._mm, drained=int(self.ring.drained),
-                                        dropped=int(self.ring.dropped), closed=True)
+                fmt.write_header_counts(
+                    self._mm,
+                    drained=int(self.ring.drained),
+                    dropped=int(self.ring.dropped),
+                    closed=True,
+                )
             self.ring.close()
             self.journal.close()
             # Unmapped, so that many sessions in one process do not keep their rings mapped.

@@ -1,89 +1,268 @@
-"""Settings read from the environment by capture (``WSPROF_*``), validated.
+"""Every ``WSPROF_*`` environment variable, read in one place into one typed, frozen object.
 
-A bad number never stops training: :func:`env_int` names it in a one-line warning on stderr
-and uses the default. A bad flag or choice (:func:`env_flag`, :func:`env_choice`: what to
-profile at all, and how) raises ``ValueError`` with one line naming the variable, the value and
-the accepted values: ``wsprof.patch()`` passes it on, the ``wsprof run`` bootstrap
-(:mod:`wsprof.bootstrap`) turns it into a warning and carries on.
+:func:`read` reads them all from the environment (or a mapping a test passes) into
+:class:`Settings`; each field is validated. Nothing here prints or raises:
+
+* a bad number or flag that only tunes profiling (``WSPROF_KEEP_STEPS``,
+  ``WSPROF_COUNTERS``, ...) becomes the default and one line in :attr:`Settings.warnings`,
+  naming the variable, the value and what is used instead; the capture session
+  (:mod:`wsprof.capture.session`) writes those lines to stderr and into the trace;
+* a bad value of a variable that decides what to profile at all (``WSPROF_DISABLE``,
+  ``WSPROF_LAYERS``) is one line in :attr:`Settings.errors`: ``wsprof.patch()`` raises it as a
+  ``ValueError`` (:meth:`Settings.raise_for`), the ``wsprof run`` bootstrap
+  (:mod:`wsprof.bootstrap`) writes it as a warning and carries on (a bad ``WSPROF_DISABLE``:
+  not profiling; a bad ``WSPROF_LAYERS``: ``both``).
+
+The variable names are the ``ENV_*`` constants; ``wsprof run`` writes its children's
+environment with them (:func:`child_env`).
 """
 
 from __future__ import annotations
 
+import math
 import os
-import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-
-def env_int(name: str, default: int, minimum: int = 0) -> int:
-    """``$name`` as an integer >= ``minimum``; ``default`` when unset, empty or invalid (with a
-    one-line warning on stderr for an invalid value)."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        sys.stderr.write(f"wsprof: ignoring {name}={raw!r}: not an integer >= {minimum}; "
-                         f"using {default}\n")
-        return default
-    return value
-
+#: No-op ``wsprof.patch()`` (a yes/no flag).
+ENV_DISABLE = "WSPROF_DISABLE"
+#: Hook layers, ``both`` or ``api``.
+ENV_LAYERS = "WSPROF_LAYERS"
+#: The run folder traces are written to.
+ENV_OUT = "WSPROF_OUT"
+#: First and last steps kept with full call detail (an integer >= 0; 0 keeps every call).
+ENV_KEEP_STEPS = "WSPROF_KEEP_STEPS"
+#: Calls kept per thinned step (an integer >= 1).
+ENV_THINNED_STEP_CALLS = "WSPROF_THINNED_STEP_CALLS"
+#: Device time of each collective (a yes/no flag).
+ENV_DEVICE_TIME = "WSPROF_DEVICE_TIME"
+#: Counter sampling (a yes/no flag, default yes).
+ENV_COUNTERS = "WSPROF_COUNTERS"
+#: Share of wall time all counter probes may cost, percent in (0, 100].
+ENV_PROBE_BUDGET_PCT = "WSPROF_PROBE_BUDGET_PCT"
+#: The allocator probe's interval inside sync bursts, ms (an integer >= 1).
+ENV_PROBE_INTERVAL_MS = "WSPROF_PROBE_INTERVAL_MS"
+#: Capacity of the capture ring, records (an integer >= 1).
+ENV_RING_RECORDS = "WSPROF_RING_RECORDS"
+#: The older name of :data:`ENV_RING_RECORDS` (read when that one is unset).
+ENV_MAX_PENDING = "WSPROF_MAX_PENDING"
+#: The compiled recording path (a yes/no flag, default yes; ``0``: pure Python).
+ENV_NATIVE = "WSPROF_NATIVE"
+#: More communicators to hook, comma-separated ``module:qualname[=op]``.
+ENV_EXTRA = "WSPROF_EXTRA"
+#: The framework preset of ``wsprof run`` (checked by :mod:`wsprof.capture.presets`).
+ENV_PRESET = "WSPROF_PRESET"
+#: No "trace at ..." line at exit (a yes/no flag).
+ENV_QUIET = "WSPROF_QUIET"
+#: Set to ``1`` by ``wsprof run`` in its command's environment: the bootstrap patches.
+ENV_RUN = "WSPROF_RUN"
+#: The py-spy binary of ``wsprof attach`` (read by its ``--pyspy`` option).
+ENV_PYSPY = "WSPROF_PYSPY"
 
 #: Spellings of a yes/no ``WSPROF_*`` flag (compared lower case, stripped).
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
+#: Which layers the collective hooks cover (:func:`wsprof.capture.collectives.install`):
+#: ``both`` (names, ProcessGroup methods and Work), or ``api`` (names only).
+LAYERS = ("both", "api")
 
 
-def env_flag(name: str, default: bool = False) -> bool:
-    """``$name`` as a yes/no flag; ``default`` when unset or empty.
+@dataclass(frozen=True)
+class Settings:
+    """What the ``WSPROF_*`` variables say, validated. A field that is None means "unset: the
+    default of the code that uses it" (named in each field's comment).
+
+    Attributes:
+        disable: ``WSPROF_DISABLE``: ``wsprof.patch()`` is a no-op (True also when the value
+            is not a flag: see :attr:`errors`).
+        layers: ``WSPROF_LAYERS``, lower case (``both`` when unset or bad).
+        out: ``WSPROF_OUT``, the run folder; None when unset or empty.
+        keep_steps: ``WSPROF_KEEP_STEPS``, steps; None: ``retention.DEFAULT_KEEP_STEPS``.
+        thinned_step_calls: ``WSPROF_THINNED_STEP_CALLS``, calls per step; None:
+            ``retention.DEFAULT_THINNED_STEP_CALLS``.
+        device_time: ``WSPROF_DEVICE_TIME``.
+        counters: ``WSPROF_COUNTERS`` (default True).
+        probe_budget_fraction: ``WSPROF_PROBE_BUDGET_PCT`` / 100, a share of wall time in
+            (0, 1]; None: ``counters.DEFAULT_BUDGET_FRACTION``.
+        probe_interval_ms: ``WSPROF_PROBE_INTERVAL_MS``, ms; None: 50.
+        ring_records: ``WSPROF_RING_RECORDS`` (else ``WSPROF_MAX_PENDING``), records; None:
+            ``ring.DEFAULT_CAPACITY``.
+        native: ``WSPROF_NATIVE`` (default True).
+        extra: ``WSPROF_EXTRA``, the targets, stripped, empty ones dropped.
+        preset: ``WSPROF_PRESET``; None when unset or empty.
+        quiet: ``WSPROF_QUIET``.
+        run: ``WSPROF_RUN``: this process was started by ``wsprof run``.
+        pyspy: ``WSPROF_PYSPY``; None when unset or empty.
+        warnings: one line per variable whose value was replaced by its default.
+        errors: (variable, one line) for a bad ``WSPROF_DISABLE`` / ``WSPROF_LAYERS``.
+    """
+
+    disable: bool = False
+    layers: str = LAYERS[0]
+    out: str | None = None
+    keep_steps: int | None = None
+    thinned_step_calls: int | None = None
+    device_time: bool = False
+    counters: bool = True
+    probe_budget_fraction: float | None = None
+    probe_interval_ms: int | None = None
+    ring_records: int | None = None
+    native: bool = True
+    extra: tuple[str, ...] = ()
+    preset: str | None = None
+    quiet: bool = False
+    run: bool = False
+    pyspy: str | None = None
+    warnings: tuple[str, ...] = ()
+    errors: tuple[tuple[str, str], ...] = ()
+
+    def error(self, name: str) -> str | None:
+        """The one-line error of variable ``name`` (an ``ENV_*``), None when its value is
+        good."""
+        return next((msg for var, msg in self.errors if var == name), None)
+
+    def raise_for(self, *names: str) -> None:
+        """Raise the first error among the variables ``names``.
+
+        Raises:
+            ValueError: one line naming the variable, its value and the accepted values.
+        """
+        for name in names:
+            msg = self.error(name)
+            if msg is not None:
+                raise ValueError(msg)
+
+
+class _Reader:
+    """Parses one environment, collecting warnings and errors."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+        self.warnings: list[str] = []
+        self.errors: list[tuple[str, str]] = []
+
+    def raw(self, name: str) -> str:
+        return str(self.env.get(name, "")).strip()
+
+    def text(self, name: str) -> str | None:
+        return self.raw(name) or None
+
+    def flag_word(self, name: str) -> bool | None:
+        """True/False for a flag spelling, None for an unset or empty value; raises
+        ValueError (one line) for any other."""
+        raw = self.raw(name)
+        if not raw:
+            return None
+        word = raw.lower()
+        if word in TRUE_WORDS:
+            return True
+        if word in FALSE_WORDS:
+            return False
+        raise ValueError(
+            f"{name}={raw!r} is not a yes/no flag; set it to one of "
+            f"{', '.join(TRUE_WORDS + FALSE_WORDS)} or unset it"
+        )
+
+    def flag(self, name: str, default: bool) -> bool:
+        """A flag that only tunes profiling: a bad value is a warning and ``default``."""
+        try:
+            value = self.flag_word(name)
+        except ValueError as e:
+            self.warnings.append(f"{e}; using {'yes' if default else 'no'}")
+            return default
+        return default if value is None else value
+
+    def integer(self, name: str, minimum: int) -> int | None:
+        """An integer >= ``minimum``; None when unset, empty or bad (a warning)."""
+        raw = self.raw(name)
+        if not raw:
+            return None
+        try:
+            value = int(raw)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            self.warnings.append(
+                f"ignoring {name}={raw!r}: not an integer >= {minimum}; using the default"
+            )
+            return None
+        return value
+
+
+def read(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read every ``WSPROF_*`` variable into :class:`Settings`. Never raises, never prints.
 
     Args:
-        name: the environment variable, e.g. ``WSPROF_DISABLE``.
-        default: the value when it is unset or empty.
+        environ: the environment; default ``os.environ``.
 
     Returns:
-        True for ``1``/``true``/``yes``/``on``, False for ``0``/``false``/``no``/``off``
-        (any case).
-
-    Raises:
-        ValueError: any other value (one line naming the variable, the value and the accepted
-            values).
+        The settings, with one line in ``warnings`` per value replaced by its default and one
+        in ``errors`` per bad ``WSPROF_DISABLE`` / ``WSPROF_LAYERS``.
     """
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    word = raw.lower()
-    if word in TRUE_WORDS:
-        return True
-    if word in FALSE_WORDS:
-        return False
-    raise ValueError(
-        f"{name}={raw!r} is not a yes/no flag; set it to one of "
-        f"{', '.join(TRUE_WORDS + FALSE_WORDS)} or unset it"
+    r = _Reader(os.environ if environ is None else environ)
+    try:
+        disable = bool(r.flag_word(ENV_DISABLE))
+    except ValueError as e:
+        disable = True  # the user asked something about disabling: not profiling
+        r.errors.append((ENV_DISABLE, str(e)))
+    layers = r.raw(ENV_LAYERS).lower() or LAYERS[0]
+    if layers not in LAYERS:
+        r.errors.append(
+            (
+                ENV_LAYERS,
+                f"{ENV_LAYERS}={r.raw(ENV_LAYERS)!r} is not one of "
+                f"{', '.join(LAYERS)}; set it to one of them or unset it",
+            )
+        )
+        layers = LAYERS[0]
+    fraction: float | None = None
+    pct = r.raw(ENV_PROBE_BUDGET_PCT)
+    if pct:
+        try:
+            fraction = float(pct) / 100
+        except ValueError:
+            fraction = None
+        if fraction is None or not math.isfinite(fraction) or not 0 < fraction <= 1:
+            fraction = None
+            r.warnings.append(
+                f"ignoring {ENV_PROBE_BUDGET_PCT}={pct!r}: not a percent in (0, 100]; using 0.5"
+            )
+    ring = r.integer(ENV_RING_RECORDS, 1)
+    if ring is None:
+        ring = r.integer(ENV_MAX_PENDING, 1)
+    return Settings(
+        disable=disable,
+        layers=layers,
+        out=r.text(ENV_OUT),
+        keep_steps=r.integer(ENV_KEEP_STEPS, 0),
+        thinned_step_calls=r.integer(ENV_THINNED_STEP_CALLS, 1),
+        device_time=r.flag(ENV_DEVICE_TIME, False),
+        counters=r.flag(ENV_COUNTERS, True),
+        probe_budget_fraction=fraction,
+        probe_interval_ms=r.integer(ENV_PROBE_INTERVAL_MS, 1),
+        ring_records=ring,
+        native=r.flag(ENV_NATIVE, True),
+        extra=tuple(t.strip() for t in r.raw(ENV_EXTRA).split(",") if t.strip()),
+        preset=r.text(ENV_PRESET),
+        quiet=r.flag(ENV_QUIET, False),
+        run=r.flag(ENV_RUN, False),
+        pyspy=r.text(ENV_PYSPY),
+        warnings=tuple(r.warnings),
+        errors=tuple(r.errors),
     )
 
 
-def env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
-    """``$name`` as one of ``choices``; ``default`` when unset or empty.
+def child_env(out: str, preset: str | None = None) -> dict[str, str]:
+    """The variables ``wsprof run`` sets in its command's environment.
 
     Args:
-        name: the environment variable, e.g. ``WSPROF_LAYERS``.
-        choices: the accepted values (compared lower case, stripped).
-        default: the value when it is unset or empty.
+        out: the run folder (absolute).
+        preset: the framework preset, or None to leave ``WSPROF_PRESET`` as it is.
 
     Returns:
-        The chosen value, lower case.
-
-    Raises:
-        ValueError: a value not in ``choices`` (one line naming the variable, the value and the
-            accepted values).
+        ``{name: value}`` to merge into the child's environment.
     """
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    if raw.lower() in choices:
-        return raw.lower()
-    raise ValueError(
-        f"{name}={raw!r} is not one of {', '.join(choices)}; set it to one of them or unset it"
-    )
+    env = {ENV_RUN: "1", ENV_OUT: out}
+    if preset:
+        env[ENV_PRESET] = preset
+    return env

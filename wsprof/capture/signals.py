@@ -22,9 +22,7 @@ _installed: dict[int, Any] = {}
 _handlers: dict[int, Callable[[int, FrameType | None], None]] = {}
 
 
-def install(
-    on_signal: Callable[[bool], None], signals: tuple[int, ...] = (signal.SIGTERM,)
-) -> str:
+def install(on_signal: Callable[[bool], None], signals: tuple[int, ...] = (signal.SIGTERM,)) -> str:
     """Install the chaining handler for ``signals``.
 
     Args:

@@ -97,8 +97,14 @@ class SiteTable:
                 if sid is None:
                     sid = self._ids[key] = len(self._ids)
                     if self._out is not None:
-                        self._out.append((sid, code.co_filename, frame.f_lineno, code.co_qualname
-                                          if hasattr(code, "co_qualname") else code.co_name))
+                        self._out.append(
+                            (
+                                sid,
+                                code.co_filename,
+                                frame.f_lineno,
+                                code.co_qualname if hasattr(code, "co_qualname") else code.co_name,
+                            )
+                        )
                 if first:
                     self.fast[(code, frame.f_lasti)] = sid
                 return sid

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from wsprof import __version__
+from wsprof._version import __version__
 from wsprof.errors import EXIT_USAGE, WsprofError
 
 
@@ -20,7 +20,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from wsprof.cli import analyze, attach, demo, diff, export, report, run
+    from wsprof.cli import analyze, attach, demo, diff, export, frameworks, report, run
 
     cli.add_command(demo.demo)
     cli.add_command(attach.attach)
@@ -29,6 +29,7 @@ def _register() -> None:
     cli.add_command(diff.diff)
     cli.add_command(export.export)
     cli.add_command(run.run)
+    cli.add_command(frameworks.frameworks_command)
 
 
 _register()

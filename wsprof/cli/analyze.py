@@ -9,39 +9,47 @@ import click
 from wsprof.analysis.model import SEVERITIES
 from wsprof.cli.options import FAIL_ON, fails
 from wsprof.errors import EXIT_FINDINGS, EXIT_OK
+from wsprof.report.renderers import ANALYZE_RENDERERS, choices_help
 
 
 @click.command()
 @click.argument("path", type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, help="text for people, json for machines")
-@click.option("--fail-on", type=click.Choice(FAIL_ON), default=None,
-              help="exit 1 when a finding at or above this severity exists; 'inconclusive' "
-                   "also when the data cannot support a verdict")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(list(ANALYZE_RENDERERS)),
+    default="text",
+    show_default=True,
+    help=choices_help(ANALYZE_RENDERERS),
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(FAIL_ON),
+    default=None,
+    help="exit 1 when a finding at or above this severity exists; 'inconclusive' "
+    "also when the data cannot support a verdict",
+)
 @click.option("--all", "show_all", is_flag=True, help="list every finding (text lists 10)")
 def analyze(path: str, fmt: str, fail_on: str | None, show_all: bool) -> int:
     """Analyse PATH: a run folder, a .wsprof trace, a CSV series (a step column and numeric
     columns, W&B exports too) or a training log (slime, verl, OpenRLHF, AReaL)."""
-    from wsprof.analysis.run import analyze_path
+    from wsprof.analysis.run import analyze as analyze_input
+    from wsprof.inputs import load
 
-    analysis = analyze_path(path)
-    if fmt == "json":
-        from wsprof.report.jsonout import render_json
-
-        click.echo(render_json(analysis))
-    else:
-        from wsprof.report.text import render_text
-
-        limit = len(analysis.findings) if show_all else 10
-        click.echo(render_text(analysis, colour=sys.stdout.isatty(), max_findings=limit),
-                   nl=False)
+    analysis = analyze_input(load(path))
+    limit = len(analysis.findings) if show_all else 10
+    click.echo(
+        ANALYZE_RENDERERS[fmt].render(analysis, colour=sys.stdout.isatty(), max_findings=limit),
+        nl=False,
+    )
     if fails(analysis, fail_on):
         if analysis.verdict.status == "inconclusive":
             sys.stderr.write(f"wsprof: exit 1: inconclusive: {analysis.verdict.reasons[0]}\n")
             return EXIT_FINDINGS
         level = "warning" if fail_on == "inconclusive" else str(fail_on)
-        n = sum(1 for f in analysis.findings
-                if SEVERITIES.index(f.severity) >= SEVERITIES.index(level))
+        n = sum(
+            1 for f in analysis.findings if SEVERITIES.index(f.severity) >= SEVERITIES.index(level)
+        )
         sys.stderr.write(f"wsprof: exit 1: {n} finding(s) at or above {level}\n")
         return EXIT_FINDINGS
     return EXIT_OK

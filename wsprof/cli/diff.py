@@ -9,11 +9,12 @@ import time
 import click
 
 from wsprof.errors import EXIT_OK
+from wsprof.report.renderers import DIFF_RENDERERS, choices_help
 
 
-def default_diff_path(before: str, after: str) -> str:
+def default_diff_path(before: str, after: str, suffix: str = ".html") -> str:
     """``reports/wsprof-diff-<host>-<before>-vs-<after>-<time>.html`` under the current
-    folder."""
+    folder (``suffix``: the renderer's)."""
 
     def name(path: str) -> str:
         return os.path.basename(os.path.normpath(path)).replace(".wsprof", "") or "run"
@@ -21,50 +22,66 @@ def default_diff_path(before: str, after: str) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return os.path.join(
         "reports",
-        f"wsprof-diff-{socket.gethostname()}-{name(before)}-vs-{name(after)}-{stamp}.html")
+        f"wsprof-diff-{socket.gethostname()}-{name(before)}-vs-{name(after)}-{stamp}{suffix}",
+    )
 
 
 @click.command()
 @click.argument("before", type=click.Path())
 @click.argument("after", type=click.Path())
-@click.option("--before-steps", default=None, metavar="A:B",
-              help="compare only steps A..B-1 of BEFORE (half-open; A: and :B leave an end open)")
-@click.option("--after-steps", default=None, metavar="C:D",
-              help="compare only steps C..D-1 of AFTER")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text",
-              show_default=True, help="text for people, json for machines, html for a page")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="file to write (html default: reports/wsprof-diff-<host>-...-<time>.html; "
-                   "text and json default: stdout)")
-def diff(before: str, after: str, before_steps: str | None, after_steps: str | None, fmt: str,
-         output: str | None) -> int:
+@click.option(
+    "--before-steps",
+    default=None,
+    metavar="A:B",
+    help="compare only steps A..B-1 of BEFORE (half-open; A: and :B leave an end open)",
+)
+@click.option(
+    "--after-steps", default=None, metavar="C:D", help="compare only steps C..D-1 of AFTER"
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(list(DIFF_RENDERERS)),
+    default="text",
+    show_default=True,
+    help=choices_help(DIFF_RENDERERS),
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="file to write (html default: reports/wsprof-diff-<host>-...-<time>.html; "
+    "text and json default: stdout)",
+)
+def diff(
+    before: str,
+    after: str,
+    before_steps: str | None,
+    after_steps: str | None,
+    fmt: str,
+    output: str | None,
+) -> int:
     """Compare BEFORE with AFTER: two runs (run folders, .wsprof traces or CSV series), or two
     step windows of one run (wsprof diff RUN RUN --before-steps 0:5 --after-steps 10:15).
 
     Re-measure after every fix: overhead moves to the next slowest place.
     """
-    from wsprof.analysis.diff import diff_paths, parse_step_range
+    from wsprof.analysis.diff import StepRangeError, diff_loaded, parse_step_range
+    from wsprof.inputs import load
+    from wsprof.report.files import write_text
 
     b_range = None if before_steps is None else parse_step_range(before_steps, "--before-steps")
     a_range = None if after_steps is None else parse_step_range(after_steps, "--after-steps")
-    result = diff_paths(before, after, b_range, a_range)
-    if fmt == "html":
-        from wsprof.report.diff_html import write_diff_html
-
-        click.echo(write_diff_html(result, output or default_diff_path(before, after)))
-        return EXIT_OK
-    if fmt == "json":
-        from wsprof.report.diff_json import render_diff_json
-
-        text = render_diff_json(result) + "\n"
-    else:
-        from wsprof.report.diff_text import render_diff_text
-
-        text = render_diff_text(result)
-    if output:
-        from wsprof.report.files import write_text
-
-        click.echo(write_text(output, text, "the diff"))
+    try:
+        result = diff_loaded(load(before), load(after), b_range, a_range)
+    except StepRangeError as e:  # analysis names the side's steps; here they are an option
+        raise e.with_option(f"--{e.role}-steps") from e
+    renderer = DIFF_RENDERERS[fmt]
+    text = renderer.render(result)
+    if renderer.writes_file or output:
+        path = output or default_diff_path(before, after, renderer.suffix)
+        click.echo(write_text(path, text, "the diff"))
     else:
         click.echo(text, nl=False)
     return EXIT_OK

@@ -10,7 +10,7 @@ from typing import Any
 
 from wsprof.analysis.samples import frame_shares_by_window
 from wsprof.capture.attach import ProcessPoller
-from wsprof.capture.pyspy import PySpySampler
+from wsprof.capture.pyspy.sampler import PySpySampler
 from wsprof.trace.reader import read_trace
 
 #: Frames listed per window.
@@ -22,8 +22,10 @@ def _view(sampler: PySpySampler, patterns: dict[str, str], framework: str | None
     from rich.table import Table
     from rich.text import Text
 
-    head = Text(f"wsprof attach --live: pid {', '.join(map(str, sampler.pids))}: "
-                f"{sampler.samples} samples, {sampler.windows} windows (Ctrl-C stops)")
+    head = Text(
+        f"wsprof attach --live: pid {', '.join(map(str, sampler.pids))}: "
+        f"{sampler.samples} samples, {sampler.windows} windows (Ctrl-C stops)"
+    )
     if not sampler.windows:
         return Group(head, Text("waiting for the first window..."))
     trace = read_trace(sampler.path)
@@ -41,7 +43,8 @@ def _view(sampler: PySpySampler, patterns: dict[str, str], framework: str | None
     except ImportError:  # pragma: no cover - phases are part of wsprof
         return Group(*parts)
     rows = phases.phase_shares_by_window(
-        trace.samples, phases.patterns_for(framework, patterns, trace.samples))
+        trace.samples, phases.patterns_for(framework, patterns, trace.samples)
+    )
     if rows:
         last = rows[-1]
         ph = Table(title="phases of the latest window (all samples)", expand=True)
@@ -53,8 +56,9 @@ def _view(sampler: PySpySampler, patterns: dict[str, str], framework: str | None
     return Group(*parts)
 
 
-def run_live(sampler: PySpySampler, poller: ProcessPoller, patterns: dict[str, str],
-             framework: str | None) -> None:
+def run_live(
+    sampler: PySpySampler, poller: ProcessPoller, patterns: dict[str, str], framework: str | None
+) -> None:
     """Refresh the view after every window until sampling ends (or Ctrl-C, which propagates).
 
     Args:

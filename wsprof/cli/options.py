@@ -59,8 +59,10 @@ def make_run_folder(path: str, option: str = "--out") -> list[str]:
             pass
     except OSError as e:
         remove_run_folder(missing)
-        raise InputError(f"{path}: cannot write the run folder ({e.strerror or e}); choose a "
-                         f"writable folder with {option}") from e
+        raise InputError(
+            f"{path}: cannot write the run folder ({e.strerror or e}); choose a "
+            f"writable folder with {option}"
+        ) from e
     return missing
 
 

@@ -10,14 +10,23 @@ from wsprof.errors import EXIT_OK
 
 @click.command()
 @click.argument("path", type=click.Path())
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="HTML file to write (default: reports/wsprof-<host>-<run>-<time>.html)")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="HTML file to write (default: reports/wsprof-<host>-<run>-<time>.html)",
+)
 def report(path: str, output: str | None) -> int:
     """Write the HTML report for PATH (run folder, .wsprof trace or CSV series)."""
-    from wsprof.analysis.run import analyze_path
-    from wsprof.report.html import write_html
+    from wsprof.analysis.run import analyze
+    from wsprof.inputs import load
+    from wsprof.report.files import write_text
+    from wsprof.report.renderers import REPORT_RENDERERS
 
-    analysis = analyze_path(path)
-    out = write_html(analysis, output or default_report_path(path))
-    click.echo(out)
+    renderer = REPORT_RENDERERS["html"]
+    analysis = analyze(load(path))
+    click.echo(
+        write_text(output or default_report_path(path), renderer.render(analysis), "the report")
+    )
     return EXIT_OK

@@ -11,6 +11,7 @@ from importlib import resources
 
 import click
 
+from wsprof.capture import settings
 from wsprof.capture.presets import PRESETS
 from wsprof.errors import InputError
 
@@ -22,36 +23,46 @@ def hooks_dir() -> str:
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
-@click.option("--out", type=click.Path(file_okay=False), default=None,
-              help="run folder (default: $WSPROF_OUT, else ./wsprof-out/<time>)")
-@click.option("--preset", type=click.Choice(sorted(PRESETS)), default=None,
-              help="mark this framework's weight-sync and rollout entry points as phases "
-                   "(default: whichever framework the processes import)")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="run folder (default: $WSPROF_OUT, else ./wsprof-out/<time>)",
+)
+@click.option(
+    "--preset",
+    type=click.Choice(sorted(PRESETS)),
+    default=None,
+    help="mark this framework's weight-sync and rollout entry points as phases "
+    "(default: whichever framework the processes import)",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(out: str | None, preset: str | None, cmd: tuple[str, ...]) -> int:
     """Run CMD (after `--`) with wsprof patched into every Python process it starts."""
     from wsprof.capture.recorder import default_out_dir
 
-    folder = os.path.abspath(out or os.environ.get("WSPROF_OUT") or default_out_dir())
+    folder = os.path.abspath(out or default_out_dir())
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as e:
-        raise InputError(f"{folder}: cannot create the run folder ({e.strerror}); choose a "
-                         "writable one with --out") from e
+        raise InputError(
+            f"{folder}: cannot create the run folder ({e.strerror}); choose a "
+            "writable one with --out"
+        ) from e
     hooks = hooks_dir()
     if not os.path.isfile(os.path.join(hooks, "sitecustomize.py")):
-        raise InputError(f"{hooks}: the bootstrap is missing from this wsprof install; "
-                         "reinstall wsprof")
+        raise InputError(
+            f"{hooks}: the bootstrap is missing from this wsprof install; reinstall wsprof"
+        )
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (hooks, env.get("PYTHONPATH", "")) if p)
-    env.update(WSPROF_RUN="1", WSPROF_OUT=folder)
-    if preset:
-        env["WSPROF_PRESET"] = preset
+    env.update(settings.child_env(folder, preset))
     try:
         proc = subprocess.Popen(list(cmd), env=env)
     except OSError as e:
-        raise InputError(f"cannot start {cmd[0]!r} ({e.strerror}); check the command after "
-                         "`--`") from e
+        raise InputError(
+            f"cannot start {cmd[0]!r} ({e.strerror}); check the command after `--`"
+        ) from e
     # Ctrl-C reaches the whole foreground group by itself; SIGTERM is passed on.
     previous = signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))
     try:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from wsprof.capture import pyspy
-from wsprof.capture.pyspy import PySpySampler
+from wsprof.capture.pyspy.sampler import PySpySampler
 from wsprof.demo.workload import DemoConfig, rank_main
 from wsprof.errors import WsprofError
 
@@ -29,9 +29,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_job(
-    cfg: DemoConfig, sample: bool = True, say: Callable[[str], None] = print
-) -> list[str]:
+def run_job(cfg: DemoConfig, sample: bool = True, say: Callable[[str], None] = print) -> list[str]:
     """Run the demo ranks to completion, with py-spy on rank 0 when the OS allows it.
 
     Args:

@@ -23,7 +23,7 @@ import csv
 import math
 import os
 
-from wsprof.analysis.model import Series
+from wsprof.contracts.series import Series, imported_series
 from wsprof.errors import InputError, quote
 
 #: Name of the step column (compared case-insensitively).
@@ -114,11 +114,11 @@ def load_series_csv(path: str) -> list[Series]:
     steps = tuple(r[0] for r in records)
     configs = tuple(r[2] or "" for r in records) if config_col is not None else None
     return [
-        Series(
-            name=header[c].strip(),
-            unit=unit_of(header[c]),
-            steps=steps,
-            values=tuple(r[1][j] for r in records),
+        imported_series(
+            header[c].strip(),
+            unit_of(header[c]),
+            steps,
+            tuple(r[1][j] for r in records),
             config=configs,
         )
         for j, c in enumerate(value_cols)

@@ -6,7 +6,7 @@ Every line is cleaned first: ANSI colour codes, Ray's prefixes (``(pid=1234)``,
 ``[repeated 3x across cluster]`` suffix are removed; a timestamp or logger prefix before the
 step line is fine. Every other line is ignored. Accepted step lines:
 
-- **slime** (``slime/utils/training/train_metric_utils.py``, ``slime/ray/rollout.py``)::
+- **slime** (``slime/observability/train_metric_utils.py``, ``rollout_metrics.py``)::
 
       perf 3: {'perf/update_weights_time': 966.1, 'perf/rollout_time': 68.0, ...}
 
@@ -61,54 +61,42 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO
 
-from wsprof.analysis.model import Series
+from wsprof import frameworks
+from wsprof.contracts.series import ROLLOUT_S, STEP_S, WEIGHT_SYNC_S, Series, imported_series
 from wsprof.errors import InputError, quote
+from wsprof.frameworks import LineShape, LogFormat
 from wsprof.importers.csv_series import unit_of
 
+#: The headline series, in the order they are listed.
+HEADLINE_SERIES = (WEIGHT_SYNC_S, ROLLOUT_S, STEP_S)
 #: Headline series name -> the framework keys it is read from, first present wins (the others
-#: keep their own names). The name itself comes first: an export may already use it.
-SERIES_KEYS: dict[str, tuple[str, ...]] = {
-    "weight_sync_s": (
-        "weight_sync_s",
-        "perf/update_weights_time",  # slime
-        "timing_s/update_weights",  # verl
-        "timing_s/sync_rollout_weights",  # verl, one-step-off / fully async
-        "timing_s/reshard",  # verl, older versions
-        "timing/broadcast",  # OpenRLHF
-        "timeperf/update_weights",  # AReaL
-    ),
-    "rollout_s": (
-        "rollout_s",
-        "perf/rollout_time",  # slime
-        "timing_s/gen",  # verl
-        "timing_s/generate_async",  # verl, fully async
-        "timing/generation",  # OpenRLHF
-        "timeperf/rollout",  # AReaL
-    ),
-    "step_s": (
-        "step_s",
-        "timing_s/step",  # verl
-        "perf/step_time",  # slime
-        "timing/step_total",  # OpenRLHF
-    ),
-}
+#: keep their own names). The name itself comes first: an export may already use it. From the
+#: registry (:attr:`wsprof.frameworks.Framework.metric_keys`).
+SERIES_KEYS: dict[str, tuple[str, ...]] = frameworks.series_keys(HEADLINE_SERIES)
 
-#: Keys logged one step late, and by how many steps their values move back (slime: line N holds
-#: the sync that ran before rollout N, i.e. after training step N-1).
-SHIFTED_KEYS: dict[str, int] = {"perf/update_weights_time": 1}
+_METRIC_KEYS = [m for fw in frameworks.FRAMEWORKS for m in fw.metric_keys]
+#: Keys logged late, and by how many steps their values move back (slime: line N holds the
+#: sync that ran before rollout N, i.e. after training step N-1).
+SHIFTED_KEYS: dict[str, int] = {m.key: m.shift_steps for m in _METRIC_KEYS if m.shift_steps}
+_SHIFT_NOTES = {m.key: m.note for m in _METRIC_KEYS if m.shift_steps}
 
+#: ``(prefix, suffix)`` of the frameworks' timer keys, all in seconds (``timing_s/*``,
+#: ``perf/*_time``).
+TIMER_KEYS: tuple[tuple[str, str], ...] = tuple(
+    t for fw in frameworks.FRAMEWORKS for t in fw.timer_keys
+)
 #: Key prefixes of the frameworks' timers, all in seconds.
-SECONDS_PREFIXES = ("timing_s/", "timing/", "timeperf/")
+SECONDS_PREFIXES = tuple(prefix for prefix, suffix in TIMER_KEYS if not suffix)
 
 #: Words of a metric's last name part that make it a rate or a ratio, never a time.
 _RATE_WORDS = ("ratio", "frac", "_per_", "tflops", "throughput", "mfu")
 #: Framework keys that are step times in seconds though their name has no unit (verl's
 #: ``compute_throughout_metrics``: ``perf/time_per_step`` is ``timing_raw["step"]``).
-STEP_TIME_KEYS = frozenset({"perf/time_per_step"})
+STEP_TIME_KEYS = frozenset(k for fw in frameworks.FRAMEWORKS for k in fw.step_time_keys)
 #: Unit suffixes a framework key never means: ``global_seqlen/balanced_min`` is a minimum, not
 #: minutes (verl), ``*_h`` a height; CSV columns keep them (:func:`unit_of`).
 _NOT_KEY_UNITS = frozenset({"min", "h"})
@@ -130,10 +118,6 @@ _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]?")
 _RAY_PREFIX_RE = re.compile(r"^\s*\((?:[^()]*?\s)?pid=\d+(?:,[^()]*)?\)\s*")
 _RAY_REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 
-_SLIME_RE = re.compile(rf"\bperf {_STEP}:\s*(?P<body>\{{.*)")
-_VERL_RE = re.compile(rf"(?<![\w/.-])step:{_STEP}\s+-\s+(?P<body>.*)")
-_OPENRLHF_RE = re.compile(rf"\bGlobal step {_STEP}:\s*(?P<body>\{{.*)")
-_AREAL_RE = re.compile(rf"\bTrain step {_STEP}/\d{{1,{MAX_STEP_DIGITS}}} done\b")
 
 #: ``'key': value`` (or ``"key": value``) inside a dict repr or JSON object.
 _DICT_PAIR_RE = re.compile(
@@ -192,53 +176,43 @@ def _dict_pairs(body: str) -> dict[str, float]:
     return out
 
 
-def parse_slime_line(line: str) -> tuple[int, dict[str, float]] | None:
-    """``perf N: {...}`` -> (N, numeric values), else None.
-
-    Args:
-        line: a cleaned line (:func:`clean_line`).
-    """
-    m = _SLIME_RE.search(line)
-    return (int(m.group("step")), _dict_pairs(m.group("body"))) if m else None
-
-
-def parse_openrlhf_line(line: str) -> tuple[int, dict[str, float]] | None:
-    """``Global step N: {...}`` -> (N, numeric values), else None.
-
-    Args:
-        line: a cleaned line (:func:`clean_line`).
-    """
-    m = _OPENRLHF_RE.search(line)
-    return (int(m.group("step")), _dict_pairs(m.group("body"))) if m else None
-
-
-def parse_verl_line(line: str) -> tuple[int, dict[str, float]] | None:
-    """``step:N - key:value - key:value ...`` -> (N, numeric values), else None.
-
-    Args:
-        line: a cleaned line (:func:`clean_line`).
-    """
-    m = _VERL_RE.search(line)
-    if not m:
-        return None
+def _dash_pairs(body: str) -> dict[str, float]:
     out: dict[str, float] = {}
-    for piece in m.group("body").split(" - "):
+    for piece in body.split(" - "):
         pm = _VERL_PAIR_RE.fullmatch(piece.strip())
         if pm:
             value = parse_number(pm.group("val"))
             if value is not None:
                 out[pm.group("key")] = value
-    return int(m.group("step")), out
+    return out
 
 
-def parse_areal_step(line: str) -> int | None:
-    """``Train step N/M done.`` -> N, else None.
+#: Every format tried, in the order a tie is broken (:func:`wsprof.frameworks.log_formats`).
+FORMATS: tuple[LogFormat, ...] = frameworks.log_formats()
+#: Format name -> its compiled step line (``{step}`` filled in).
+_STEP_RES: dict[str, re.Pattern[str]] = {
+    f.name: re.compile(f.step_line.replace("{step}", _STEP)) for f in FORMATS
+}
+
+
+def parse_step_line(line: str, fmt: LogFormat) -> tuple[int, dict[str, float]] | None:
+    """A step line of ``fmt`` -> (step, numeric values), else None.
+
+    A :attr:`~wsprof.frameworks.LineShape.TABLE` step line holds no values (they follow in
+    table rows): its values are ``{}``.
 
     Args:
         line: a cleaned line (:func:`clean_line`).
+        fmt: the format (:data:`FORMATS`).
     """
-    m = _AREAL_RE.search(line)
-    return int(m.group("step")) if m else None
+    m = _STEP_RES[fmt.name].search(line)
+    if not m:
+        return None
+    step = int(m.group("step"))
+    if fmt.shape is LineShape.TABLE:
+        return step, {}
+    body = m.group("body")
+    return step, _dict_pairs(body) if fmt.shape is LineShape.DICT else _dash_pairs(body)
 
 
 def parse_table_row(line: str) -> dict[str, float] | None:
@@ -273,30 +247,6 @@ def parse_table_row(line: str) -> dict[str, float] | None:
 
 
 @dataclass(frozen=True)
-class LogFormat:
-    """A framework's log format: its name and the step line it is recognised by."""
-
-    name: str
-    example: str
-
-
-#: Every format tried, in the order a tie is broken.
-FORMATS = (
-    LogFormat("slime", "perf N: {'perf/update_weights_time': ..., ...}"),
-    LogFormat("verl", "step:N - timing_s/update_weights:... - ..."),
-    LogFormat("OpenRLHF", "Global step N: {'timing/broadcast': ..., ...}"),
-    LogFormat("AReaL", "Train step N/M done. + rows '| timeperf/update_weights | ... |'"),
-)
-
-#: Format -> (text every step line holds, its parser); the text spares most lines the regex.
-_LINE_PARSERS: dict[str, tuple[str, Callable[[str], tuple[int, dict[str, float]] | None]]] = {
-    "slime": ("perf ", parse_slime_line),
-    "verl": ("step:", parse_verl_line),
-    "OpenRLHF": ("Global step ", parse_openrlhf_line),
-}
-
-
-@dataclass(frozen=True)
 class Imported:
     """Per-step series read from a file, and what a reader of the verdict should know.
 
@@ -321,25 +271,27 @@ class _Collected:
 
 def _collect(lines: Iterable[str]) -> dict[str, _Collected]:
     found = {f.name: _Collected({}) for f in FORMATS}
-    areal_step: int | None = None
+    table_step: dict[str, int] = {}  # table format -> its current step
     for raw in lines:
         line = clean_line(raw)
         if not line:
             continue
-        for name, (marker, parse) in _LINE_PARSERS.items():
-            hit = parse(line) if marker in line else None
-            if hit is not None:
-                found[name].lines += 1
-                found[name].records.setdefault(hit[0], {}).update(hit[1])
-        step = parse_areal_step(line) if "Train step " in line else None
-        if step is not None:
-            areal_step = step
-            found["AReaL"].lines += 1
-            found["AReaL"].records.setdefault(step, {})
-        elif areal_step is not None:
+        stepped = False
+        for fmt in FORMATS:
+            hit = parse_step_line(line, fmt) if fmt.marker in line else None
+            if hit is None:
+                continue
+            got = found[fmt.name]
+            got.lines += 1
+            got.records.setdefault(hit[0], {}).update(hit[1])
+            if fmt.shape is LineShape.TABLE:
+                table_step[fmt.name] = hit[0]
+                stepped = True
+        if table_step and not stepped:
             row = parse_table_row(line)
             if row:
-                found["AReaL"].records[areal_step].update(row)
+                for name, step in table_step.items():
+                    found[name].records[step].update(row)
     return found
 
 
@@ -361,7 +313,7 @@ def metric_unit(key: str) -> str:
         return ""  # a rate or ratio (tokens_per_s, wait_time_ratio, tflops), not a time
     if low.startswith("timing_per_token_ms/"):
         return "ms"
-    if low.startswith(SECONDS_PREFIXES) or (low.startswith("perf/") and low.endswith("_time")):
+    if any(low.startswith(prefix) and low.endswith(suffix) for prefix, suffix in TIMER_KEYS):
         return "s"
     unit = unit_of(low)
     return "" if unit in _NOT_KEY_UNITS else unit
@@ -399,8 +351,8 @@ def build_series(records: dict[int, dict[str, float]]) -> tuple[list[Series], li
     for key, shift in SHIFTED_KEYS.items():
         if key in rename and shift:
             notes.append(
-                f"{rename[key]} of step k is {key} logged at step k+{shift} (slime logs the "
-                f"sync that ran before rollout N on line N); the one logged at step "
+                f"{rename[key]} of step k is {key} logged at step k+{shift} "
+                f"({_SHIFT_NOTES[key]}); the one logged at step "
                 f"{first_step}, the sync before training, is dropped"
             )
     order = [n for n in SERIES_KEYS if n in points] + [
@@ -410,7 +362,9 @@ def build_series(records: dict[int, dict[str, float]]) -> tuple[list[Series], li
     for name in order:
         pts = sorted(points[name])
         series.append(
-            Series(name, metric_unit(name), tuple(p[0] for p in pts), tuple(p[1] for p in pts))
+            imported_series(
+                name, metric_unit(name), tuple(p[0] for p in pts), tuple(p[1] for p in pts)
+            )
         )
     return series, notes
 
@@ -421,8 +375,9 @@ def _formats_hint() -> str:
 
 #: What to do with a file that is no known input.
 NOT_A_LOG_HINT = (
-    "give a run folder, a .wsprof trace, a .csv series or the log of a slime, verl, OpenRLHF or "
-    "AReaL run"
+    "give a run folder, a .wsprof trace, a .csv series or the log of a "
+    + ", ".join(f.name for f in FORMATS[:-1])
+    + f" or {FORMATS[-1].name} run"
 )
 
 
@@ -441,8 +396,14 @@ def parse_log_lines(lines: Iterable[str], source: str) -> Imported:
             the formats tried and what a step line looks like.
     """
     found = _collect(lines)
-    best = max(FORMATS, key=lambda f: (found[f.name].lines > 0 and any(
-        found[f.name].records.values()), found[f.name].lines, -FORMATS.index(f)))
+    best = max(
+        FORMATS,
+        key=lambda f: (
+            found[f.name].lines > 0 and any(found[f.name].records.values()),
+            found[f.name].lines,
+            -FORMATS.index(f),
+        ),
+    )
     got = found[best.name]
     if not got.lines:
         raise InputError(
@@ -463,11 +424,16 @@ def parse_log_lines(lines: Iterable[str], source: str) -> Imported:
             "least two steps"
         )
     steps = sorted(records)
-    head = (f"read as a {best.name} log: {got.lines} step lines, {len(steps)} steps "
-            f"({steps[0]}-{steps[-1]}), {len(series)} metrics")
-    if not any(s.name == "weight_sync_s" for s in series):
-        notes.append("no weight-sync time in this log (keys tried: "
-                     + ", ".join(SERIES_KEYS["weight_sync_s"][1:]) + ")")
+    head = (
+        f"read as a {best.name} log: {got.lines} step lines, {len(steps)} steps "
+        f"({steps[0]}-{steps[-1]}), {len(series)} metrics"
+    )
+    if not any(s.name == WEIGHT_SYNC_S for s in series):
+        notes.append(
+            "no weight-sync time in this log (keys tried: "
+            + ", ".join(SERIES_KEYS[WEIGHT_SYNC_S][1:])
+            + ")"
+        )
     return Imported(tuple(series), (head, *notes), best.name)
 
 
@@ -512,8 +478,11 @@ def load_log(path: str) -> Imported:
                 f"training log; {NOT_A_LOG_HINT}"
             )
         if b"\x00" in head:
-            kind = "a gzip-compressed file (gunzip it first)" if head[:2] == b"\x1f\x8b" else (
-                "a binary file")
+            kind = (
+                "a gzip-compressed file (gunzip it first)"
+                if head[:2] == b"\x1f\x8b"
+                else ("a binary file")
+            )
             raise InputError(
                 f"{path}: {kind}, neither a wsprof trace nor a CSV series nor a text log; "
                 f"{NOT_A_LOG_HINT}"

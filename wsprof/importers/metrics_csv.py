@@ -42,8 +42,14 @@ from wsprof.importers.logs import SERIES_KEYS, Imported, build_series, parse_num
 
 #: Step columns, the first present wins (compared case-insensitively): slime's
 #: ``rollout/step``, verl's ``training/global_step`` (``ray_trainer.py``), W&B's ``_step``.
-STEP_COLUMNS = ("step", "rollout/step", "global_step", "train/global_step",
-                "training/global_step", "_step")
+STEP_COLUMNS = (
+    "step",
+    "rollout/step",
+    "global_step",
+    "train/global_step",
+    "training/global_step",
+    "_step",
+)
 #: Step columns that alone make a CSV a metric export (``step`` is the plain CSV's).
 EXPORT_STEP_COLUMNS = frozenset(STEP_COLUMNS) - {"step"}
 #: Framework keys that make a CSV a metric export (the headline names themselves do not).
@@ -53,8 +59,10 @@ BAND_SUFFIXES = ("__MIN", "__MAX")
 #: Columns that are never metrics (compared case-insensitively).
 NOT_METRICS = frozenset({"wall time"})
 
-_HINT = ("expected a header with a step column (step, _step or global_step) and metric columns "
-         "such as perf/update_weights_time")
+_HINT = (
+    "expected a header with a step column (step, _step or global_step) and metric columns "
+    "such as perf/update_weights_time"
+)
 
 
 def metric_name(column: str) -> str:
@@ -156,8 +164,14 @@ def load_metrics_csv(path: str) -> Imported:
     columns: dict[str, int] = {}
     repeated: list[str] = []
     for i, name in enumerate(header):
-        if (i == step_col or not name or name.startswith("_") or name.endswith(BAND_SUFFIXES)
-                or name.lower() in NOT_METRICS or name.lower() in STEP_COLUMNS):
+        if (
+            i == step_col
+            or not name
+            or name.startswith("_")
+            or name.endswith(BAND_SUFFIXES)
+            or name.lower() in NOT_METRICS
+            or name.lower() in STEP_COLUMNS
+        ):
             continue
         if name in columns:
             repeated.append(name)
@@ -188,9 +202,13 @@ def load_metrics_csv(path: str) -> Imported:
             "to give it to); give an export of at least two steps"
         )
     steps = sorted(records)
-    head = (f"read as a metric export: step column {header[step_col]!r}, {len(steps)} steps "
-            f"({steps[0]}-{steps[-1]}), {len(series)} metrics")
+    head = (
+        f"read as a metric export: step column {header[step_col]!r}, {len(steps)} steps "
+        f"({steps[0]}-{steps[-1]}), {len(series)} metrics"
+    )
     if repeated:
-        notes.append(f"{len(repeated)} metric(s) in several columns (several runs?), the first "
-                     f"read: {', '.join(repeated[:3])}{', ...' if len(repeated) > 3 else ''}")
+        notes.append(
+            f"{len(repeated)} metric(s) in several columns (several runs?), the first "
+            f"read: {', '.join(repeated[:3])}{', ...' if len(repeated) > 3 else ''}"
+        )
     return Imported(tuple(series), (head, *notes), "metrics-csv")

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from jinja2 import Environment, PackageLoader
 
 from wsprof.analysis.diff import BASIS_STEP, Delta, DiffResult, ItemDiff, fmt_change_s, fmt_rel
-from wsprof.report.diff_text import fmt_count, headline_rows
+from wsprof.contracts.units import fmt_duration, fmt_in_unit, fmt_pct, fmt_us
+from wsprof.report.diff_text import fmt_count, headline_rows, range_option
 from wsprof.report.files import write_text
-from wsprof.units import fmt_duration, fmt_in_unit, fmt_pct, fmt_us
 
 #: Rows per table; the rest are counted.
 MAX_ROWS = 40
@@ -38,15 +38,37 @@ class TableView:
 
 #: (kind, section id, title, how to read it, name column)
 _TABLES = (
-    ("op", "ops", "Per op", "Calls per step, median host latency per call and time per step of "
-     "each canonical op; largest change of time per step first.", "op"),
-    ("site", "sites", "Per caller site", "Calls per step and time per step of each caller "
-     "site (function and file; the lines seen below the name).", "site"),
+    (
+        "op",
+        "ops",
+        "Per op",
+        "Calls per step, median host latency per call and time per step of "
+        "each canonical op; largest change of time per step first.",
+        "op",
+    ),
+    (
+        "site",
+        "sites",
+        "Per caller site",
+        "Calls per step and time per step of each caller "
+        "site (function and file; the lines seen below the name).",
+        "site",
+    ),
     ("phase", "phases", "Per phase", "Time per step in each phase.", "phase"),
-    ("series", "series", "Per series", "Median per step of each column of the series file.",
-     "series"),
-    ("frame", "frames", "py-spy leaf frames", "Share of the active py-spy samples whose leaf "
-     "is the frame.", "frame"),
+    (
+        "series",
+        "series",
+        "Per series",
+        "Median per step of each column of the series file.",
+        "series",
+    ),
+    (
+        "frame",
+        "frames",
+        "py-spy leaf frames",
+        "Share of the active py-spy samples whose leaf is the frame.",
+        "frame",
+    ),
 )
 
 
@@ -63,25 +85,45 @@ def _pts(d: Delta | None) -> str:
 
 
 def _line_class(line: str) -> str:
-    for prefix, cls in (("got faster", "faster"), ("got slower", "slower"),
-                        ("overhead moved", "moved")):
+    for prefix, cls in (
+        ("got faster", "faster"),
+        ("got slower", "slower"),
+        ("overhead moved", "moved"),
+    ):
         if line.startswith(prefix):
             return cls
     return ""
 
 
 def _top(items: tuple[ItemDiff, ...]) -> float:
-    vals = [v for i in items if (m := i.main) is not None
-            for v in (m.before, m.after) if v is not None and v > 0]
+    vals = [
+        v
+        for i in items
+        if (m := i.main) is not None
+        for v in (m.before, m.after)
+        if v is not None and v > 0
+    ]
     return max(vals, default=0.0)
 
 
 def _environment() -> Environment:
-    env = Environment(loader=PackageLoader("wsprof", "report/templates"), autoescape=True,
-                      trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(dur=fmt_duration, us=fmt_us, pct=fmt_pct, count=fmt_count,
-                       chg=fmt_change_s, rel=lambda d: fmt_rel(d) if d is not None else "—",
-                       pts=_pts, direction=_direction, in_unit=fmt_in_unit)
+    env = Environment(
+        loader=PackageLoader("wsprof", "report/templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        dur=fmt_duration,
+        us=fmt_us,
+        pct=fmt_pct,
+        count=fmt_count,
+        chg=fmt_change_s,
+        rel=lambda d: fmt_rel(d) if d is not None else "—",
+        pts=_pts,
+        direction=_direction,
+        in_unit=fmt_in_unit,
+    )
     return env
 
 
@@ -89,13 +131,13 @@ def render_diff_html(result: DiffResult, max_rows: int = MAX_ROWS) -> str:
     """The diff as one self-contained HTML page.
 
     Args:
-        result: what :func:`wsprof.analysis.diff.diff_paths` produced.
+        result: what :func:`wsprof.analysis.diff.diff_loaded` produced.
         max_rows: most rows per table.
 
     Returns:
         The HTML text: no script, no external resource.
     """
-    from wsprof import __version__
+    from wsprof._version import __version__
 
     tables = []
     for kind, sid, title, how, name in _TABLES:
@@ -104,14 +146,22 @@ def render_diff_html(result: DiffResult, max_rows: int = MAX_ROWS) -> str:
         items = result.of_kind(kind)
         if items:
             shown = items[:max_rows]
-            tables.append(TableView(sid, title, how, name, shown, _top(shown),
-                                    len(items) - len(shown)))
+            tables.append(
+                TableView(sid, title, how, name, shown, _top(shown), len(items) - len(shown))
+            )
     r = result
     per = r.per_words
     headline = [(n if k == "share" else f"{n} ({per})", d, k) for n, d, k in headline_rows(r)]
     template = _environment().get_template(_TEMPLATE)
-    return template.render(r=r, version=__version__, tables=tables, headline=headline,
-                           line_class=_line_class)
+    return template.render(
+        r=r,
+        version=__version__,
+        tables=tables,
+        headline=headline,
+        line_class=_line_class,
+        before_desc=r.before.describe(range_option(r.before.role)),
+        after_desc=r.after.describe(range_option(r.after.role)),
+    )
 
 
 def write_diff_html(result: DiffResult, path: str | os.PathLike[str]) -> str:

@@ -9,14 +9,18 @@ from typing import Any
 from wsprof.analysis.diff import DiffResult, ItemDiff, SideSummary
 from wsprof.report.jsonout import json_safe
 
-#: Bumped when a field of the document changes meaning.
+#: Bumped when a field of the document changes meaning (written as ``schema_version``, and as
+#: ``version`` for readers of version 2).
 DIFF_JSON_VERSION = 2
+#: The ``schema_version`` of the document (the same number as :data:`DIFF_JSON_VERSION`).
+SCHEMA_VERSION = DIFF_JSON_VERSION
 
 
 def _side(s: SideSummary) -> dict[str, Any]:
     d = dataclasses.asdict(s)
-    d["step_range"] = None if s.step_range is None else {"start": s.step_range[0],
-                                                         "stop": s.step_range[1]}
+    d["step_range"] = (
+        None if s.step_range is None else {"start": s.step_range[0], "stop": s.step_range[1]}
+    )
     return d
 
 
@@ -27,8 +31,9 @@ def _ref(i: ItemDiff) -> dict[str, str]:
 def diff_to_dict(result: DiffResult) -> dict[str, Any]:
     """The JSON document.
 
-    ``version``; ``basis``: ``step`` (both sides per step) or ``second`` (a run side without
-    steps: both sides as whole-run rates, every ``s_per_step``/``calls_per_step`` and the
+    ``schema_version`` (:data:`SCHEMA_VERSION`) and ``version`` (the same); ``basis``:
+    ``step`` (both sides per step) or ``second`` (a run side without steps: both sides as
+    whole-run rates, every ``s_per_step``/``calls_per_step`` and the
     headline times per second of the wall time each side covers, latency per call as is);
     ``verdict`` (lines, the headline first); ``before`` and ``after`` (role, source, kind,
     process, step_source, step_range {start, stop} (null ends open) or null, steps, n_calls,
@@ -43,6 +48,7 @@ def diff_to_dict(result: DiffResult) -> dict[str, Any]:
     """
     r = result
     doc = {
+        "schema_version": SCHEMA_VERSION,
         "version": DIFF_JSON_VERSION,
         "basis": r.basis,
         "verdict": list(r.verdict),

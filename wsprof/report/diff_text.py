@@ -8,8 +8,8 @@ import textwrap
 from collections.abc import Callable, Sequence
 
 from wsprof.analysis.diff import BASIS_STEP, Delta, DiffResult, ItemDiff, fmt_change_s, fmt_rel
+from wsprof.contracts.units import fmt_duration, fmt_in_unit, fmt_pct, fmt_us
 from wsprof.report.text import shorten_frame
-from wsprof.units import fmt_duration, fmt_in_unit, fmt_pct, fmt_us
 
 WIDTH = 80
 #: Rows listed per table; the rest are counted (``--format json`` lists every item).
@@ -26,9 +26,23 @@ _HOLD = "\x00"
 def _wrap(text: str, indent: str = "", subsequent: str = "    ") -> list[str]:
     """Wrap at spaces only: paths, names and quantities stay whole for copying."""
     held = _QUANTITY.sub(lambda m: m.group(1) + _HOLD, text).replace(" -> ", f"{_HOLD}->{_HOLD}")
-    return [line.replace(_HOLD, " ") for line in textwrap.wrap(
-        held, WIDTH, initial_indent=indent, subsequent_indent=subsequent,
-        break_on_hyphens=False, break_long_words=False)]
+    return [
+        line.replace(_HOLD, " ")
+        for line in textwrap.wrap(
+            held,
+            WIDTH,
+            initial_indent=indent,
+            subsequent_indent=subsequent,
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
+    ]
+
+
+def range_option(role: str) -> str:
+    """How the diff's output names a side's step range: the option of ``wsprof diff`` that
+    gives it (``--before-steps``)."""
+    return f"--{role}-steps"
 
 
 def fmt_count(x: float | None) -> str:
@@ -52,9 +66,12 @@ def headline_rows(r: DiffResult) -> list[tuple[str, Delta, str]]:
     """The headline numbers a renderer shows: ``(name, delta, kind)`` with kind ``s`` (a
     time per step, or per second of wall time with the ``second`` basis) or ``share``; only
     those known on a side. Weight sync appears once, here (no item repeats it)."""
-    rows = [("step time (median)", r.step_s, "s"), ("weight sync", r.weight_sync_s, "s"),
-            ("rollout share (median)", r.rollout_share, "share"),
-            ("in collectives", r.collective_s, "s")]
+    rows = [
+        ("step time (median)", r.step_s, "s"),
+        ("weight sync", r.weight_sync_s, "s"),
+        ("rollout share (median)", r.rollout_share, "share"),
+        ("in collectives", r.collective_s, "s"),
+    ]
     return [row for row in rows if row[1].before is not None or row[1].after is not None]
 
 
@@ -69,13 +86,18 @@ def _headline_lines(r: DiffResult) -> list[str]:
             change, rel = _share_change(d), ""
         else:
             fmt, change, rel = fmt_duration, fmt_change_s(d.change), fmt_rel(d)
-        lines.append(f"{name:<24} {fmt(d.before):>10} {fmt(d.after):>10} {change:>10} "
-                     f"{rel:>6}")
+        lines.append(f"{name:<24} {fmt(d.before):>10} {fmt(d.after):>10} {change:>10} {rel:>6}")
     return lines
 
 
-def _table(title: str, header: Sequence[str], items: Sequence[ItemDiff], name_width: int,
-           cells: Callable[[ItemDiff], str], max_rows: int) -> list[str]:
+def _table(
+    title: str,
+    header: Sequence[str],
+    items: Sequence[ItemDiff],
+    name_width: int,
+    cells: Callable[[ItemDiff], str],
+    max_rows: int,
+) -> list[str]:
     """A table of items: the name in ``name_width`` columns (a longer name gets a line of its
     own) and the numbers ``cells`` gives."""
     if not items:
@@ -97,8 +119,10 @@ def _table(title: str, header: Sequence[str], items: Sequence[ItemDiff], name_wi
 def _time_cells(d: Delta | None) -> str:
     if d is None:
         return f" {'-':>8} {'-':>8} {'-':>8} {'-':>5}"
-    return (f" {fmt_duration(d.before):>8} {fmt_duration(d.after):>8} "
-            f"{fmt_change_s(d.change):>8} {fmt_rel(d):>5}")
+    return (
+        f" {fmt_duration(d.before):>8} {fmt_duration(d.after):>8} "
+        f"{fmt_change_s(d.change):>8} {fmt_rel(d):>5}"
+    )
 
 
 def _calls_cells(d: Delta | None) -> str:
@@ -109,8 +133,7 @@ def _calls_cells(d: Delta | None) -> str:
 
 def _op_cells(i: ItemDiff) -> str:
     med = i.median_us
-    meds = (f" {fmt_us(med.before if med else None):>8} "
-            f"{fmt_us(med.after if med else None):>8}")
+    meds = f" {fmt_us(med.before if med else None):>8} {fmt_us(med.after if med else None):>8}"
     return _calls_cells(i.calls_per_step) + meds + _time_cells(i.s_per_step)
 
 
@@ -131,8 +154,10 @@ def _series_cells(i: ItemDiff) -> str:
     d = i.value
     if d is None:
         return ""
-    return (f" {fmt_in_unit(d.before, i.unit):>8} {fmt_in_unit(d.after, i.unit):>8} "
-            f"{'':>8} {fmt_rel(d):>5}")
+    return (
+        f" {fmt_in_unit(d.before, i.unit):>8} {fmt_in_unit(d.after, i.unit):>8} "
+        f"{'':>8} {fmt_rel(d):>5}"
+    )
 
 
 def _title(before: str, after: str) -> str:
@@ -153,7 +178,7 @@ def render_diff_text(result: DiffResult, max_rows: int = MAX_ROWS) -> str:
     """The diff a user reads first: the verdict, both sides, then the tables.
 
     Args:
-        result: what :func:`wsprof.analysis.diff.diff_paths` produced.
+        result: what :func:`wsprof.analysis.diff.diff_loaded` produced.
         max_rows: most rows per table.
 
     Returns:
@@ -166,31 +191,67 @@ def render_diff_text(result: DiffResult, max_rows: int = MAX_ROWS) -> str:
     for v in r.verdict[1:]:
         lines += _wrap(v, indent="  ", subsequent="    ")
     lines.append("")
-    lines += _wrap(f"before: {r.before.describe()}", subsequent="        ")
-    lines += _wrap(f"after:  {r.after.describe()}", subsequent="        ")
+    lines += _wrap(
+        f"before: {r.before.describe(range_option(r.before.role))}", subsequent="        "
+    )
+    lines += _wrap(f"after:  {r.after.describe(range_option(r.after.role))}", subsequent="        ")
     lines += _headline_lines(r)
     times = f" {'before':>8} {'after':>8} {'change':>8} {'rel':>5}"
     per = "per step" if r.basis == BASIS_STEP else "per second"
     if r.basis != BASIS_STEP:
-        lines += ["", *_wrap("as whole-run rates: times and calls per second of wall time "
-                             "(a time per second is the share of the wall time)")]
+        lines += [
+            "",
+            *_wrap(
+                "as whole-run rates: times and calls per second of wall time "
+                "(a time per second is the share of the wall time)"
+            ),
+        ]
     lines += _table(
         f"ops (calls {per}, median latency per call, time {per}):",
-        [f"{'':<14} {'calls':>6} {'':>6} {'median':>8} {'':>8} {'time':>8}",
-         f"{'op':<14} {'before':>6} {'after':>6} {'before':>8} {'after':>8}{times}"],
-        r.of_kind("op"), 14, _op_cells, max_rows)
+        [
+            f"{'':<14} {'calls':>6} {'':>6} {'median':>8} {'':>8} {'time':>8}",
+            f"{'op':<14} {'before':>6} {'after':>6} {'before':>8} {'after':>8}{times}",
+        ],
+        r.of_kind("op"),
+        14,
+        _op_cells,
+        max_rows,
+    )
     lines += _table(
         f"caller sites (calls {per}, time {per}):",
-        [f"{'':<32} {'calls':>6} {'':>6} {'time':>8}",
-         f"{'site':<32} {'before':>6} {'after':>6}{times}"],
-        r.of_kind("site"), 32, _site_cells, max_rows)
-    lines += _table(f"phases (time {per}):", [f"{'phase':<46}{times}"],
-                    r.of_kind("phase"), 46, lambda i: _time_cells(i.s_per_step), max_rows)
-    lines += _table("series (median per step):", [f"{'series':<46}{times}"],
-                    r.of_kind("series"), 46, _series_cells, max_rows)
-    lines += _table("py-spy leaf frames (share of active samples):",
-                    [f"{'frame':<56} {'before':>6} {'after':>6} {'change':>8}"],
-                    r.of_kind("frame"), 56, _frame_cells, max_rows)
+        [
+            f"{'':<32} {'calls':>6} {'':>6} {'time':>8}",
+            f"{'site':<32} {'before':>6} {'after':>6}{times}",
+        ],
+        r.of_kind("site"),
+        32,
+        _site_cells,
+        max_rows,
+    )
+    lines += _table(
+        f"phases (time {per}):",
+        [f"{'phase':<46}{times}"],
+        r.of_kind("phase"),
+        46,
+        lambda i: _time_cells(i.s_per_step),
+        max_rows,
+    )
+    lines += _table(
+        "series (median per step):",
+        [f"{'series':<46}{times}"],
+        r.of_kind("series"),
+        46,
+        _series_cells,
+        max_rows,
+    )
+    lines += _table(
+        "py-spy leaf frames (share of active samples):",
+        [f"{'frame':<56} {'before':>6} {'after':>6} {'change':>8}"],
+        r.of_kind("frame"),
+        56,
+        _frame_cells,
+        max_rows,
+    )
     if r.notes:
         lines.append("")
     for note in r.notes:

@@ -29,6 +29,7 @@ from wsprof.analysis.align import ClockInput, RunClock, align, anchor_of
 from wsprof.analysis.model import Analysis, Coverage
 from wsprof.analysis.process import first_record_ns
 from wsprof.analysis.samples import split_frame
+from wsprof.contracts.series import counter_of
 from wsprof.trace.model import ProcessTrace
 
 #: Thread id of the steps-and-phases track of a process (thread ids from Python are large
@@ -42,9 +43,15 @@ def _clock(traces: Sequence[ProcessTrace]) -> RunClock:
     for t in traces:
         anchor = anchor_of(t.meta)
         host = t.meta.get("host")
-        inputs.append(ClockInput(t.label, host if isinstance(host, str) else None,
-                                 anchor[0] if anchor else None, anchor[1] if anchor else None,
-                                 first_record_ns(t)))
+        inputs.append(
+            ClockInput(
+                t.label,
+                host if isinstance(host, str) else None,
+                anchor[0] if anchor else None,
+                anchor[1] if anchor else None,
+                first_record_ns(t),
+            )
+        )
     return align(inputs)
 
 
@@ -62,41 +69,81 @@ def perfetto_events(traces: Sequence[ProcessTrace]) -> Iterator[dict[str, Any]]:
         name = f"{t.label}" + (f" ({host}, pid {t.meta.get('pid')})" if host else "")
         yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}
         if t.rank is not None:
-            yield {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-                   "args": {"sort_index": t.rank}}
-        yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": MARKER_TID,
-               "args": {"name": "steps and phases"}}
+            yield {
+                "ph": "M",
+                "name": "process_sort_index",
+                "pid": pid,
+                "tid": 0,
+                "args": {"sort_index": t.rank},
+            }
+        yield {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": pid,
+            "tid": MARKER_TID,
+            "args": {"name": "steps and phases"},
+        }
         shift = c.shift_ns
         for sp in t.spans:
-            yield {"ph": "X", "cat": sp.kind, "name": sp.name if sp.kind == "phase"
-                   else f"step {sp.step}", "pid": pid, "tid": MARKER_TID,
-                   "ts": (sp.t_start_ns + shift) / 1e3,
-                   "dur": max(sp.t_end_ns - sp.t_start_ns, 0) / 1e3,
-                   "args": {"step": sp.step, "thread": sp.thread}}
+            yield {
+                "ph": "X",
+                "cat": sp.kind,
+                "name": sp.name if sp.kind == "phase" else f"step {sp.step}",
+                "pid": pid,
+                "tid": MARKER_TID,
+                "ts": (sp.t_start_ns + shift) / 1e3,
+                "dur": max(sp.t_end_ns - sp.t_start_ns, 0) / 1e3,
+                "args": {"step": sp.step, "thread": sp.thread},
+            }
         calls = t.calls
         for tid in np.unique(calls.thread).tolist():
-            yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": int(tid),
-                   "args": {"name": f"thread {tid}"}}
+            yield {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": pid,
+                "tid": int(tid),
+                "args": {"name": f"thread {tid}"},
+            }
         sites = {k: s.label() for k, s in t.sites.items()}
         ts = (calls.t_start_ns + shift) / 1e3
         dur = np.maximum(calls.duration_ns, 0) / 1e3
         for j in range(len(calls)):
-            yield {"ph": "X", "cat": "collective", "name": str(calls.op[j]), "pid": pid,
-                   "tid": int(calls.thread[j]), "ts": float(ts[j]), "dur": float(dur[j]),
-                   "args": {"api": str(calls.api[j]), "layer": str(calls.layer[j]),
-                            "bytes": int(calls.bytes[j]), "step": int(calls.step[j]),
-                            "phase": calls.phase[j], "site": sites.get(int(calls.site[j])),
-                            "group": calls.grp[j], "async": bool(calls.is_async[j]),
-                            "error": calls.error[j]}}
+            yield {
+                "ph": "X",
+                "cat": "collective",
+                "name": str(calls.op[j]),
+                "pid": pid,
+                "tid": int(calls.thread[j]),
+                "ts": float(ts[j]),
+                "dur": float(dur[j]),
+                "args": {
+                    "api": str(calls.api[j]),
+                    "layer": str(calls.layer[j]),
+                    "bytes": int(calls.bytes[j]),
+                    "step": int(calls.step[j]),
+                    "phase": calls.phase[j],
+                    "site": sites.get(int(calls.site[j])),
+                    "group": calls.grp[j],
+                    "async": bool(calls.is_async[j]),
+                    "error": calls.error[j],
+                },
+            }
         for cname, (tt, vv) in sorted(t.counters.items()):
             ok = np.isfinite(vv)
             for x, v in zip(((tt[ok] + shift) / 1e3).tolist(), vv[ok].tolist()):
-                yield {"ph": "C", "name": cname, "pid": pid, "tid": 0, "ts": x,
-                       "args": {"value": v}}
+                yield {
+                    "ph": "C",
+                    "name": cname,
+                    "pid": pid,
+                    "tid": 0,
+                    "ts": x,
+                    "args": {"value": v},
+                }
 
 
-def write_perfetto(traces: Sequence[ProcessTrace], out: IO[str],
-                   coverage: Coverage | None = None) -> int:
+def write_perfetto(
+    traces: Sequence[ProcessTrace], out: IO[str], coverage: Coverage | None = None
+) -> int:
     """Write ``{"traceEvents": [...], "displayTimeUnit": "ms"}`` to ``out``, one event at a
     time; ``otherData.coverage`` holds the coverage audit's status and what it says (a trace
     that holds part of the collectives must not look whole). Returns the number of events
@@ -104,8 +151,9 @@ def write_perfetto(traces: Sequence[ProcessTrace], out: IO[str],
     other: dict[str, Any] = {"exporter": "wsprof"}
     if coverage is not None:
         other["coverage"] = {"status": coverage.status, "lines": coverage.lines()}
-    out.write('{"displayTimeUnit": "ms", "otherData": ' + json.dumps(other)
-              + ', "traceEvents": [\n')
+    out.write(
+        '{"displayTimeUnit": "ms", "otherData": ' + json.dumps(other) + ', "traceEvents": [\n'
+    )
     n = 0
     for ev in perfetto_events(traces):
         out.write((",\n" if n else "") + json.dumps(ev, allow_nan=False))
@@ -135,20 +183,44 @@ def speedscope(traces: Sequence[ProcessTrace], name: str = "wsprof") -> dict[str
                         frame["line"] = line
                     frames.append(frame)
                 stack.append(k)
-            p = profiles.setdefault((w.pid, w.tid), {
-                "type": "sampled", "name": f"pid {w.pid} thread {w.tid}", "unit": "none",
-                "startValue": 0, "endValue": 0, "samples": [], "weights": []})
+            p = profiles.setdefault(
+                (w.pid, w.tid),
+                {
+                    "type": "sampled",
+                    "name": f"pid {w.pid} thread {w.tid}",
+                    "unit": "none",
+                    "startValue": 0,
+                    "endValue": 0,
+                    "samples": [],
+                    "weights": [],
+                },
+            )
             p["samples"].append(stack)
             p["weights"].append(w.count)
             p["endValue"] += w.count
-    return {"$schema": SPEEDSCOPE_SCHEMA, "name": name, "exporter": "wsprof",
-            "activeProfileIndex": 0, "shared": {"frames": frames},
-            "profiles": [profiles[k] for k in sorted(profiles)]}
+    return {
+        "$schema": SPEEDSCOPE_SCHEMA,
+        "name": name,
+        "exporter": "wsprof",
+        "activeProfileIndex": 0,
+        "shared": {"frames": frames},
+        "profiles": [profiles[k] for k in sorted(profiles)],
+    }
 
 
 #: Per-step columns of :func:`step_csv` (StepRow attributes), units in the names.
-STEP_COLUMNS = ("step_s", "rollout_s", "train_s", "weight_sync_s", "other_s", "rollout_share",
-                "n_calls", "collective_s", "between_layers_s", "sync_gap_s")
+STEP_COLUMNS = (
+    "step_s",
+    "rollout_s",
+    "train_s",
+    "weight_sync_s",
+    "other_s",
+    "rollout_share",
+    "n_calls",
+    "collective_s",
+    "between_layers_s",
+    "sync_gap_s",
+)
 
 
 def step_csv(analysis: Analysis) -> str:
@@ -163,15 +235,25 @@ def step_csv(analysis: Analysis) -> str:
     pa = analysis.primary
     if pa is None or not pa.steps:
         raise ValueError("no steps to export (add wsprof.step() at the top of each step)")
-    counters = {r.series.name: dict(zip(r.series.steps, r.series.values))
-                for r in analysis.series if r.series.name.startswith("counter:")}
+    counters = {
+        r.series.name: dict(zip(r.series.steps, r.series.values))
+        for r in analysis.series
+        if counter_of(r.series.name) is not None
+    }
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     columns = [c for c in STEP_COLUMNS if any(getattr(r, c) is not None for r in pa.steps)]
     w.writerow(["step", *columns, *counters])
     for row in pa.steps:
         vals = [getattr(row, c) for c in columns]
-        w.writerow([row.step, *("" if v is None else v for v in vals),
-                    *("" if (v := by_step.get(row.step)) is None else v
-                      for by_step in counters.values())])
+        w.writerow(
+            [
+                row.step,
+                *("" if v is None else v for v in vals),
+                *(
+                    "" if (v := by_step.get(row.step)) is None else v
+                    for by_step in counters.values()
+                ),
+            ]
+        )
     return buf.getvalue()

@@ -39,7 +39,7 @@ from wsprof.analysis.model import (
     SeriesResult,
     StepRow,
 )
-from wsprof.units import fmt_bytes, fmt_in_unit
+from wsprof.contracts.units import Unit, fmt_bytes
 
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType  # matplotlib >= 3.9; only for the type checker
@@ -177,14 +177,6 @@ def cap_indices(values: npt.NDArray[np.float64], cap: int = MAX_POINTS) -> npt.N
     return np.unique(np.concatenate([stride, top.astype(np.intp)]))[:cap]
 
 
-def _fmt_value(value: float, unit: str) -> str:
-    return plain(fmt_in_unit(value, "bytes" if _is_bytes(unit) else unit), 40)
-
-
-def _is_bytes(unit_or_name: str) -> bool:
-    return unit_or_name in ("bytes", "B") or unit_or_name.endswith("_bytes")
-
-
 def _human_bytes(x: float, _pos: object = None) -> str:
     return fmt_bytes(x)
 
@@ -257,8 +249,15 @@ def growth_figure(
             if len(resid) >= 3:
                 sigma = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
                 if sigma > 0:
-                    ax.fill_between(x, fitted - 2 * sigma, fitted + 2 * sigma, color=_C_FIT,
-                                    alpha=0.12, linewidth=0, label="band: fit ± 2σ")
+                    ax.fill_between(
+                        x,
+                        fitted - 2 * sigma,
+                        fitted + 2 * sigma,
+                        color=_C_FIT,
+                        alpha=0.12,
+                        linewidth=0,
+                        label="band: fit ± 2σ",
+                    )
             if v.projection is not None and len(x):
                 ax.plot(
                     [x[-1], v.projection.step],
@@ -278,7 +277,7 @@ def growth_figure(
                 label=f"projection at {point} {v.projection.step}",
             )
             ax.annotate(
-                _fmt_value(v.projection.value, "bytes" if _is_bytes(s.name) else s.unit),
+                plain(s.fmt(v.projection.value), 40),
                 (v.projection.step, v.projection.value),
                 textcoords="offset points",
                 xytext=(-6, 6),
@@ -299,8 +298,9 @@ def growth_figure(
                 label="change point",
             )
         ax.set_xlabel(point)
-        ax.set_ylabel(f"{name} ({plain(s.unit, 20)})" if s.unit else name)
-        if _is_bytes(s.unit) or _is_bytes(s.name):
+        label = s.unit_label
+        ax.set_ylabel(f"{name} ({plain(label, 20)})" if label else name)
+        if s.unit is Unit.BYTES:
             _bytes_axis(ax)
         ax.set_title(plain(title) if title is not None else f"{name}: {v.shape}", loc="left")
         ax.legend(loc="upper left")
@@ -442,8 +442,14 @@ def site_latency_figure(calls: CallPoints) -> str | None:
     if not calls.site:
         return None
     with _figure(3.6) as fig:
-        if not _scatter_by_op(fig, calls, calls.latency_us, ylabel="latency (µs)",
-                              title="Per-call latency by caller site", groups=calls.site):
+        if not _scatter_by_op(
+            fig,
+            calls,
+            calls.latency_us,
+            ylabel="latency (µs)",
+            title="Per-call latency by caller site",
+            groups=calls.site,
+        ):
             return None
         return _to_svg(fig, "per-call collective latency by caller site over call index")
 
@@ -550,7 +556,7 @@ def counter_figure(
     t = np.asarray(track.t_s[:n], dtype=np.float64)[keep]
     v = v_all[keep]
     name = plain(track.name)
-    is_bytes = _is_bytes(track.name)
+    is_bytes = track.unit is Unit.BYTES
     if width_in is None:
         width_in = WIDTH_IN if pairs else HALF_WIDTH_IN
     with _figure(3.0, width_in) as fig:
@@ -639,8 +645,9 @@ def _flame_tree(stacks: Sequence[tuple[tuple[str, ...], int]]) -> dict[str, Any]
     return root
 
 
-def flame_figure(stacks: Sequence[tuple[tuple[str, ...], int]], title: str,
-                 highlight: Sequence[str] = ()) -> str | None:
+def flame_figure(
+    stacks: Sequence[tuple[tuple[str, ...], int]], title: str, highlight: Sequence[str] = ()
+) -> str | None:
     """An icicle (flame chart, root at the top): each box a frame, its width the share of
     samples whose stack holds it under its callers; frames in ``highlight`` (those that gained
     share) drawn red.
@@ -674,14 +681,19 @@ def flame_figure(stacks: Sequence[tuple[tuple[str, ...], int]], title: str,
         ax = fig.add_subplot()
         for d, x, w, frame in boxes:
             name = frame.split(" (", 1)[0]
-            colour = (_C_GAINED if frame in marked
-                      else _C_FLAME[zlib.crc32(name.encode()) % len(_C_FLAME)])
-            ax.add_patch(Rectangle((x, d), w, 0.92, facecolor=colour, edgecolor="white",
-                                   linewidth=0.4))
+            colour = (
+                _C_GAINED
+                if frame in marked
+                else _C_FLAME[zlib.crc32(name.encode()) % len(_C_FLAME)]
+            )
+            ax.add_patch(
+                Rectangle((x, d), w, 0.92, facecolor=colour, edgecolor="white", linewidth=0.4)
+            )
             chars = int(w * 150)
             if chars >= 4:
-                ax.text(x + 0.003, d + 0.46, plain(name, chars), va="center", fontsize=6.5,
-                        clip_on=True)
+                ax.text(
+                    x + 0.003, d + 0.46, plain(name, chars), va="center", fontsize=6.5, clip_on=True
+                )
         ax.set_xlim(0, 1)
         ax.set_ylim(depth, 0)
         ax.set_yticks([])
@@ -691,9 +703,12 @@ def flame_figure(stacks: Sequence[tuple[tuple[str, ...], int]], title: str,
         return _to_svg(fig, title)
 
 
-def ranks_figure(labels: Sequence[str], steps: Sequence[int],
-                 values: Sequence[Sequence[float | None]], outliers: Sequence[str] = ()) -> (
-        str | None):
+def ranks_figure(
+    labels: Sequence[str],
+    steps: Sequence[int],
+    values: Sequence[Sequence[float | None]],
+    outliers: Sequence[str] = (),
+) -> str | None:
     """Heatmap of per-rank weight-sync time per step; outlier ranks' labels drawn red.
 
     Args:
@@ -707,14 +722,20 @@ def ranks_figure(labels: Sequence[str], steps: Sequence[int],
     """
     if not labels or not steps:
         return None
-    m = np.array([[np.nan if v is None else float(v) for v in row] for row in values],
-                 dtype=np.float64)
+    m = np.array(
+        [[np.nan if v is None else float(v) for v in row] for row in values], dtype=np.float64
+    )
     if not np.isfinite(m).any():
         return None
     with _figure(1.2 + 0.22 * min(len(labels), 64)) as fig:
         ax = fig.add_subplot()
-        im = ax.imshow(m, aspect="auto", interpolation="nearest", cmap="magma_r",
-                       extent=(steps[0] - 0.5, steps[-1] + 0.5, len(labels) - 0.5, -0.5))
+        im = ax.imshow(
+            m,
+            aspect="auto",
+            interpolation="nearest",
+            cmap="magma_r",
+            extent=(steps[0] - 0.5, steps[-1] + 0.5, len(labels) - 0.5, -0.5),
+        )
         fig.colorbar(im, ax=ax, label="weight sync (s)", shrink=0.9)
         every = max(1, len(labels) // 32)
         ticks = list(range(0, len(labels), every))

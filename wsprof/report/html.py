@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
 
 from wsprof.analysis.findings import is_gauge
+from wsprof.analysis.headline import headline, headline_of
 from wsprof.analysis.model import (
     SEVERITIES,
     Analysis,
@@ -31,13 +31,16 @@ from wsprof.analysis.model import (
     HotFrame,
     OpStats,
     ProcessAnalysis,
-    Series,
-    SeriesResult,
     StepRow,
 )
-from wsprof.report import figures
-from wsprof.report.files import write_text
-from wsprof.units import (
+from wsprof.contracts.series import (
+    COUNTER_PREFIX,
+    ROLLOUT_SHARE,
+    WEIGHT_SYNC_S,
+    Series,
+    counter_of,
+)
+from wsprof.contracts.units import (
     fmt_bytes,
     fmt_duration,
     fmt_in_unit,
@@ -45,10 +48,21 @@ from wsprof.units import (
     fmt_pct,
     fmt_us,
 )
+from wsprof.report import figures
+from wsprof.report.files import write_text
 
 #: Section ids, in page order (tests and links rely on them).
-SECTIONS = ("verdict", "two-numbers", "growth", "ops", "counters", "stacks", "wrappers", "ranks",
-            "meta")
+SECTIONS = (
+    "verdict",
+    "two-numbers",
+    "growth",
+    "ops",
+    "counters",
+    "stacks",
+    "wrappers",
+    "ranks",
+    "meta",
+)
 
 #: Findings shown in full in the verdict section; the rest are folded below them.
 TOP_FINDINGS = 5
@@ -62,11 +76,11 @@ MAX_STACK_FRAMES = 6
 MAX_VALUE_CHARS = 400
 
 #: Name of the headline weight-sync series.
-WEIGHT_SYNC_SERIES = "weight_sync_s"
+WEIGHT_SYNC_SERIES = WEIGHT_SYNC_S
 #: Name of a rollout-share series (series reports built from logs).
-ROLLOUT_SHARE_SERIES = "rollout_share"
+ROLLOUT_SHARE_SERIES = ROLLOUT_SHARE
 #: Prefix of the per-step counter series (value at each step's end) of the primary process.
-COUNTER_SERIES_PREFIX = "counter:"
+COUNTER_SERIES_PREFIX = COUNTER_PREFIX
 #: Most counter figures per process (findings' counters first): a process records dozens of
 #: counters (allocator, NVML, psutil, gc), and a report of every one is slow to read and open.
 MAX_COUNTER_FIGURES = 8
@@ -85,20 +99,6 @@ class StepTable:
     rows: tuple[StepRow, ...]
     n_total: int
     gap_after: int | None
-
-
-@dataclass(frozen=True)
-class Headline:
-    """The two numbers: rollout share and weight-sync time per step."""
-
-    rollout_share: float | None
-    rollout_share_first: float | None
-    rollout_share_last: float | None
-    weight_sync_median_s: float | None
-    weight_sync_first_s: float | None
-    weight_sync_last_s: float | None
-    weight_sync_result: SeriesResult | None
-    source: str
 
 
 @dataclass(frozen=True)
@@ -163,22 +163,13 @@ class ProcessView:
 
 
 def series_unit(series: Series) -> str:
-    """The unit a series' values are shown in: its own, else one implied by its name.
-
-    ``rollout_share`` is a share, names ending in ``_bytes`` (``counter:rss_bytes``) are bytes.
-    """
-    if series.unit:
-        return series.unit
-    if series.name == ROLLOUT_SHARE_SERIES:
-        return "share"
-    if series.name.endswith(("_bytes", ".bytes")) or "_bytes." in series.name:
-        return "bytes"
-    return ""
+    """The unit a series' values are shown in, as text (attached where the series was made)."""
+    return series.unit_label
 
 
 def fmt_series_value(x: float | None, series: Series) -> str:
     """A value of ``series`` (slope, projection) in its unit."""
-    return fmt_in_unit(x, series_unit(series))
+    return series.fmt(x)
 
 
 def fmt_value(x: Any) -> str:
@@ -206,63 +197,6 @@ def fmt_value(x: Any) -> str:
 # --------------------------------------------------------------------------- view building
 
 
-def _median(values: Sequence[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def _rollout_shares(steps: Sequence[StepRow]) -> list[float]:
-    return [s for s in (r.rollout_share for r in steps) if s is not None]
-
-
-def _weight_syncs(steps: Sequence[StepRow]) -> list[float]:
-    return [r.weight_sync_s for r in steps if r.weight_sync_s is not None]
-
-
-def _find_series(analysis: Analysis, name: str) -> SeriesResult | None:
-    return next((r for r in analysis.series if r.series.name == name), None)
-
-
-def headline(analysis: Analysis) -> Headline:
-    """The two numbers, from the primary process's steps or from the headline series.
-
-    Args:
-        analysis: the analysis.
-
-    Returns:
-        The rollout share (median over steps, first and last) and the weight-sync time per
-        step (median, first and last) with its series verdict when there is one.
-    """
-    ws = _find_series(analysis, WEIGHT_SYNC_SERIES)
-    primary = analysis.primary
-    shares: list[float] = []
-    syncs: list[float] = []
-    source = "no steps"
-    if primary is not None and primary.steps:
-        shares = _rollout_shares(primary.steps)
-        syncs = _weight_syncs(primary.steps)
-        source = f"steps of {primary.label}"
-    if not shares:
-        rs = _find_series(analysis, ROLLOUT_SHARE_SERIES)
-        if rs is not None:
-            shares = list(rs.series.values)
-            source = f"the per-step series of {analysis.source}"
-    if ws is not None and not syncs:
-        syncs = list(ws.series.values)
-        if source == "no steps":
-            source = f"the per-step series of {analysis.source}"
-    return Headline(
-        rollout_share=_median(shares),
-        # Step 0 often waits on start-up (its rollout share is not representative).
-        rollout_share_first=(shares[1] if len(shares) >= 3 else shares[0]) if shares else None,
-        rollout_share_last=shares[-1] if shares else None,
-        weight_sync_median_s=_median(syncs),
-        weight_sync_first_s=syncs[0] if syncs else None,
-        weight_sync_last_s=syncs[-1] if syncs else None,
-        weight_sync_result=ws,
-        source=source,
-    )
-
-
 def step_table(steps: Sequence[StepRow], max_rows: int = MAX_STEP_ROWS) -> StepTable:
     """The steps to list: all of them, or the first and last ``max_rows // 2``.
 
@@ -280,14 +214,14 @@ def step_table(steps: Sequence[StepRow], max_rows: int = MAX_STEP_ROWS) -> StepT
 
 
 def _process_summary(p: ProcessAnalysis) -> ProcessSummary:
-    syncs = _weight_syncs(p.steps)
+    h = headline_of(p, (), p.label)  # the same numbers as the headline, of this process
     return ProcessSummary(
         label=p.label,
         rank=p.rank,
         n_steps=len(p.steps),
-        rollout_share=_median(_rollout_shares(p.steps)),
-        weight_sync_median_s=_median(syncs),
-        weight_sync_last_s=syncs[-1] if syncs else None,
+        rollout_share=h.rollout_share_median,
+        weight_sync_median_s=h.weight_sync_median_s,
+        weight_sync_last_s=h.weight_sync_last_s,
         n_calls=p.calls.n_total,
     )
 
@@ -319,11 +253,9 @@ def counter_steps(analysis: Analysis) -> dict[str, dict[int, float]]:
     """
     out: dict[str, dict[int, float]] = {}
     for r in analysis.series:
-        name = r.series.name
-        if name.startswith(COUNTER_SERIES_PREFIX):
-            out[name[len(COUNTER_SERIES_PREFIX) :]] = dict(
-                zip(r.series.steps, r.series.values, strict=False)
-            )
+        counter = counter_of(r.series.name)
+        if counter is not None:
+            out[counter] = dict(zip(r.series.steps, r.series.values, strict=False))
     return out
 
 
@@ -361,8 +293,11 @@ def _flames(p: ProcessAnalysis) -> dict[str, Markup | None]:
     late = f"the last {k} windows" if k else "the last windows"
     return {
         "flame_early": _svg(figures.flame_figure(p.early_stacks, f"Early: {side}")),
-        "flame_late": _svg(figures.flame_figure(
-            p.late_stacks, f"Late: {late} (red: frames that gained share)", gained)),
+        "flame_late": _svg(
+            figures.flame_figure(
+                p.late_stacks, f"Late: {late} (red: frames that gained share)", gained
+            )
+        ),
     }
 
 
@@ -379,8 +314,9 @@ def ranks_view(analysis: Analysis) -> Markup | None:
     return _svg(figures.ranks_figure(labels, steps, values, [x for x in labels if x in named]))
 
 
-def shown_counters(p: ProcessAnalysis, named: Sequence[str] = (),
-                   only_named: bool = False) -> list[CounterTrack]:
+def shown_counters(
+    p: ProcessAnalysis, named: Sequence[str] = (), only_named: bool = False
+) -> list[CounterTrack]:
     """The counters a report draws for a process: those a finding names first, then (unless
     ``only_named``) gauges (:func:`wsprof.analysis.findings.is_gauge`: not wsprof's own probe
     costs, cumulative counts or garbage-collector churn); at most :data:`MAX_COUNTER_FIGURES`."""
@@ -391,8 +327,11 @@ def shown_counters(p: ProcessAnalysis, named: Sequence[str] = (),
 
 
 def process_view(
-    p: ProcessAnalysis, per_step_counters: dict[str, dict[int, float]] | None = None,
-    named: Sequence[str] = (), only_named: bool = False, draw: bool = True,
+    p: ProcessAnalysis,
+    per_step_counters: dict[str, dict[int, float]] | None = None,
+    named: Sequence[str] = (),
+    only_named: bool = False,
+    draw: bool = True,
 ) -> ProcessView:
     """Figures and tables of one process.
 
@@ -410,8 +349,9 @@ def process_view(
         The view the template renders.
     """
     known = per_step_counters or {}
-    counters = tuple(_counter_view(c, p, known.get(c.name))
-                     for c in shown_counters(p, named, only_named))
+    counters = tuple(
+        _counter_view(c, p, known.get(c.name)) for c in shown_counters(p, named, only_named)
+    )
     return ProcessView(
         p=p,
         op_figure=_svg(figures.op_latency_figure(p.calls)) if draw else None,
@@ -467,7 +407,7 @@ def render_html(analysis: Analysis) -> str:
     Returns:
         The HTML text: no script, no external resource, figures inline.
     """
-    from wsprof import __version__
+    from wsprof._version import __version__
 
     findings = sorted(analysis.findings, key=lambda f: -_severity_rank(f.severity))
     head = headline(analysis)
@@ -480,12 +420,23 @@ def render_html(analysis: Analysis) -> str:
     ranks = {f.evidence.get("rank") for f in analysis.findings}
 
     def drawn(i: int, p: ProcessAnalysis) -> bool:
-        return (i < MAX_FIGURE_PROCESSES or p is primary or p.label in labels
-                or (p.rank is not None and p.rank in ranks))
+        return (
+            i < MAX_FIGURE_PROCESSES
+            or p is primary
+            or p.label in labels
+            or (p.rank is not None and p.rank in ranks)
+        )
 
-    procs = [process_view(p, per_step if p is primary else None, named,
-                          only_named=p is not primary, draw=drawn(i, p))
-             for i, p in enumerate(analysis.processes)]
+    procs = [
+        process_view(
+            p,
+            per_step if p is primary else None,
+            named,
+            only_named=p is not primary,
+            draw=drawn(i, p),
+        )
+        for i, p in enumerate(analysis.processes)
+    ]
     ws_figure = None
     if head.weight_sync_result is not None:
         ws_figure = figures.growth_figure(

@@ -7,8 +7,13 @@ import json
 import math
 from typing import Any
 
+from wsprof.analysis.headline import Headline, headline
 from wsprof.analysis.kinds import ACCUMULATING_KINDS
 from wsprof.analysis.model import Analysis, Coverage, GrowthVerdict, RankSeries
+
+#: Version of the ``wsprof analyze --format json`` document: bumped when a field is removed or
+#: changes meaning (added fields keep it). Read it before anything else.
+SCHEMA_VERSION = 1
 
 
 def json_safe(v: Any) -> Any:
@@ -27,24 +32,50 @@ def json_safe(v: Any) -> Any:
 def _verdict(v: GrowthVerdict | None) -> dict[str, Any] | None:
     if v is None:
         return None
-    return {"shape": v.shape, "accumulating": v.accumulating, "confidence": v.confidence,
-            "slope_per_step": v.slope_per_step}
+    return {
+        "shape": v.shape,
+        "accumulating": v.accumulating,
+        "confidence": v.confidence,
+        "slope_per_step": v.slope_per_step,
+    }
 
 
 def _rank(r: RankSeries) -> dict[str, Any]:
     return {
-        "label": r.label, "rank": r.rank, "host": r.host, "pid": r.pid,
-        "step_source": r.step_source, "clock": r.clock, "wrapper": r.wrapper,
-        "steps": list(r.steps), "weight_sync_s": list(r.weight_sync_s),
-        "step_s": list(r.step_s), "between_layers_s": list(r.between_layers_s),
-        "start_s": list(r.start_s), "sync_start_s": list(r.sync_start_s),
-        "median_weight_sync_s": r.median_weight_sync_s, "median_step_s": r.median_step_s,
-        "sync_lag_s": r.sync_lag_s, "sync": _verdict(r.sync), "between": _verdict(r.between),
+        "label": r.label,
+        "rank": r.rank,
+        "host": r.host,
+        "pid": r.pid,
+        "step_source": r.step_source,
+        "clock": r.clock,
+        "wrapper": r.wrapper,
+        "steps": list(r.steps),
+        "weight_sync_s": list(r.weight_sync_s),
+        "step_s": list(r.step_s),
+        "between_layers_s": list(r.between_layers_s),
+        "start_s": list(r.start_s),
+        "sync_start_s": list(r.sync_start_s),
+        "median_weight_sync_s": r.median_weight_sync_s,
+        "median_step_s": r.median_step_s,
+        "sync_lag_s": r.sync_lag_s,
+        "sync": _verdict(r.sync),
+        "between": _verdict(r.between),
     }
 
 
+def _headline(h: Headline) -> dict[str, Any]:
+    d = dataclasses.asdict(h)
+    d.pop("weight_sync_result", None)  # the series itself is in ``series``
+    return d
+
+
 def to_dict(analysis: Analysis) -> dict[str, Any]:
-    """The JSON document: ``verdict`` {status problems | no_problem | inconclusive, n_problems,
+    """The JSON document: ``schema_version`` (:data:`SCHEMA_VERSION`), ``headline`` (the two
+    numbers, computed once by :func:`wsprof.analysis.headline.headline_of`: source, process,
+    step_source, n_steps, step_median_s, rollout_share_median/first/last (0..1),
+    weight_sync_median_s/first_s/last_s, own_sync_median_s, own_sync_last_s,
+    own_sync_last_step_s, sync_wait_median_s (s), weight_sync_share_median (0..1)),
+    ``verdict`` {status problems | no_problem | inconclusive, n_problems,
     reasons}, ``series`` (name, unit, kind (duration, bytes, resource_count, monotonic_counter,
     quality, lr_schedule, rate, other; null when not classified), judged (its kind can
     accumulate), shape, accumulating, confidence, slope_per_step (per logged step),
@@ -73,7 +104,7 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
         series.append(
             {
                 "name": r.series.name,
-                "unit": r.series.unit,
+                "unit": r.series.unit_label,
                 "kind": r.series.kind,
                 "judged": r.series.kind is None or r.series.kind in ACCUMULATING_KINDS,
                 "shape": v.shape,
@@ -82,7 +113,8 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
                 "slope_per_step": v.slope_per_step,
                 "growth_factor_per_step": v.growth_factor_per_step,
                 "change_point": v.change_point,
-                "change_point_step": None if v.change_point is None
+                "change_point_step": None
+                if v.change_point is None
                 else r.series.steps[v.change_point],
                 "outlier_steps": list(v.outlier_steps),
                 "projection": None
@@ -135,9 +167,14 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
                     "t_end_ns": w.t_end_ns,
                     "n_samples": w.n_samples,
                     "n_active": w.n_active,
-                    "top_frame": None if top is None else {
-                        "frame": top.frame, "samples": top.samples, "total": top.total,
-                        "share": top.share},
+                    "top_frame": None
+                    if top is None
+                    else {
+                        "frame": top.frame,
+                        "samples": top.samples,
+                        "total": top.total,
+                        "share": top.share,
+                    },
                     "common_frame": w.common_frame,
                     "phase_shares": dict(w.phase_shares),
                     "phase_samples": dict(w.phase_samples),
@@ -149,19 +186,35 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             sh = pa.shift
 
             def frames(items: Any) -> list[dict[str, Any]]:
-                return [{"frame": f.frame, "early_share": f.early_share,
-                         "late_share": f.late_share, "change": f.change} for f in items]
+                return [
+                    {
+                        "frame": f.frame,
+                        "early_share": f.early_share,
+                        "late_share": f.late_share,
+                        "change": f.change,
+                    }
+                    for f in items
+                ]
 
-            shift = {"k": sh.k, "n_windows": sh.n_windows, "early_total": sh.early_total,
-                     "late_total": sh.late_total, "gained": frames(sh.gained),
-                     "lost": frames(sh.lost)}
+            shift = {
+                "k": sh.k,
+                "n_windows": sh.n_windows,
+                "early_total": sh.early_total,
+                "late_total": sh.late_total,
+                "gained": frames(sh.gained),
+                "lost": frames(sh.lost),
+            }
     doc: dict[str, Any] = json_safe(
         {
+            "schema_version": SCHEMA_VERSION,
             "source": analysis.source,
             "kind": analysis.kind,
-            "verdict": {"status": analysis.verdict.status,
-                        "n_problems": analysis.verdict.n_problems,
-                        "reasons": list(analysis.verdict.reasons)},
+            "headline": _headline(headline(analysis)),
+            "verdict": {
+                "status": analysis.verdict.status,
+                "n_problems": analysis.verdict.n_problems,
+                "reasons": list(analysis.verdict.reasons),
+            },
             "primary": None if pa is None else pa.label,
             "step_source": None if pa is None else pa.step_source,
             "series": series,
@@ -185,8 +238,10 @@ def _coverage(c: Coverage | None) -> dict[str, Any] | None:
     return {
         "status": c.status,
         "lines": c.lines(),
-        "groups": [{**dataclasses.asdict(g), "missing": g.missing, "short_steps":
-                    list(g.short_steps)} for g in c.groups],
+        "groups": [
+            {**dataclasses.asdict(g), "missing": g.missing, "short_steps": list(g.short_steps)}
+            for g in c.groups
+        ],
         "not_audited": list(c.not_audited),
     }
 

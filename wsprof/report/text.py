@@ -7,7 +7,7 @@ from collections import Counter
 
 from wsprof.analysis.kinds import ACCUMULATING_KINDS
 from wsprof.analysis.model import Analysis, ProcessAnalysis, RankSeries
-from wsprof.units import fmt_duration
+from wsprof.contracts.units import fmt_duration
 
 WIDTH = 80
 
@@ -50,8 +50,12 @@ def _windows_lines(pa: ProcessAnalysis) -> list[str]:
     """The windows table of one process: index, samples, weight-sync and rollout share of
     active samples, top leaf frame with its share; 80 columns."""
     ws = pa.windows
-    lines = [""] + _wrap(f"windows of {pa.label} (phases: {pa.phase_source or 'generic'} "
-                         "patterns; shares of active samples):", WIDTH, subsequent_indent="  ")
+    lines = [""] + _wrap(
+        f"windows of {pa.label} (phases: {pa.phase_source or 'generic'} "
+        "patterns; shares of active samples):",
+        WIDTH,
+        subsequent_indent="  ",
+    )
     lines.append(f"{'#':>3} {'samples':>7} {'sync':>5} {'roll':>5} {'top':>4}  top frame")
     fixed = 3 + 1 + 7 + 1 + 5 + 1 + 5 + 1 + 4 + 2
     rows = list(enumerate(ws))
@@ -71,8 +75,12 @@ def _windows_lines(pa: ProcessAnalysis) -> list[str]:
     common = Counter(w.common_frame for w in ws if w.common_frame)
     if common:
         frame, n = min(common.items(), key=lambda kv: (-kv[1], kv[0]))
-        lines += _wrap(f"common frame (in at least half of a window's active samples): {frame} "
-                       f"in {n} of {len(ws)} windows", WIDTH, subsequent_indent="  ")
+        lines += _wrap(
+            f"common frame (in at least half of a window's active samples): {frame} "
+            f"in {n} of {len(ws)} windows",
+            WIDTH,
+            subsequent_indent="  ",
+        )
     return lines
 
 
@@ -91,9 +99,11 @@ def _rank_row(r: RankSeries) -> str:
     acc = "-" if r.sync is None else ("yes" if r.sync.accumulating else "no")
     slope = r.sync.slope_per_step if r.sync is not None else None
     lag = r.sync_lag_s * 1e3 if r.sync_lag_s is not None else None
-    return (f"{r.label[:10]:<10} {host:<16} {_num(sync[0] if sync else None, 8)} "
-            f"{_num(sync[-1] if sync else None, 8)} {_num(slope, 11, '+.3g')} {acc:<5} "
-            f"{_num(lag, 8, '.1f')}")
+    return (
+        f"{r.label[:10]:<10} {host:<16} {_num(sync[0] if sync else None, 8)} "
+        f"{_num(sync[-1] if sync else None, 8)} {_num(slope, 11, '+.3g')} {acc:<5} "
+        f"{_num(lag, 8, '.1f')}"
+    )
 
 
 def _ranks_lines(analysis: Analysis) -> list[str]:
@@ -108,21 +118,28 @@ def _ranks_lines(analysis: Analysis) -> list[str]:
     growing = [r for r in ranks if r.sync is not None and r.sync.accumulating]
     head = f"ranks: {len(ranks)} on {len(hosts)} host{'s' if len(hosts) != 1 else ''}"
     if meds:
-        head += (f"; weight sync median {fmt_duration(meds[len(meds) // 2])} (ranks' medians "
-                 f"{fmt_duration(meds[0])} - {fmt_duration(meds[-1])})")
+        head += (
+            f"; weight sync median {fmt_duration(meds[len(meds) // 2])} (ranks' medians "
+            f"{fmt_duration(meds[0])} - {fmt_duration(meds[-1])})"
+        )
     head += f"; {len(growing)} accumulating, {len(named)} outlier(s)"
     lines = [""] + _wrap(head, WIDTH, subsequent_indent="  ")
     shown = list(ranks)
     if len(ranks) > MAX_RANK_ROWS:
         keep = [r for r in ranks[1:] if r.where() in named or r in growing]
         shown = [ranks[0], *keep[: MAX_RANK_ROWS - 1]]
-    lines.append(f"{'rank':<10} {'host':<16} {'first s':>8} {'last s':>8} {'slope/step':>11} "
-                 f"{'accum':<5} {'lag ms':>8}")
+    lines.append(
+        f"{'rank':<10} {'host':<16} {'first s':>8} {'last s':>8} {'slope/step':>11} "
+        f"{'accum':<5} {'lag ms':>8}"
+    )
     lines += [_rank_row(r) + (" *" if r.where() in named else "") for r in shown]
     if len(shown) < len(ranks):
         lines.append(f"(+{len(ranks) - len(shown)} more ranks: --format json lists every rank)")
-    lines += _wrap("first/last: weight sync of the first and last step; lag: median time its "
-                   "sync starts after the first rank's (run clock); *: outlier_rank", WIDTH)
+    lines += _wrap(
+        "first/last: weight sync of the first and last step; lag: median time its "
+        "sync starts after the first rank's (run clock); *: outlier_rank",
+        WIDTH,
+    )
     return lines
 
 
@@ -149,13 +166,15 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10
             lines += _wrap(line, WIDTH, initial_indent="  ", subsequent_indent="    ")
     verdict = analysis.verdict
     if verdict.status == "inconclusive":
-        lines += _wrap(f"VERDICT: INCONCLUSIVE: {verdict.reasons[0]}", WIDTH,
-                       subsequent_indent="    ")
+        lines += _wrap(
+            f"VERDICT: INCONCLUSIVE: {verdict.reasons[0]}", WIDTH, subsequent_indent="    "
+        )
         for reason in verdict.reasons[1:]:
             lines += _wrap(f"also: {reason}", WIDTH, initial_indent="  ", subsequent_indent="    ")
     else:
-        lines.append(f"VERDICT: {len(crit)} problem(s) found" if crit
-                     else "VERDICT: no accumulating problem")
+        lines.append(
+            f"VERDICT: {len(crit)} problem(s) found" if crit else "VERDICT: no accumulating problem"
+        )
         for reason in verdict.reasons:
             lines += _wrap(f"limit: {reason}", WIDTH, initial_indent="  ", subsequent_indent="    ")
     lines.append("")
@@ -172,8 +191,10 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10
             f"next: {f.next_step}", WIDTH, initial_indent="    ", subsequent_indent="      "
         )
     if len(analysis.findings) > max_findings:
-        lines.append(f"(+{len(analysis.findings) - max_findings} more: wsprof analyze "
-                     f"{analysis.source} --all)")
+        lines.append(
+            f"(+{len(analysis.findings) - max_findings} more: wsprof analyze "
+            f"{analysis.source} --all)"
+        )
     lines.append("")
     lines.append(f"{'series':<30} {'shape':<17} {'accum':<5} {'slope/step':>12} {'last':>11}")
     for r in analysis.series:
@@ -204,8 +225,10 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10
                 f"{s.between_layers_s:10.3f}"
             )
         if any(s.sync_wait_s for s in pa.steps):
-            lines.append("sync s: the rank's own weight-sync time; wait s: waiting for slower "
-                         "ranks to join it")
+            lines.append(
+                "sync s: the rank's own weight-sync time; wait s: waiting for slower "
+                "ranks to join it"
+            )
     if len(analysis.ranks) >= 2:
         lines += _ranks_lines(analysis)
     if pa is not None and pa.windows:
@@ -217,8 +240,12 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10
             spent = f"{w.between_s:.3f} s between layers" if w.between_s is not None else "no calls"
             when = ", after patch()" if w.after_patch else ""
             what = "ProcessGroup subclass" if w.kind == "group_class" else w.api
-            lines += _wrap(f"{what}: {w.label()} ({spent}{when})", WIDTH,
-                           initial_indent="  ", subsequent_indent="    ")
+            lines += _wrap(
+                f"{what}: {w.label()} ({spent}{when})",
+                WIDTH,
+                initial_indent="  ",
+                subsequent_indent="    ",
+            )
         if len(analysis.wrappers) > 8:
             lines.append(f"  (+{len(analysis.wrappers) - 8} more: --format json)")
     for note in analysis.notes:

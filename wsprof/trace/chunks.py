@@ -54,8 +54,9 @@ def chunk_columns(columns: Any) -> list[tuple[str, np.dtype[Any]]]:
             raise ValueError(f"call chunk column {quote(c)} is not [name, dtype]")
         dt = np.dtype(c[1])
         if dt.kind not in "biu" or dt.itemsize == 0:
-            raise ValueError(f"call chunk column {quote(c[0])} has type {quote(c[1])}, not an "
-                             "integer")
+            raise ValueError(
+                f"call chunk column {quote(c[0])} has type {quote(c[1])}, not an integer"
+            )
         out.append((c[0], dt))
     names = [name for name, _ in out]
     if len(set(names)) != len(names):
@@ -63,8 +64,9 @@ def chunk_columns(columns: Any) -> list[tuple[str, np.dtype[Any]]]:
     return out
 
 
-def unpack_columns(n_rows: Any, columns: Any, data: Any,
-                   widen: bool = True) -> dict[str, npt.NDArray[Any]]:
+def unpack_columns(
+    n_rows: Any, columns: Any, data: Any, widen: bool = True
+) -> dict[str, npt.NDArray[Any]]:
     """One ``call_chunks`` row -> column name to integer array of shape ``(n_rows,)``: int64,
     or with ``widen=False`` the narrow type it was stored in (a reader of millions of calls
     concatenates the narrow columns first and widens once).

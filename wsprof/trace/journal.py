@@ -45,7 +45,8 @@ class Journal:
     def __init__(self, path: str) -> None:
         self.path = path
         self._fd: int | None = os.open(
-            path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+            path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600
+        )
         #: the writing process: a forked child shares the file and must never append to it
         self._pid = os.getpid()
         # Re-entrant: a signal handler (the SIGTERM flush) may interrupt an add on its thread.

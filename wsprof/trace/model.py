@@ -16,6 +16,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from wsprof.contracts.events import Event
+from wsprof.contracts.overhead import SelfOverhead
+
 #: Bumped whenever a table or column changes meaning; the reader refuses other versions.
 #: Version 2: calls stored as compressed column chunks with interned strings, plus
 #: ``call_updates`` (async completion and device time). Version 3: ``call_totals`` (exact
@@ -96,15 +99,6 @@ class Span:
     t_end_ns: int
     step: int
     thread: int
-
-
-@dataclass(frozen=True)
-class Event:
-    """A fact recorded by wsprof: an internal error, a wrapper found, a sampler status."""
-
-    t_ns: int
-    kind: str
-    detail: str
 
 
 @dataclass(frozen=True)
@@ -264,6 +258,7 @@ class ProcessTrace:
     sites: dict[int, Site]
     spans: list[Span]
     counters: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]
+    #: Typed events (:func:`wsprof.contracts.events.parse_event`), in time order.
     events: list[Event]
     samples: list[SampleWindow] = field(default_factory=list)
     #: Exact per-step call sums (schema 3); None for a version-2 trace.
@@ -272,14 +267,21 @@ class ProcessTrace:
     issued: list[IssuedReading] | None = None
     #: What the hooks saw issued, per step and group (schema 4); None before the audit.
     recorded_issued: list[RecordedIssued] | None = None
+    #: ``meta['self']`` typed (:func:`wsprof.contracts.overhead.self_overhead_from_meta`, by
+    #: the reader); an empty record for a trace without one.
+    self_overhead: SelfOverhead = field(default_factory=SelfOverhead)
 
     @property
     def thinned(self) -> bool:
         """Retention removed some calls' detail: per-step numbers must come from
         :attr:`totals`, not from :attr:`calls`."""
         r = self.meta.get("retention")
-        return isinstance(r, dict) and isinstance(r.get("calls_removed"), int) and (
-            r["calls_removed"] > 0) and self.totals is not None
+        return (
+            isinstance(r, dict)
+            and isinstance(r.get("calls_removed"), int)
+            and (r["calls_removed"] > 0)
+            and self.totals is not None
+        )
 
     @property
     def rank(self) -> int | None:

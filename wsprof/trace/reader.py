@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from wsprof.contracts.events import parse_event
+from wsprof.contracts.overhead import self_overhead_from_meta
 from wsprof.errors import InputError, quote
 from wsprof.trace import salvage
 from wsprof.trace.chunks import unpack_columns
@@ -26,7 +28,6 @@ from wsprof.trace.model import (
     TRACE_SUFFIX,
     CallTable,
     CallTotals,
-    Event,
     IssuedReading,
     ProcessTrace,
     RecordedIssued,
@@ -47,14 +48,17 @@ def find_traces(path: str) -> list[str]:
         InputError: the path does not exist, or a folder holds no trace.
     """
     if not os.path.exists(path):
-        raise InputError(f"{path}: no such file or folder; give a run folder, a .wsprof trace, "
-                         "a .csv series or a training log")
+        raise InputError(
+            f"{path}: no such file or folder; give a run folder, a .wsprof trace, "
+            "a .csv series or a training log"
+        )
     if os.path.isdir(path):
         try:
             names = os.listdir(path)
         except OSError as e:
-            raise InputError(f"{path}: cannot list the folder ({e.strerror}); check permissions"
-                             ) from e
+            raise InputError(
+                f"{path}: cannot list the folder ({e.strerror}); check permissions"
+            ) from e
         found = sorted(os.path.join(path, n) for n in names if n.endswith(TRACE_SUFFIX))
         if not found:
             raise InputError(
@@ -95,7 +99,8 @@ def require_trace_file(path: str) -> None:
     if os.path.isfile(path) and os.path.getsize(path) > 0 and not is_sqlite(path):
         raise InputError(
             f"{path}: neither a wsprof trace nor a CSV series (first column 'step'); "
-            "give a run folder, a .wsprof trace or a .csv file")
+            "give a run folder, a .wsprof trace or a .csv file"
+        )
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -246,8 +251,9 @@ def _join_updates(db: sqlite3.Connection, table: CallTable) -> None:
     rows = db.execute(
         "SELECT t_start_ns, thread, t_done_ns, device_ns FROM call_updates"
     ).fetchall()
-    parts = [np.array([[-1 if v is None else v for v in r] for r in rows],
-                      dtype=np.int64).reshape(-1, 4)]
+    parts = [
+        np.array([[-1 if v is None else v for v in r] for r in rows], dtype=np.int64).reshape(-1, 4)
+    ]
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if "update_chunks" in tables:
         for n_rows, data in db.execute("SELECT n_rows, data FROM update_chunks ORDER BY id"):
@@ -339,7 +345,7 @@ def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
             np.array([p[1] for p in pts], dtype=np.float64),
         )
     events = [
-        Event(int(r[0]), str(r[1]), str(r[2]))
+        parse_event(int(r[0]), str(r[1]), str(r[2]))
         for r in db.execute("SELECT t_ns, kind, detail FROM events ORDER BY t_ns")
     ]
     stacks = {int(i): tuple(json.loads(f)) for i, f in db.execute("SELECT id, frames FROM stacks")}
@@ -351,12 +357,25 @@ def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
     ]
     totals = _read_totals(db) if "call_totals" in tables else None
     issued, recorded = _read_audit(db, tables)
-    return ProcessTrace(path, meta, calls, sites, spans, counters, events, samples, totals,
-                        issued, recorded)
+    return ProcessTrace(
+        path,
+        meta,
+        calls,
+        sites,
+        spans,
+        counters,
+        events,
+        samples,
+        totals,
+        issued,
+        recorded,
+        self_overhead_from_meta(meta),
+    )
 
 
-def _read_audit(db: sqlite3.Connection, tables: set[str]) -> tuple[
-        list[IssuedReading] | None, list[RecordedIssued] | None]:
+def _read_audit(
+    db: sqlite3.Connection, tables: set[str]
+) -> tuple[list[IssuedReading] | None, list[RecordedIssued] | None]:
     """The coverage audit's two sides: c10d's readings and what the hooks saw issued per
     (step, group, op, layer); (None, None) for a trace written before the audit (schema < 4)."""
     if "issued" not in tables or "call_totals" not in tables:
@@ -365,19 +384,26 @@ def _read_audit(db: sqlite3.Connection, tables: set[str]) -> tuple[
     if not {"grp", "n_backend"} <= columns:
         return None, None
     readings = [
-        IssuedReading(int(t), int(step), str(g), None if b is None else str(b), int(seq),
-                      str(at))
+        IssuedReading(int(t), int(step), str(g), None if b is None else str(b), int(seq), str(at))
         for t, step, g, b, seq, at in db.execute(
-            "SELECT t_ns, step, grp, backend, seq, at FROM issued ORDER BY t_ns")
+            "SELECT t_ns, step, grp, backend, seq, at FROM issued ORDER BY t_ns"
+        )
     ]
     strings = dict(db.execute("SELECT id, value FROM strings").fetchall())
     recorded = [
-        RecordedIssued(int(step), None if g is None or g < 0 else str(strings.get(g, g)),
-                       str(strings.get(op, op)), str(strings.get(layer, layer)), int(n or 0),
-                       int(k or 0), str(strings.get(api, api)))
+        RecordedIssued(
+            int(step),
+            None if g is None or g < 0 else str(strings.get(g, g)),
+            str(strings.get(op, op)),
+            str(strings.get(layer, layer)),
+            int(n or 0),
+            int(k or 0),
+            str(strings.get(api, api)),
+        )
         for step, g, op, api, layer, n, k in db.execute(
             "SELECT step, grp, op, api, layer, sum(n_backend), sum(n) FROM call_totals "
-            "GROUP BY step, grp, op, api, layer ORDER BY step")
+            "GROUP BY step, grp, op, api, layer ORDER BY step"
+        )
     ]
     return readings, recorded
 
@@ -396,8 +422,10 @@ def _read_totals(db: sqlite3.Connection) -> CallTotals:
         out = np.empty(len(col), dtype=object)
         for i, v in enumerate(col):
             if v not in strings:
-                raise ValueError(f"call_totals column {name!r} names string id {quote(v)}, "
-                                 "which is not in strings")
+                raise ValueError(
+                    f"call_totals column {name!r} names string id {quote(v)}, "
+                    "which is not in strings"
+                )
             out[i] = str(strings[v])
         return out
 
@@ -405,9 +433,16 @@ def _read_totals(db: sqlite3.Connection) -> CallTotals:
         return np.array([int(v) for v in col], dtype=np.int64)
 
     return CallTotals(
-        step=num(cols[0]), op=text(cols[1], "op"), api=text(cols[2], "api"),
-        layer=text(cols[3], "layer"), n=num(cols[4]), duration_ns=num(cols[5]),
-        between_layers_ns=num(cols[6]), bytes=num(cols[7]), max_duration_ns=num(cols[8]))
+        step=num(cols[0]),
+        op=text(cols[1], "op"),
+        api=text(cols[2], "api"),
+        layer=text(cols[3], "layer"),
+        n=num(cols[4]),
+        duration_ns=num(cols[5]),
+        between_layers_ns=num(cols[6]),
+        bytes=num(cols[7]),
+        max_duration_ns=num(cols[8]),
+    )
 
 
 def _ordered(traces: list[ProcessTrace]) -> list[ProcessTrace]:
@@ -439,8 +474,7 @@ def read_run_lenient(path: str) -> tuple[list[ProcessTrace], list[str]]:
             problems.append(e)
     if len(problems) > 1 and not traces:
         raise InputError(
-            f"{path}: none of its {len(problems)} traces could be read (the first: "
-            f"{problems[0]})"
+            f"{path}: none of its {len(problems)} traces could be read (the first: {problems[0]})"
         ) from problems[0]
     if not traces:
         raise problems[0]

@@ -66,13 +66,23 @@ def totals_rows(m: npt.NDArray[np.int64]) -> list[tuple[int, ...]]:
     issued = np.maximum(m[:, _C["n_backend"]], 0)
     k = len(keys)
     n = np.bincount(inv, minlength=k)
-    sums = [np.bincount(inv, weights=w.astype(np.float64), minlength=k)
-            for w in (dur, between, nbytes, issued)]
+    sums = [
+        np.bincount(inv, weights=w.astype(np.float64), minlength=k)
+        for w in (dur, between, nbytes, issued)
+    ]
     longest = np.zeros(k, dtype=np.int64)
     np.maximum.at(longest, inv, dur)
     return [
-        (*(int(x) for x in keys[i][:4]), int(n[i]), int(sums[0][i]), int(sums[1][i]),
-         int(sums[2][i]), int(longest[i]), int(keys[i][4]), int(sums[3][i]))
+        (
+            *(int(x) for x in keys[i][:4]),
+            int(n[i]),
+            int(sums[0][i]),
+            int(sums[1][i]),
+            int(sums[2][i]),
+            int(longest[i]),
+            int(keys[i][4]),
+            int(sums[3][i]),
+        )
         for i in range(k)
     ]
 
@@ -101,7 +111,10 @@ class Retention:
     def restore(self, state: tuple[dict[int, int], int, dict[int, tuple[int, int]]]) -> None:
         """Undo :meth:`observe` and :meth:`thin` calls since :meth:`snapshot`."""
         self.counts, self.calls_removed, self.thinned_at = (
-            dict(state[0]), state[1], dict(state[2]))
+            dict(state[0]),
+            state[1],
+            dict(state[2]),
+        )
 
     def _present(self, s: int) -> int:
         """Rows of step ``s`` in the trace now (all its calls until it is thinned)."""
@@ -127,8 +140,7 @@ class Retention:
         order = sorted(self.counts)
         middle = order[self.keep_steps : len(order) - self.keep_steps]
         cap = max(self.calls_per_thinned_step, 1)
-        return [s for s in middle
-                if s not in self.thinned_at or self._present(s) > 2 * cap]
+        return [s for s in middle if s not in self.thinned_at or self._present(s) > 2 * cap]
 
     def thin(self, db: sqlite3.Connection) -> dict[str, Any] | None:
         """Thin the due steps' calls in ``db`` (inside the caller's transaction).
@@ -140,14 +152,17 @@ class Retention:
         if not due:
             return None
         due_arr = np.array(due, dtype=np.int64)
-        every = {s: max(1, math.ceil(self._present(s) / max(self.calls_per_thinned_step, 1)))
-                 for s in due}
+        every = {
+            s: max(1, math.ceil(self._present(s) / max(self.calls_per_thinned_step, 1)))
+            for s in due
+        }
         kept_rows = dict.fromkeys(due, 0)
         seen = dict.fromkeys(due, 0)  # calls of each due step met so far, in chunk order
         lo, hi = min(due), max(due)
         rows = db.execute(
             "SELECT id, n_rows, columns, data FROM call_chunks "
-            "WHERE step_max >= ? AND step_min <= ? ORDER BY id", (lo, hi)
+            "WHERE step_max >= ? AND step_min <= ? ORDER BY id",
+            (lo, hi),
         ).fetchall()
         for cid, n_rows, columns, data in rows:
             m = to_matrix(unpack_columns(n_rows, columns, data))
@@ -169,7 +184,9 @@ class Retention:
                 st = kept[:, _C["step"]]
                 db.execute(
                     "UPDATE call_chunks SET n_rows=?, columns=?, data=?, step_min=?, step_max=? "
-                    "WHERE id=?", (len(kept), cols, blob, int(st.min()), int(st.max()), cid))
+                    "WHERE id=?",
+                    (len(kept), cols, blob, int(st.min()), int(st.max()), cid),
+                )
             else:
                 db.execute("DELETE FROM call_chunks WHERE id=?", (cid,))
         for s in due:

@@ -66,8 +66,19 @@ KINDS = (CALL, UPDATE, SPAN, COUNTER, ISSUED)
 #: Payload of a call record, words 2..14 (the trace's call columns without op/api/layer,
 #: which the hook id stands for).
 CALL_PAYLOAD = (
-    "t_start_ns", "t_end_ns", "backend_ns", "n_backend", "thread", "bytes", "dtype", "grp",
-    "is_async", "site", "step", "phase", "error",
+    "t_start_ns",
+    "t_end_ns",
+    "backend_ns",
+    "n_backend",
+    "thread",
+    "bytes",
+    "dtype",
+    "grp",
+    "is_async",
+    "site",
+    "step",
+    "phase",
+    "error",
 )
 PAYLOAD_WORDS = 13
 assert len(CALL_PAYLOAD) == PAYLOAD_WORDS
@@ -137,8 +148,9 @@ def create(path: str, capacity: int, pid: int) -> int:
         except OSError as e:
             if e.errno not in (errno.EINVAL, errno.EOPNOTSUPP):  # no fallocate: stays sparse
                 raise
-        os.pwrite(fd, _HEADER.pack(MAGIC, VERSION, RECORD_BYTES, capacity, HEADER_BYTES, pid,
-                                   0, 0, 0), 0)
+        os.pwrite(
+            fd, _HEADER.pack(MAGIC, VERSION, RECORD_BYTES, capacity, HEADER_BYTES, pid, 0, 0, 0), 0
+        )
     except BaseException:
         os.close(fd)
         raise
@@ -190,28 +202,49 @@ def read_tail(path: str, drained: int) -> RingTail:
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             if size < _HEADER.size:
-                return RingTail(empty, problems=[f"{path}: ring file too short for its header "
-                                                 f"({size} bytes); nothing recovered from it"])
+                return RingTail(
+                    empty,
+                    problems=[
+                        f"{path}: ring file too short for its header "
+                        f"({size} bytes); nothing recovered from it"
+                    ],
+                )
             mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError) as e:
         return RingTail(empty, problems=[f"{path}: cannot read the ring file ({e})"])
     try:
         magic, version, rec_bytes, cap, hdr, _pid, _hint, dropped, closed = _HEADER.unpack_from(
-            mm, 0)
-        if (magic != MAGIC or version != VERSION or rec_bytes != RECORD_BYTES
-                or hdr != HEADER_BYTES or cap < 1 or cap & (cap - 1)):
-            return RingTail(empty, problems=[
-                f"{path}: not a wsprof ring file of this version (damaged header); nothing "
-                "recovered from it"])
+            mm, 0
+        )
+        if (
+            magic != MAGIC
+            or version != VERSION
+            or rec_bytes != RECORD_BYTES
+            or hdr != HEADER_BYTES
+            or cap < 1
+            or cap & (cap - 1)
+        ):
+            return RingTail(
+                empty,
+                problems=[
+                    f"{path}: not a wsprof ring file of this version (damaged header); nothing "
+                    "recovered from it"
+                ],
+            )
         problems: list[str] = []
         avail = max(0, (size - HEADER_BYTES) // RECORD_BYTES)
         if avail < cap:
-            problems.append(f"{path}: ring file truncated ({size} of "
-                            f"{HEADER_BYTES + cap * RECORD_BYTES} bytes)")
+            problems.append(
+                f"{path}: ring file truncated ({size} of {HEADER_BYTES + cap * RECORD_BYTES} bytes)"
+            )
         n = min(avail, cap)
-        m = np.frombuffer(mm, dtype="<i8", count=n * RECORD_WORDS,
-                          offset=HEADER_BYTES).reshape(n, RECORD_WORDS).astype(np.int64) if n else (
-            np.zeros((0, RECORD_WORDS), dtype=np.int64))
+        m = (
+            np.frombuffer(mm, dtype="<i8", count=n * RECORD_WORDS, offset=HEADER_BYTES)
+            .reshape(n, RECORD_WORDS)
+            .astype(np.int64)
+            if n
+            else (np.zeros((0, RECORD_WORDS), dtype=np.int64))
+        )
     finally:
         mm.close()
     seq = m[:, 0]
@@ -227,8 +260,9 @@ def read_tail(path: str, drained: int) -> RingTail:
         missing = int(keep[-1, 0] - drained - len(keep))
     if bad:
         problems.append(f"{path}: {bad} damaged or torn record(s) in the ring file skipped")
-    return RingTail(keep, dropped=int(dropped), closed=bool(closed), problems=problems,
-                    missing=max(0, missing))
+    return RingTail(
+        keep, dropped=int(dropped), closed=bool(closed), problems=problems, missing=max(0, missing)
+    )
 
 
 @dataclass
@@ -244,8 +278,7 @@ class Decoded:
     issued: list[tuple[Any, ...]]
 
 
-def decode(words: npt.NDArray[np.int64],
-           strings: Mapping[int, str] | Sequence[str]) -> Decoded:
+def decode(words: npt.NDArray[np.int64], strings: Mapping[int, str] | Sequence[str]) -> Decoded:
     """Split an ``(n, 16)`` record matrix by kind into trace rows.
 
     Calls stay integer rows (hook id at column 5, as the recorder's
@@ -255,8 +288,11 @@ def decode(words: npt.NDArray[np.int64],
     kind = words[:, 1] & 0xFF
     c = words[kind == CALL]
     # RAW_CALL_COLUMNS: t_start, t_end, backend_ns, n_backend, thread, hook, bytes, ...
-    calls = np.concatenate([c[:, 2:7], (c[:, 1] >> 8)[:, None], c[:, 7:15]], axis=1) if len(
-        c) else np.zeros((0, 14), dtype=np.int64)
+    calls = (
+        np.concatenate([c[:, 2:7], (c[:, 1] >> 8)[:, None], c[:, 7:15]], axis=1)
+        if len(c)
+        else np.zeros((0, 14), dtype=np.int64)
+    )
 
     def s(i: int) -> str | None:
         if i < 0:
@@ -268,9 +304,13 @@ def decode(words: npt.NDArray[np.int64],
 
     # One completion per async call: kept as a matrix (a Python row each costs about 2 µs).
     updates = np.ascontiguousarray(words[kind == UPDATE][:, 2:6])
-    spans = [(s(int(r[2])), s(int(r[3])), int(r[4]), int(r[5]), int(r[6]), int(r[7]))
-             for r in words[kind == SPAN]]
+    spans = [
+        (s(int(r[2])), s(int(r[3])), int(r[4]), int(r[5]), int(r[6]), int(r[7]))
+        for r in words[kind == SPAN]
+    ]
     counters = [(int(r[2]), s(int(r[3])), word_float(int(r[4]))) for r in words[kind == COUNTER]]
-    issued = [(int(r[2]), int(r[3]), s(int(r[4])), s(int(r[5])), int(r[6]), s(int(r[7])))
-              for r in words[kind == ISSUED]]
+    issued = [
+        (int(r[2]), int(r[3]), s(int(r[4])), s(int(r[5])), int(r[6]), s(int(r[7])))
+        for r in words[kind == ISSUED]
+    ]
     return Decoded(calls, updates, spans, counters, issued)

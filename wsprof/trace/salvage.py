@@ -53,8 +53,9 @@ def end_of(meta: dict[str, Any]) -> str:
     return "live" if _alive(meta) else "killed"
 
 
-def salvage(db: sqlite3.Connection, path: str,
-            meta: dict[str, Any]) -> tuple[sqlite3.Connection, dict[str, Any]]:
+def salvage(
+    db: sqlite3.Connection, path: str, meta: dict[str, Any]
+) -> tuple[sqlite3.Connection, dict[str, Any]]:
     """An in-memory copy of the trace ``db`` (read from ``path``) with the ring's and the
     journal's records after its last drain written in.
 
@@ -76,8 +77,10 @@ def salvage(db: sqlite3.Connection, path: str,
     if os.path.exists(rp):
         tail = fmt.read_tail(rp, drained)
     else:
-        tail = fmt.RingTail(np.zeros((0, fmt.RECORD_WORDS), dtype=np.int64),
-                            problems=[f"{rp}: missing; only what was drained is there"])
+        tail = fmt.RingTail(
+            np.zeros((0, fmt.RECORD_WORDS), dtype=np.int64),
+            problems=[f"{rp}: missing; only what was drained is there"],
+        )
     problems += tail.problems
     if os.path.exists(jp):
         every, jprob = jfmt.read_entries(jp, 0)
@@ -114,16 +117,30 @@ def salvage(db: sqlite3.Connection, path: str,
         raw = raw[named]
         calls = np.concatenate([raw[:, :5], lookup[raw[:, 5]], raw[:, 6:]], axis=1)
     if unnamed:
-        problems.append(f"{path}: {unnamed} recovered call(s) name a hook the journal lacks; "
-                        "skipped")
-    summary = {"records": int(len(tail.words)), "calls": 0 if calls is None else int(len(calls)),
-               "missing": tail.missing, "dropped": tail.dropped, "problems": problems}
+        problems.append(
+            f"{path}: {unnamed} recovered call(s) name a hook the journal lacks; skipped"
+        )
+    summary = {
+        "records": int(len(tail.words)),
+        "calls": 0 if calls is None else int(len(calls)),
+        "missing": tail.missing,
+        "dropped": tail.dropped,
+        "problems": problems,
+    }
     writer = TraceWriter.on(mem)
-    writer.write({
-        "strings": new.strings, "sites": new.sites, "events": new.events, "spans": dec.spans,
-        "counters": dec.counters, "issued": dec.issued,
-        "meta": [("salvage", json.dumps(summary))],
-    }, calls, dec.updates)
+    writer.write(
+        {
+            "strings": new.strings,
+            "sites": new.sites,
+            "events": new.events,
+            "spans": dec.spans,
+            "counters": dec.counters,
+            "issued": dec.issued,
+            "meta": [("salvage", json.dumps(summary))],
+        },
+        calls,
+        dec.updates,
+    )
     return mem, summary
 
 

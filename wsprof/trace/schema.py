@@ -46,7 +46,7 @@ CREATE TABLE IF NOT EXISTS samples (
 INSERT = {
     "strings": "INSERT INTO strings VALUES (?,?)",
     "call_chunks": "INSERT INTO call_chunks (n_rows, columns, data, step_min, step_max) "
-                   "VALUES (?,?,?,?,?)",
+    "VALUES (?,?,?,?,?)",
     "call_totals": "INSERT INTO call_totals VALUES (?,?,?,?,?,?,?,?,?,?,?)",
     "issued": "INSERT INTO issued VALUES (?,?,?,?,?,?)",
     "meta": "INSERT OR REPLACE INTO meta VALUES (?,?)",

@@ -190,8 +190,10 @@ class TraceWriter:
                 if len(m):
                     columns, data = pack_columns(m)
                     step = m[:, _STEP]
-                    self._db.execute(INSERT["call_chunks"], (
-                        len(m), columns, data, int(step.min()), int(step.max())))
+                    self._db.execute(
+                        INSERT["call_chunks"],
+                        (len(m), columns, data, int(step.min()), int(step.max())),
+                    )
                     self._db.executemany(INSERT["call_totals"], totals_rows(m))
                     if self.retention is not None:
                         self.retention.observe(m)
@@ -200,8 +202,15 @@ class TraceWriter:
                 if thinned is not None:
                     self._db.execute(INSERT["meta"], ("retention", json.dumps(thinned)))
             if update_matrix is not None and len(update_matrix):
-                self._db.execute(INSERT["update_chunks"], (len(update_matrix), zlib.compress(
-                    np.ascontiguousarray(update_matrix, dtype="<i8").tobytes(), 1)))
+                self._db.execute(
+                    INSERT["update_chunks"],
+                    (
+                        len(update_matrix),
+                        zlib.compress(
+                            np.ascontiguousarray(update_matrix, dtype="<i8").tobytes(), 1
+                        ),
+                    ),
+                )
             for table, rows in batches.items():
                 if table in _INT_TABLES:  # hooks' integers only: nothing to escape
                     self._db.executemany(INSERT[table], rows)

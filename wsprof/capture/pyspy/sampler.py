@@ -1,4 +1,4 @@
-"""The py-spy driver: samples one or more live Python processes in successive windows.
+"""The py-spy sampler: samples one or more live Python processes in successive windows.
 
 Each window runs ``py-spy record --format raw`` once per target (concurrently), parses the raw
 collapsed stacks (``frame;frame;... count``, root first; never py-spy's human text) and writes
@@ -23,12 +23,10 @@ import atexit
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -39,28 +37,23 @@ from typing import Any, Literal
 
 import psutil
 
+from wsprof.capture.pyspy.binary import PYSPY_INSTALL_HINT, find_pyspy
+from wsprof.capture.pyspy.parse import MAX_ERROR_CHARS, error_line, parse_raw, permission_denied
+from wsprof.capture.pyspy.ptrace import SYSCTL_FIX, ptrace_problem
 from wsprof.capture.recorder import identity_meta, new_trace_path
+from wsprof.contracts.events import EventKind
 from wsprof.errors import InputError, WsprofError
 from wsprof.trace.model import SampleWindow
 from wsprof.trace.writer import TraceWriter
 
 _now = time.monotonic_ns
 
-#: Oldest py-spy whose ``record --format raw --nonblocking`` output this module understands.
-MIN_PYSPY_VERSION = (0, 3, 14)
-#: What to run when py-spy is missing or too old.
-PYSPY_INSTALL_HINT = "pip install py-spy"
-PYSPY_EXE = "py-spy.exe" if os.name == "nt" else "py-spy"
-#: Seconds allowed for ``py-spy --version``.
-VERSION_TIMEOUT_S = 10.0
 #: Seconds stop() waits for py-spy to write its partial window after SIGINT before killing it.
 STOP_GRACE_S = 5.0
 #: Windows in a row lost to a killed py-spy before the sampler gives up.
 MAX_LOST_WINDOWS = 3
 #: A duration's remainder shorter than this (s) is not sampled (py-spy windows are whole seconds).
 MIN_TAIL_WINDOW_S = 0.5
-#: Longest py-spy error message kept in a stop reason or an event, characters.
-MAX_ERROR_CHARS = 300
 #: Default sampling rate, samples per second per thread.
 DEFAULT_RATE_HZ = 100
 #: Default window length, whole seconds (py-spy's ``--duration`` takes an integer).
@@ -68,19 +61,7 @@ DEFAULT_WINDOW_S = 5
 #: Inserted before ``.wsprof`` so the sampler's trace differs from its own process trace.
 TRACE_TAG = "-pyspy"
 #: ``kind`` of the events this sampler writes.
-EVENT_KIND = "sampler"
-
-#: Bit of CAP_SYS_PTRACE in the capability masks of ``/proc/<pid>/status``.
-CAP_SYS_PTRACE_BIT = 19
-PTRACE_SCOPE_PATH = "/proc/sys/kernel/yama/ptrace_scope"
-#: What each value of kernel.yama.ptrace_scope allows.
-PTRACE_SCOPE_MEANING = {
-    0: "classic: any process of the same user may attach",
-    1: "restricted: a process may attach only to its own descendants",
-    2: "admin-only: only processes with CAP_SYS_PTRACE may attach",
-    3: "no attach: ptrace is disabled until reboot",
-}
-SYSCTL_FIX = "`sudo sysctl kernel.yama.ptrace_scope=0`"
+EVENT_KIND = EventKind.SAMPLER.value
 
 SamplerState = Literal["created", "running", "stopped", "failed"]
 
@@ -93,315 +74,6 @@ STOP_PYSPY_FAILED = "py-spy failed"
 #: An error inside wsprof (e.g. the trace cannot be written); followed by ``: <message>``.
 STOP_SAMPLER_FAILED = "sampler failed"
 
-_VERSION_RE = re.compile(r"py-spy (\d+)\.(\d+)\.(\d+)")
-_THREAD_FRAME_RE = re.compile(r"^thread \((0x[0-9A-Fa-f]+|\d+)\)(?:: .*)?$")
-_PROCESS_FRAME_RE = re.compile(r'^process (\d+):"')
-_CAUSE_RE = re.compile(r"^\s*\d+: (.+)$")
-_DENIED_MARKERS = ("permission denied", "operation not permitted", "sys_ptrace")
-
-
-# ---------------------------------------------------------------------------------------------
-# Binary lookup
-
-
-@dataclass(frozen=True)
-class PySpyBinary:
-    """A py-spy executable and its version."""
-
-    path: str
-    version: tuple[int, int, int]
-
-    @property
-    def version_str(self) -> str:
-        """``major.minor.patch``."""
-        return ".".join(str(v) for v in self.version)
-
-
-def _script_dirs() -> list[str]:
-    dirs = [sysconfig.get_path("scripts"), os.path.dirname(sys.executable)]
-    return [d for i, d in enumerate(dirs) if d and d not in dirs[:i]]
-
-
-def _is_executable(path: str) -> bool:
-    return os.path.isfile(path) and os.access(path, os.X_OK)
-
-
-def find_pyspy(path: str | None = None) -> PySpyBinary:
-    """Find py-spy and check its version.
-
-    Args:
-        path: an explicit py-spy binary; default: the one installed with the ``py-spy`` Python
-            package (this interpreter's scripts folder), else ``py-spy`` on ``PATH``.
-
-    Returns:
-        The binary and its version.
-
-    Raises:
-        InputError: not found, not runnable, not py-spy, or older than
-            :data:`MIN_PYSPY_VERSION`.
-    """
-    if path is not None:
-        if not _is_executable(path):
-            raise InputError(
-                f"py-spy not found at {path} (no such executable); install it with "
-                f"`{PYSPY_INSTALL_HINT}` or give the path of a py-spy binary"
-            )
-        chosen = path
-    else:
-        candidates = [os.path.join(d, PYSPY_EXE) for d in _script_dirs()]
-        on_path = shutil.which("py-spy")
-        if on_path:
-            candidates.append(on_path)
-        found = [c for c in candidates if _is_executable(c)]
-        if not found:
-            raise InputError(
-                f"py-spy not found (looked in {', '.join(_script_dirs())} and PATH); install it "
-                f"with `{PYSPY_INSTALL_HINT}`"
-            )
-        chosen = found[0]
-    version = _pyspy_version(chosen)
-    if version < MIN_PYSPY_VERSION:
-        minimum = ".".join(str(v) for v in MIN_PYSPY_VERSION)
-        have = ".".join(str(v) for v in version)
-        raise InputError(
-            f"{chosen} is py-spy {have}, wsprof needs {minimum} or newer; upgrade with "
-            f"`{PYSPY_INSTALL_HINT} --upgrade`"
-        )
-    return PySpyBinary(chosen, version)
-
-
-def _pyspy_version(path: str) -> tuple[int, int, int]:
-    try:
-        done = subprocess.run(
-            [path, "--version"],
-            capture_output=True,
-            text=True,
-            timeout=VERSION_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise InputError(
-            f"cannot run {path} --version ({e}); reinstall with `{PYSPY_INSTALL_HINT}`"
-        ) from e
-    m = _VERSION_RE.search(done.stdout)
-    if m is None:
-        said = (done.stdout or done.stderr).strip().splitlines()[:1]
-        raise InputError(
-            f"{path} is not py-spy (--version printed {said[0] if said else 'nothing'!r}); "
-            f"install it with `{PYSPY_INSTALL_HINT}`"
-        )
-    return int(m.group(1)), int(m.group(2)), int(m.group(3))
-
-
-# ---------------------------------------------------------------------------------------------
-# ptrace permission
-
-
-def _status_fields(pid: int | str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    try:
-        with open(f"/proc/{pid}/status", encoding="utf-8") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                out[key] = value.strip()
-    except OSError:
-        pass
-    return out
-
-
-def _cap_mask(fields: dict[str, str], key: str) -> int | None:
-    try:
-        return int(fields[key], 16)
-    except (KeyError, ValueError):
-        return None
-
-
-def _ptrace_scope() -> int | None:
-    try:
-        with open(PTRACE_SCOPE_PATH, encoding="ascii") as fh:
-            return int(fh.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _in_container() -> bool:
-    if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
-        return True
-    try:
-        with open("/proc/1/cgroup", encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError:
-        return False
-    return any(k in text for k in ("docker", "kubepods", "containerd", "lxc"))
-
-
-def ptrace_problem(pid: int) -> str | None:
-    """Why py-spy (started by this process, with its credentials) could not read ``pid``.
-
-    Checks, in the kernel's order: kernel.yama.ptrace_scope, then (without CAP_SYS_PTRACE in
-    this process's effective set, ``/proc/self/status`` CapEff bit 19) the target's user and
-    whether the target holds capabilities this process lacks (a container started without
-    ``--cap-add SYS_PTRACE``). Linux only; elsewhere it cannot tell.
-
-    Args:
-        pid: the target process.
-
-    Returns:
-        One line naming the cause and the fix, or None when ptrace should be allowed (or the
-        cause cannot be told). A target that called ``prctl(PR_SET_PTRACER)`` may still be
-        allowed under ptrace_scope=1.
-    """
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return f"pid {pid} has exited (zombie); nothing to attach to"
-    except psutil.NoSuchProcess:
-        return f"no such process: pid {pid}; check the pid with `ps -p {pid}`"
-    except psutil.AccessDenied:
-        proc = None
-    if not sys.platform.startswith("linux"):
-        return None
-    own = _status_fields("self")
-    eff = _cap_mask(own, "CapEff")
-    has_cap = eff is not None and bool(eff >> CAP_SYS_PTRACE_BIT & 1)
-    container = _in_container()
-    cap_fix = (
-        "start the container with `--cap-add SYS_PTRACE`"
-        if container
-        else "run wsprof with CAP_SYS_PTRACE (e.g. as root)"
-    )
-    scope = _ptrace_scope()
-    if scope is not None and scope >= 3:
-        return (
-            f"kernel.yama.ptrace_scope={scope} ({PTRACE_SCOPE_MEANING[3]}); fix: reboot with a "
-            "lower kernel.yama.ptrace_scope"
-        )
-    if has_cap:
-        return None
-    where = " (this is a container)" if container else ""
-    if scope in (1, 2):
-        return (
-            f"kernel.yama.ptrace_scope={scope} ({PTRACE_SCOPE_MEANING[scope]}) and this process "
-            f"lacks CAP_SYS_PTRACE{where}; fix: {SYSCTL_FIX} on the host, or {cap_fix}"
-        )
-    if proc is not None:
-        try:
-            uids = proc.uids()
-            gids = proc.gids()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            uids = gids = None
-        if uids is not None and gids is not None:
-            me_uid, me_gid = os.getuid(), os.getgid()
-            if {uids.real, uids.effective, uids.saved} != {me_uid} or {
-                gids.real,
-                gids.effective,
-                gids.saved,
-            } != {me_gid}:
-                return (
-                    f"pid {pid} runs as uid {uids.effective}, this process as uid {me_uid}, "
-                    f"without CAP_SYS_PTRACE; fix: run wsprof as the same user as the target, "
-                    f"or {cap_fix}"
-                )
-    target_prm = _cap_mask(_status_fields(pid), "CapPrm")
-    own_prm = _cap_mask(own, "CapPrm")
-    if target_prm is not None and own_prm is not None and target_prm & ~own_prm:
-        return (
-            f"pid {pid} holds capabilities this process lacks and this process has no "
-            f"CAP_SYS_PTRACE{where}; fix: {cap_fix}, or run wsprof with the target's privileges"
-        )
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
-# Raw output parsing
-
-
-def _split_frames(stack: str) -> list[str]:
-    """Split ``a;b;c`` into frames, keeping ``process N:"cmd; with; semicolons"`` whole."""
-    parts = stack.split(";")
-    frames: list[str] = []
-    i = 0
-    while i < len(parts):
-        part = parts[i]
-        if _PROCESS_FRAME_RE.match(part):
-            while not part.endswith('"') and i + 1 < len(parts):
-                i += 1
-                part = f"{part};{parts[i]}"
-        frames.append(part)
-        i += 1
-    return frames
-
-
-def parse_raw(
-    text: str, *, pid: int, t_start_ns: int, t_end_ns: int
-) -> tuple[list[SampleWindow], int]:
-    """Parse ``py-spy record --format raw`` output.
-
-    Each line is ``frame;frame;... count``, root first. With ``--threads`` one frame is the
-    thread (``thread (TID): name``; TID decimal native id, or hex Python id); with
-    ``--subprocesses`` the first frames are processes (``process PID:"cmdline"``, outermost
-    first). Frames are kept as py-spy wrote them, pseudo-frames included.
-
-    Args:
-        text: the raw file's content.
-        pid: the target; used when no process frame names another.
-        t_start_ns: window start, monotonic ns.
-        t_end_ns: window end, monotonic ns.
-
-    Returns:
-        One :class:`SampleWindow` per (pid, thread, stack), and the number of lines that could
-        not be parsed. ``tid`` is -1 where the output has no thread frame.
-    """
-    counts: dict[tuple[int, int, tuple[str, ...]], int] = {}
-    bad = 0
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        stack, sep, count_s = line.rpartition(" ")
-        if not sep or not stack or not count_s.isdigit():
-            bad += 1
-            continue
-        frames = tuple(_split_frames(stack))
-        frame_pid, tid = pid, -1
-        for frame in frames:
-            pm = _PROCESS_FRAME_RE.match(frame)
-            if pm:
-                frame_pid = int(pm.group(1))
-                continue
-            tm = _THREAD_FRAME_RE.match(frame)
-            if tm:
-                tid = int(tm.group(1), 0)
-            break
-        key = (frame_pid, tid, frames)
-        counts[key] = counts.get(key, 0) + int(count_s)
-    windows = [
-        SampleWindow(t_start_ns, t_end_ns, p, t, frames, n) for (p, t, frames), n in counts.items()
-    ]
-    return windows, bad
-
-
-def _error_line(stderr: str) -> str:
-    """One line from py-spy's stderr: the ``Error:`` line plus its first cause."""
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    main = next((ln[len("Error:") :].strip() for ln in lines if ln.startswith("Error:")), None)
-    if main is None:
-        main = lines[0] if lines else "no message"
-        if "panicked at" in main and len(lines) > 1:
-            main = f"{main} {lines[1]}"
-    cause = None
-    if "Caused by:" in lines:
-        after = lines[lines.index("Caused by:") + 1 :]
-        m = _CAUSE_RE.match(after[0]) if after else None
-        cause = m.group(1) if m else None
-    out = f"{main} ({cause})" if cause and cause not in main else main
-    return out[:MAX_ERROR_CHARS]
-
-
-def _permission_denied(stderr: str) -> bool:
-    low = stderr.lower()
-    return any(k in low for k in _DENIED_MARKERS)
-
 
 def _alive(pid: int) -> bool:
     try:
@@ -410,10 +82,6 @@ def _alive(pid: int) -> bool:
         return False
     except psutil.AccessDenied:
         return True
-
-
-# ---------------------------------------------------------------------------------------------
-# The sampler
 
 
 @dataclass
@@ -791,15 +459,17 @@ class PySpySampler:
                 # py-spy was killed (OOM killer, a stray kill): this window is lost, the next
                 # one starts a new py-spy; only repeated deaths end the sampling.
                 result.failed_runs += 1
-                result.lost.append(f"py-spy killed by signal {-proc.returncode} while sampling "
-                                   f"pid {pid}; window lost")
+                result.lost.append(
+                    f"py-spy killed by signal {-proc.returncode} while sampling "
+                    f"pid {pid}; window lost"
+                )
                 continue
             with open(err, encoding="utf-8", errors="replace") as fh:
                 stderr = fh.read()
             result.failed_runs += 1
             if result.failure is not None:
                 continue
-            if _permission_denied(stderr):
+            if permission_denied(stderr):
                 cause = ptrace_problem(pid) or (
                     "the kernel refused access to its memory; fix: run wsprof as the same user "
                     f"as the target, {SYSCTL_FIX}, or in a container `--cap-add SYS_PTRACE`"
@@ -807,7 +477,7 @@ class PySpySampler:
                 result.failure = STOP_PTRACE_DENIED
                 result.error = InputError(f"cannot sample pid {pid}: ptrace denied: {cause}")
             else:
-                message = _error_line(stderr)
+                message = error_line(stderr)
                 result.failure = f"{STOP_PYSPY_FAILED}: {message}"
                 result.error = InputError(
                     f"py-spy failed on pid {pid}: {message}; check that pid {pid} is a Python "

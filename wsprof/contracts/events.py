@@ -1,0 +1,394 @@
+"""Events a trace records (the ``events`` table: ``t_ns, kind, detail``), as types.
+
+:class:`EventKind` holds every kind capture writes; its values are exactly the strings on disk
+(a str Enum: ``EventKind.WRAPPER == "wrapper"``). :func:`parse_event` turns a raw row into one
+frozen dataclass per event that carries data (a wrapper found, the patch summary, a sampler
+window lost, a sampler stopped with its reason, a preset entry point missing, ...), parsed once
+where the trace is read. Every event is an :class:`Event` (``t_ns``, ``kind``, raw
+``detail``); a kind this wsprof does not know, or a detail that does not parse, stays a plain
+:class:`Event`, never an error. Analysis matches on the enum or with ``isinstance``, never on
+substrings of ``detail``. Pure; stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class EventKind(str, Enum):
+    """Every event kind capture writes; the values are the on-disk ``kind`` strings."""
+
+    #: A foreign wrapper on a collective name, or a ProcessGroup subclass (JSON detail).
+    WRAPPER = "wrapper"
+    #: ``wsprof.patch()`` installed its hooks (JSON detail: layers and counts).
+    PATCHED = "patched"
+    #: A hooked name was re-wrapped after the patch and hooked again (``owner.name``).
+    REWRAPPED = "rewrapped"
+    #: Device (CUDA) timing is off or partial (``off: <why>``, ``no NCCL completion hook ...``).
+    DEVICE_TIME = "device_time"
+    #: An extra target (``WSPROF_EXTRA``) could not be hooked (``<target>: <why>``).
+    EXTRA_MISSING = "extra_missing"
+    #: An extra target was hooked (``<target>``).
+    EXTRA_HOOKED = "extra_hooked"
+    #: A preset marked a phase on an entry point (``<preset>: <phase> marked on <path>``).
+    PRESET = "preset"
+    #: A preset's entry point is missing in the installed framework (``<preset>: <what>``).
+    PRESET_MISSING = "preset_missing"
+    #: A counter probe failed for the first time (``<probe>: <error>``).
+    PROBE_ERROR = "probe_error"
+    #: A counter probe was turned off after repeated errors (``<probe>: off after ...``).
+    PROBE_OFF = "probe_off"
+    #: A summary of ``torch.cuda.memory_snapshot()`` (JSON detail).
+    MEMORY_SNAPSHOT = "memory_snapshot"
+    #: A setting was not understood or was adjusted (one line).
+    SETTINGS = "settings"
+    #: A counter source is unavailable (``no NVML counters: <why>``).
+    COUNTERS = "counters"
+    #: An internal error of wsprof, caught (``<where>: <type>: <message>``).
+    INTERNAL_ERROR = "internal_error"
+    #: Signal handling could not be installed (``no SIGTERM flush: <why>``).
+    SIGNALS = "signals"
+    #: ``wsprof attach``: a target process exited (``pid <n> exited``).
+    TARGET_EXITED = "target_exited"
+    #: ``wsprof attach``: polling a target failed (``<type>: <message>``).
+    POLL_ERROR = "poll_error"
+    #: The py-spy sampler's status (``started: ...``, ``window failed: ...``, ``stopped: ...``).
+    SAMPLER = "sampler"
+
+    def __str__(self) -> str:
+        """The on-disk text (``wrapper``), also in f-strings."""
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+@dataclass(frozen=True)
+class Event:
+    """A recorded event: the raw row. Typed events below add what their detail carries.
+
+    Attributes:
+        t_ns: monotonic ns of the writing process.
+        kind: an :class:`EventKind`, or the raw text of a kind this wsprof does not know.
+        detail: the raw detail text, as stored.
+    """
+
+    t_ns: int
+    kind: EventKind | str
+    detail: str
+
+
+@dataclass(frozen=True)
+class WrapperFound(Event):
+    """A foreign wrapper on a collective name (``wrapper_kind`` ``name``) or a ProcessGroup
+    subclass in use (``group_class``).
+
+    Attributes:
+        api: the name it sits on (``dist.broadcast``) or ``ProcessGroup``.
+        wrapper_kind: ``name`` or ``group_class``.
+        qualname: the wrapper's (or subclass's) qualified name.
+        module: its module, if known.
+        file: the file it is defined in, if known.
+        line: its first line there, if known.
+        wraps: what it wraps, outermost first.
+        after_patch: found on a re-wrap after ``wsprof.patch()`` (else at patch time).
+    """
+
+    api: str = "?"
+    wrapper_kind: str = "name"
+    qualname: str = "?"
+    module: str | None = None
+    file: str | None = None
+    line: int | None = None
+    wraps: tuple[str, ...] = ()
+    after_patch: bool = False
+
+
+@dataclass(frozen=True)
+class Patched(Event):
+    """``wsprof.patch()`` installed its hooks.
+
+    Attributes:
+        layers: ``api``, ``backend`` or ``both`` (``both`` when not recorded).
+        api_names: collective names hooked, or None when not recorded.
+        backend_methods: ProcessGroup methods hooked, or None.
+        backend_class_methods: methods hooked on ProcessGroup subclasses, or None.
+        functional_ops: functional collective ops hooked, or None.
+    """
+
+    layers: str = "both"
+    api_names: int | None = None
+    backend_methods: int | None = None
+    backend_class_methods: int | None = None
+    functional_ops: int | None = None
+
+
+@dataclass(frozen=True)
+class SamplerStarted(Event):
+    """The py-spy sampler started (its settings are in ``detail``)."""
+
+
+@dataclass(frozen=True)
+class SamplerTargetExited(Event):
+    """A process the sampler sampled exited.
+
+    Attributes:
+        pid: its pid.
+    """
+
+    pid: int = -1
+
+
+@dataclass(frozen=True)
+class SamplerWindowLost(Event):
+    """A sampling window was lost (py-spy killed while sampling): ``detail`` says how."""
+
+
+@dataclass(frozen=True)
+class SamplerWindowFailed(Event):
+    """A sampling window failed.
+
+    Attributes:
+        reason: why (py-spy's message or the stop reason).
+    """
+
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class SamplerStopped(Event):
+    """The sampler stopped.
+
+    Attributes:
+        reason: why (``duration reached``, ``stopped by caller``, ``target exited``, ...).
+        samples: samples taken, or None when not recorded.
+        windows: sampling windows run, or None.
+        errors: py-spy errors, or None.
+    """
+
+    reason: str = ""
+    samples: int | None = None
+    windows: int | None = None
+    errors: int | None = None
+
+
+@dataclass(frozen=True)
+class PresetMarked(Event):
+    """A preset marked a phase on a framework entry point.
+
+    Attributes:
+        preset: the preset (``verl``).
+        phase: the phase marked (``weight_sync``).
+        path: the entry point, ``module:qualname``.
+    """
+
+    preset: str = ""
+    phase: str = ""
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class PresetMissing(Event):
+    """A preset's entry point is missing (or the preset is unknown).
+
+    Attributes:
+        preset: the preset, or None when the detail names none (an unknown ``WSPROF_PRESET``).
+        what: what is missing and its consequence.
+    """
+
+    preset: str | None = None
+    what: str = ""
+
+
+@dataclass(frozen=True)
+class ProbeTrouble(Event):
+    """A counter probe failed (``probe_error``) or was turned off (``probe_off``).
+
+    Attributes:
+        probe: the probe's name (``nvml``, ``cuda``).
+        message: the error, or why it was turned off.
+    """
+
+    probe: str = ""
+    message: str = ""
+
+    @property
+    def off(self) -> bool:
+        """Whether the probe was turned off (else: its first error)."""
+        return self.kind == EventKind.PROBE_OFF
+
+
+@dataclass(frozen=True)
+class MemorySnapshot(Event):
+    """A summary of ``torch.cuda.memory_snapshot()``.
+
+    Attributes:
+        summary: the summary as recorded (segments, bytes, reason, ...).
+    """
+
+    summary: dict[str, Any] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class TargetExited(Event):
+    """``wsprof attach``: a target process exited.
+
+    Attributes:
+        pid: its pid.
+    """
+
+    pid: int = -1
+
+
+#: Every typed event class of a ``sampler`` event (for ``isinstance``).
+SAMPLER_EVENTS = (
+    SamplerStarted,
+    SamplerTargetExited,
+    SamplerWindowLost,
+    SamplerWindowFailed,
+    SamplerStopped,
+)
+
+_STOPPED_RE = re.compile(
+    r"stopped: (?P<reason>.*?); samples=(?P<samples>-?\d+) "
+    r"windows=(?P<windows>-?\d+) errors=(?P<errors>-?\d+)\s*$",
+    re.S,
+)
+_PID_RE = re.compile(r"(?:target exited: )?pid (?P<pid>\d+)(?: exited)?\s*$")
+_PRESET_MARKED_RE = re.compile(r"(?P<preset>[^:\s]+): (?P<phase>\S+) marked on (?P<path>.+)$", re.S)
+#: A preset name as it starts a ``preset_missing`` detail (not ``WSPROF_PRESET=...``).
+_PRESET_NAME_RE = re.compile(r"[A-Za-z0-9_\-]+$")
+
+
+def _kind(raw: str) -> EventKind | str:
+    try:
+        return EventKind(raw)
+    except ValueError:
+        return raw
+
+
+def _opt_int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _opt_str(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+def _json_dict(detail: str) -> dict[str, Any] | None:
+    try:
+        d = json.loads(detail)
+    except ValueError:
+        return None
+    return d if isinstance(d, dict) else None
+
+
+def _sampler(t_ns: int, detail: str) -> Event:
+    kind = EventKind.SAMPLER
+    if detail.startswith("stopped:"):
+        m = _STOPPED_RE.match(detail)
+        if m:
+            return SamplerStopped(
+                t_ns,
+                kind,
+                detail,
+                m["reason"],
+                int(m["samples"]),
+                int(m["windows"]),
+                int(m["errors"]),
+            )
+        return SamplerStopped(t_ns, kind, detail, detail[len("stopped:") :].strip())
+    if detail.startswith("started:"):
+        return SamplerStarted(t_ns, kind, detail)
+    if detail.startswith("window failed:"):
+        return SamplerWindowFailed(t_ns, kind, detail, detail[len("window failed:") :].strip())
+    if detail.startswith("target exited:"):
+        m = _PID_RE.match(detail)
+        return SamplerTargetExited(t_ns, kind, detail, int(m["pid"]) if m else -1)
+    if detail.rstrip().endswith("window lost"):
+        return SamplerWindowLost(t_ns, kind, detail)
+    return Event(t_ns, kind, detail)
+
+
+def _wrapper(t_ns: int, detail: str) -> Event:
+    d = _json_dict(detail)
+    if d is None:
+        return Event(t_ns, EventKind.WRAPPER, detail)
+    wraps = d.get("wraps")
+    return WrapperFound(
+        t_ns,
+        EventKind.WRAPPER,
+        detail,
+        api=str(d.get("api", "?")),
+        wrapper_kind=str(d.get("kind", "name")),
+        qualname=str(d.get("qualname", "?")),
+        module=_opt_str(d.get("module")),
+        file=_opt_str(d.get("file")),
+        line=_opt_int(d.get("line")),
+        wraps=tuple(str(w) for w in wraps) if isinstance(wraps, list) else (),
+        after_patch=bool(d.get("after_patch", False)),
+    )
+
+
+def _patched(t_ns: int, detail: str) -> Event:
+    d = _json_dict(detail) or {}
+    return Patched(
+        t_ns,
+        EventKind.PATCHED,
+        detail,
+        layers=str(d.get("layers", "both")),
+        api_names=_opt_int(d.get("api_names")),
+        backend_methods=_opt_int(d.get("backend_methods")),
+        backend_class_methods=_opt_int(d.get("backend_class_methods")),
+        functional_ops=_opt_int(d.get("functional_ops")),
+    )
+
+
+def _preset_missing(t_ns: int, detail: str) -> Event:
+    head, sep, rest = detail.partition(": ")
+    if sep and _PRESET_NAME_RE.match(head):
+        return PresetMissing(t_ns, EventKind.PRESET_MISSING, detail, head, rest)
+    return PresetMissing(t_ns, EventKind.PRESET_MISSING, detail, None, detail)
+
+
+def parse_event(t_ns: int, kind: str, detail: str) -> Event:
+    """The typed event of a raw ``events`` row.
+
+    Args:
+        t_ns: the row's time, monotonic ns of the writing process.
+        kind: the row's kind text.
+        detail: the row's detail text.
+
+    Returns:
+        The typed event of a known kind whose detail parses; else an :class:`Event` (with
+        the :class:`EventKind` when the kind is known, the raw text when not). Never raises.
+    """
+    k = _kind(kind)
+    if k is EventKind.SAMPLER:
+        return _sampler(t_ns, detail)
+    if k is EventKind.WRAPPER:
+        return _wrapper(t_ns, detail)
+    if k is EventKind.PATCHED:
+        return _patched(t_ns, detail)
+    if k is EventKind.PRESET:
+        m = _PRESET_MARKED_RE.match(detail)
+        if m:
+            return PresetMarked(t_ns, k, detail, m["preset"], m["phase"], m["path"])
+    elif k is EventKind.PRESET_MISSING:
+        return _preset_missing(t_ns, detail)
+    elif k in (EventKind.PROBE_ERROR, EventKind.PROBE_OFF):
+        probe, _, message = detail.partition(": ")
+        return ProbeTrouble(t_ns, k, detail, probe, message)
+    elif k is EventKind.MEMORY_SNAPSHOT:
+        d = _json_dict(detail)
+        if d is not None:
+            return MemorySnapshot(t_ns, k, detail, d)
+    elif k is EventKind.TARGET_EXITED:
+        m = _PID_RE.match(detail)
+        if m:
+            return TargetExited(t_ns, k, detail, int(m["pid"]))
+    return Event(t_ns, k, detail)

@@ -1,0 +1,84 @@
+"""The phase vocabulary: canonical phase names and the other spellings that mean them.
+
+One vocabulary for every source of phases: markers (``wsprof.phase("sync")``), framework
+presets (:mod:`wsprof.capture.presets`), sampled phases (``wsprof attach --phase NAME=REGEX``,
+:mod:`wsprof.analysis.phases`) and the framework registry (:mod:`wsprof.frameworks`). A name
+is compared after :func:`phase_key` (lower case, runs of ``-`` and spaces as ``_``); an alias
+(:data:`PHASE_ALIASES`) then becomes its canonical phase. Names that are neither stay as given:
+any name is a phase.
+
+Pure data; standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+#: Generation by the inference engines.
+ROLLOUT: Final = "rollout"
+#: Pushing the trained weights to the inference engines.
+WEIGHT_SYNC: Final = "weight_sync"
+#: Forward, backward and optimizer.
+TRAIN: Final = "train"
+#: A sampled stack whose leaf is a blocking call (assigned by classification only).
+IDLE: Final = "idle"
+#: A sampled stack no pattern matched (assigned by classification only).
+OTHER: Final = "other"
+
+#: Phases with a meaning of their own, in the order sampled phases try them on one frame.
+CANONICAL_PHASES: Final = (WEIGHT_SYNC, ROLLOUT, TRAIN)
+#: Names only sampled-phase classification assigns; a user pattern cannot take them.
+RESERVED_PHASES: Final = frozenset({IDLE, OTHER})
+
+#: Other spellings (as :func:`phase_key` writes them) -> canonical phase.
+PHASE_ALIASES: Final[dict[str, str]] = {
+    "sync": WEIGHT_SYNC,
+    "weight_update": WEIGHT_SYNC,
+    "weights_sync": WEIGHT_SYNC,
+    "refit": WEIGHT_SYNC,
+    "generate": ROLLOUT,
+    "generation": ROLLOUT,
+    "training": TRAIN,
+}
+
+_SEPARATORS = re.compile(r"[\s-]+")
+
+
+def phase_key(name: str) -> str:
+    """A phase name as compared: stripped, lower case, runs of ``-`` and white space as ``_``.
+
+    Args:
+        name: a phase name as a user or a framework wrote it (``Weight Sync``).
+
+    Returns:
+        The key (``weight_sync``); ``""`` for a blank name.
+    """
+    return _SEPARATORS.sub("_", name.strip().lower())
+
+
+def canonical_phase(name: str) -> str | None:
+    """The canonical phase a name means, or None when it is no canonical phase nor alias.
+
+    Args:
+        name: any spelling (``sync``, ``Weight-Sync``, ``generation``).
+
+    Returns:
+        One of :data:`CANONICAL_PHASES`, or None.
+    """
+    key = phase_key(name)
+    key = PHASE_ALIASES.get(key, key)
+    return key if key in CANONICAL_PHASES else None
+
+
+def resolve_phase(name: str) -> str:
+    """The name a phase is recorded under: its canonical phase when it has one, else the name
+    as given (a phase of the user's own, ``"checkpoint"``, keeps its spelling).
+
+    Args:
+        name: a phase name.
+
+    Returns:
+        :func:`canonical_phase` of ``name``, else ``name`` unchanged.
+    """
+    return canonical_phase(name) or name

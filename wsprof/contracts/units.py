@@ -1,0 +1,191 @@
+"""Units of measured values, and numbers as short human text in their unit.
+
+One :class:`Unit` is attached where a value is made (a per-step series, a counter track) and
+every renderer and finding formats through it: ``45.6 ms``, ``3 GiB``, ``53%``, and slopes as
+``+1.2 MiB/step``. A column imported with a unit wsprof does not interpret (``tokens/s``,
+``GiB``, ``ms``) is :attr:`Unit.OTHER` with that text beside it (:func:`fmt_in` takes both).
+Pure; stdlib only.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import Any
+
+#: Nanoseconds, microseconds and seconds as plain ints and floats, named by their unit
+#: (``t_start_ns: Nanoseconds``).
+Nanoseconds = int
+Microseconds = float
+Seconds = float
+Bytes = int
+
+
+class Unit(Enum):
+    """What a value measures. The value is the unit's canonical text (``s``, ``bytes``).
+
+    ``OTHER`` is a unit wsprof does not interpret: an imported column's own text (``tokens/s``,
+    ``GiB``, ``%``) goes with it, or none when nothing says what the value is.
+    """
+
+    SECONDS = "s"
+    MICROSECONDS = "us"
+    NANOSECONDS = "ns"
+    BYTES = "bytes"
+    SHARE = "share"
+    COUNT = "count"
+    OTHER = "other"
+
+    @classmethod
+    def parse(cls, text: str) -> Unit:
+        """The unit a text names (``s``, ``us``, ``µs``, ``ns``, ``bytes``, ``B``, ``share``,
+        ``fraction``, ``count``); :attr:`OTHER` for any other text (``GiB``, ``tokens/s``)."""
+        return _ALIASES.get(text.strip(), cls.OTHER)
+
+    def label(self, text: str = "") -> str:
+        """The unit as shown beside a number or in a JSON ``unit`` field: the canonical text,
+        or for :attr:`OTHER` the importer's own ``text`` (``""`` when none)."""
+        return text if self is Unit.OTHER else self.value
+
+    def fmt(self, x: float | None, text: str = "") -> str:
+        """``x`` in this unit as short human text; None → ``—``.
+
+        Args:
+            x: the value, in this unit (seconds for SECONDS, bytes for BYTES, a fraction for
+                SHARE, ...).
+            text: the free unit text of an :attr:`OTHER` value (``tokens/s``); ignored else.
+
+        Returns:
+            ``12.3 ms``, ``1.5 GiB``, ``53%``, ``1,024``, ``3.2 tokens/s``.
+        """
+        if x is None:
+            return "—"
+        if self is Unit.SECONDS:
+            return fmt_duration(x)
+        if self is Unit.MICROSECONDS:
+            return fmt_us(x)
+        if self is Unit.NANOSECONDS:
+            return fmt_duration(x / 1e9)
+        if self is Unit.BYTES:
+            return fmt_bytes(x)
+        if self is Unit.SHARE:
+            return fmt_pct(x)
+        if self is Unit.COUNT:
+            return fmt_num(x)
+        return f"{fmt_num(x)} {text}".rstrip()
+
+    def fmt_slope(self, x: float | None, text: str = "", per: str = "step") -> str:
+        """A rate of change of a value in this unit: ``+1.2 MiB/step``, ``-3.4 ms/step``.
+
+        Args:
+            x: change per ``per``, in this unit.
+            text: the free unit text of an :attr:`OTHER` value; ignored else.
+            per: what the change is per.
+
+        Returns:
+            The signed change in this unit followed by ``/<per>``; ``—`` for None.
+        """
+        if x is None or not math.isfinite(x):
+            return "—"
+        sign = "+" if x > 0 else ""
+        return f"{sign}{self.fmt(x, text)}/{per}"
+
+
+_ALIASES: dict[str, Unit] = {
+    "s": Unit.SECONDS,
+    "us": Unit.MICROSECONDS,
+    "µs": Unit.MICROSECONDS,
+    "ns": Unit.NANOSECONDS,
+    "bytes": Unit.BYTES,
+    "B": Unit.BYTES,
+    "share": Unit.SHARE,
+    "fraction": Unit.SHARE,
+    "count": Unit.COUNT,
+}
+
+
+def fmt_in(x: float | None, unit: Unit | str, text: str = "") -> str:
+    """``x`` in ``unit`` (a :class:`Unit`, or a unit text parsed by :meth:`Unit.parse`).
+
+    Args:
+        x: the value.
+        unit: its unit; a text (``s``, ``GiB``) stands for ``Unit.parse(text)`` with the text
+            kept for :attr:`Unit.OTHER`.
+        text: the free unit text when ``unit`` is :attr:`Unit.OTHER`.
+
+    Returns:
+        The value as short human text (see :meth:`Unit.fmt`).
+    """
+    if isinstance(unit, str):
+        return Unit.parse(unit).fmt(x, unit)
+    return unit.fmt(x, text)
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """Seconds as a short human duration (``12.3 µs``, ``4.56 ms``, ``1.23 s``); None → ``—``."""
+    if seconds is None or not math.isfinite(seconds):
+        return "—"
+    a = abs(seconds)
+    if a < 1e-9:  # below the clock's resolution
+        return "0 s"
+    if a < 1e-3:
+        return f"{seconds * 1e6:.3g} µs"
+    if a < 1.0:
+        return f"{seconds * 1e3:.3g} ms"
+    if a < 600:
+        return f"{seconds:.3g} s"
+    return f"{seconds / 60:.3g} min"
+
+
+def fmt_us(us: float | None) -> str:
+    """Microseconds as a short human duration."""
+    return fmt_duration(None if us is None else us / 1e6)
+
+
+def fmt_pct(x: float | None) -> str:
+    """A fraction as a percentage; None → ``—``."""
+    if x is None or not math.isfinite(x):
+        return "—"
+    return f"{x:.0%}" if abs(x) >= 0.1 else f"{x:.1%}"
+
+
+def fmt_bytes(n: float | None) -> str:
+    """Bytes with a binary unit (``512 B``, ``1.5 GiB``); None → ``—``."""
+    if n is None or not math.isfinite(n):
+        return "—"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.3g} {unit}"
+        value /= 1024
+    return f"{value:.3g} TiB"  # pragma: no cover
+
+
+def fmt_num(x: Any) -> str:
+    """A number in 4 significant digits (ints with thousands separators); None → ``—``."""
+    if x is None:
+        return "—"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            return str(x)
+        return f"{x:.4g}"
+    return str(x)
+
+
+def fmt_in_unit(x: float | None, unit: str) -> str:
+    """A value in a unit text (diff items, evidence), made human for seconds, microseconds,
+    bytes and shares; any other text follows the number (``5 count``, ``3 GiB``)."""
+    if x is None:
+        return "—"
+    parsed = Unit.parse(unit)
+    if parsed in _HUMAN:
+        return parsed.fmt(x)
+    return f"{fmt_num(x)} {unit}".rstrip()
+
+
+#: Units :func:`fmt_in_unit` makes human; every other text is written after the number.
+_HUMAN = frozenset({Unit.SECONDS, Unit.MICROSECONDS, Unit.BYTES, Unit.SHARE})

@@ -1,0 +1,163 @@
+"""The one input layer: what a path holds, read once, as a typed result.
+
+:func:`load` is the only place that tells a run folder or trace from a CSV series or a
+training log (by suffix and by the SQLite header); ``analyze``, ``diff``, ``report`` and
+``export`` all start from it, and the analysis is a pure function of what it returns:
+
+- :class:`LoadedRun`: a run folder or one ``.wsprof`` trace. Its traces are read lazily, one
+  at a time (:meth:`LoadedRun.traces`), so that analysis can release each trace's calls
+  before the next is read and a run of many ranks needs the memory of about two traces;
+  traces that cannot be read are skipped and described in :attr:`LoadedRun.problems`.
+- :class:`LoadedSeries`: a ``.csv``/``.tsv`` per-step series or metric export
+  (:func:`wsprof.importers.metrics_csv.load_csv`).
+- :class:`LoadedLog`: a training log of slime, verl, OpenRLHF or AReaL
+  (:func:`wsprof.importers.logs.load_log`).
+
+Every error is a one-line :class:`~wsprof.errors.InputError` that says what cannot be read and
+what to give instead; none names a command-line option (the CLI adds those).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from wsprof.errors import InputError
+from wsprof.importers.logs import Imported, load_log
+from wsprof.importers.metrics_csv import load_csv
+from wsprof.trace.model import ProcessTrace
+from wsprof.trace.reader import (
+    find_traces,
+    is_sqlite,
+    read_run_lenient,
+    read_trace,
+    require_trace_file,
+)
+
+#: Suffixes read as a per-step series (compared case-insensitively).
+SERIES_SUFFIXES = (".csv", ".tsv")
+#: Suffix of a wsprof trace file (never read as a log, whatever its content).
+TRACE_SUFFIX = ".wsprof"
+
+
+@dataclass
+class LoadedRun:
+    """A run folder or one trace file, its traces read on demand.
+
+    Attributes:
+        path: the path given.
+        trace_paths: every trace file of the run, in file order.
+        problems: one line per trace that could not be read (``skipped <why>``), filled as
+            :meth:`traces` meets them.
+    """
+
+    path: str
+    trace_paths: tuple[str, ...]
+    problems: list[str] = field(default_factory=list)
+    _errors: list[InputError] = field(default_factory=list, repr=False)
+
+    def traces(self) -> Iterator[ProcessTrace]:
+        """Every readable trace, in file order, one at a time (each is read when the iterator
+        reaches it). An unreadable one is skipped and described in :attr:`problems`.
+
+        Raises:
+            InputError: no trace of the run could be read (after the last one was tried; the
+                message names the first problem, as :func:`read_all` does).
+        """
+        self.problems.clear()
+        self._errors.clear()
+        n_read = 0
+        for p in self.trace_paths:
+            try:
+                t = read_trace(p)
+            except InputError as e:
+                self._errors.append(e)
+                self.problems.append(f"skipped {e}")
+                continue
+            n_read += 1
+            yield t
+        if not n_read:
+            self._raise_none_read()
+
+    def _raise_none_read(self) -> None:
+        errors = self._errors
+        if len(errors) > 1:
+            raise InputError(
+                f"{self.path}: none of its {len(errors)} traces could be read (the first: "
+                f"{errors[0]})"
+            ) from errors[0]
+        if errors:
+            raise errors[0]
+        raise InputError(f"{self.path}: no trace could be read; re-record the run")
+
+    def read_all(self) -> tuple[list[ProcessTrace], list[str]]:
+        """Every readable trace at once, ordered by rank then pid (what an export of the
+        whole run needs), and one line per trace skipped.
+
+        Raises:
+            InputError: no trace could be read.
+        """
+        traces, problems = read_run_lenient(self.path)
+        self.problems[:] = problems
+        return traces, problems
+
+
+@dataclass(frozen=True)
+class LoadedSeries:
+    """A per-step series file (CSV or TSV; plain or a metric export such as W&B's).
+
+    Attributes:
+        path: the path given.
+        imported: its series and the notes on how it was read.
+    """
+
+    path: str
+    imported: Imported
+
+
+@dataclass(frozen=True)
+class LoadedLog:
+    """A training log (slime, verl, OpenRLHF, AReaL) read as per-step series.
+
+    Attributes:
+        path: the path given.
+        imported: its series and the notes on how it was read.
+    """
+
+    path: str
+    imported: Imported
+
+
+#: What :func:`load` returns.
+Loaded = LoadedRun | LoadedSeries | LoadedLog
+
+
+def is_series_path(path: str) -> bool:
+    """True when ``path`` is a file read as a per-step series (by its suffix)."""
+    return os.path.isfile(path) and path.lower().endswith(SERIES_SUFFIXES)
+
+
+def load(path: str) -> Loaded:
+    """What ``path`` holds: a run (folder or trace), a series file or a training log.
+
+    A file ending in ``.csv``/``.tsv`` is a series; any other file that neither ends in
+    ``.wsprof`` nor starts like SQLite is a training log; everything else (a folder, a trace,
+    a missing path) is a run, whose trace files are listed now and read later.
+
+    Args:
+        path: what the user gave.
+
+    Returns:
+        The typed result; a series or log is read whole, a run's traces lazily.
+
+    Raises:
+        InputError: the path does not exist, a folder holds no trace, or a series or log
+            cannot be read (one line: what and why).
+    """
+    if is_series_path(path):
+        return LoadedSeries(path, load_csv(path))  # a CSV series or a metric export (W&B)
+    if os.path.isfile(path) and not path.lower().endswith(TRACE_SUFFIX) and not is_sqlite(path):
+        return LoadedLog(path, load_log(path))  # a training log: slime, verl, OpenRLHF, AReaL
+    require_trace_file(path)
+    return LoadedRun(path, tuple(find_traces(path)))
