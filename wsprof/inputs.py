@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from wsprof.errors import InputError
 from wsprof.importers.logs import Imported, load_log
 from wsprof.importers.metrics_csv import load_csv
-from wsprof.trace.model import ProcessTrace
+from wsprof.trace.model import TRACE_SUFFIX, ProcessTrace
 from wsprof.trace.reader import (
     find_traces,
     is_sqlite,
@@ -37,8 +37,6 @@ from wsprof.trace.reader import (
 
 #: Suffixes read as a per-step series (compared case-insensitively).
 SERIES_SUFFIXES = (".csv", ".tsv")
-#: Suffix of a wsprof trace file (never read as a log, whatever its content).
-TRACE_SUFFIX = ".wsprof"
 
 
 @dataclass

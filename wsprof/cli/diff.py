@@ -8,6 +8,7 @@ import time
 
 import click
 
+from wsprof.cli.options import source_name
 from wsprof.errors import EXIT_OK
 from wsprof.report.renderers import DIFF_RENDERERS, choices_help
 
@@ -15,14 +16,10 @@ from wsprof.report.renderers import DIFF_RENDERERS, choices_help
 def default_diff_path(before: str, after: str, suffix: str = ".html") -> str:
     """``reports/wsprof-diff-<host>-<before>-vs-<after>-<time>.html`` under the current
     folder (``suffix``: the renderer's)."""
-
-    def name(path: str) -> str:
-        return os.path.basename(os.path.normpath(path)).replace(".wsprof", "") or "run"
-
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return os.path.join(
         "reports",
-        f"wsprof-diff-{socket.gethostname()}-{name(before)}-vs-{name(after)}-{stamp}{suffix}",
+        f"wsprof-diff-{socket.gethostname()}-{source_name(before)}-vs-{source_name(after)}-{stamp}{suffix}",
     )
 
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from wsprof.analysis.model import SEVERITIES, Analysis
 from wsprof.errors import InputError
+from wsprof.trace.model import TRACE_SUFFIX
 
 
 def default_report_path(source: str) -> str:
@@ -24,8 +25,13 @@ def report_path_in(folder: str) -> str:
     return os.path.join(folder, _report_name(folder))
 
 
+def source_name(path: str) -> str:
+    """The name of a run folder or trace for a default file name (``run1``, ``rank0``)."""
+    return os.path.basename(os.path.normpath(path)).removesuffix(TRACE_SUFFIX) or "run"
+
+
 def _report_name(source: str) -> str:
-    name = os.path.basename(os.path.normpath(source)).replace(".wsprof", "") or "run"
+    name = source_name(source)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return f"wsprof-{socket.gethostname()}-{name}-{stamp}.html"
 

@@ -21,7 +21,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
 
-from wsprof.analysis.findings import is_gauge
+from wsprof.analysis.findings import OutlierRank, is_gauge
 from wsprof.analysis.headline import headline, headline_of
 from wsprof.analysis.model import (
     SEVERITIES,
@@ -309,7 +309,7 @@ def ranks_view(analysis: Analysis) -> Markup | None:
         return None
     steps = sorted({s for r in ranks for s in r.steps})
     values = [[dict(zip(r.steps, r.weight_sync_s)).get(s) for s in steps] for r in ranks]
-    named = {str(f.evidence.get("label")) for f in analysis.findings if f.kind == "outlier_rank"}
+    named = {str(f.evidence.get("label")) for f in analysis.findings if f.kind == OutlierRank.kind}
     labels = [r.label for r in ranks]
     return _svg(figures.ranks_figure(labels, steps, values, [x for x in labels if x in named]))
 

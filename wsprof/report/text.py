@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from collections import Counter
 
+from wsprof.analysis.findings import OutlierRank
 from wsprof.analysis.kinds import ACCUMULATING_KINDS
 from wsprof.analysis.model import Analysis, ProcessAnalysis, RankSeries
 from wsprof.contracts.units import fmt_duration
@@ -112,7 +113,7 @@ def _ranks_lines(analysis: Analysis) -> list[str]:
     :data:`MAX_RANK_ROWS` ranks: the primary, the outliers and the accumulating ones, with a
     summary line."""
     ranks = analysis.ranks
-    named = {f.where for f in analysis.findings if f.kind == "outlier_rank"}
+    named = {f.where for f in analysis.findings if f.kind == OutlierRank.kind}
     hosts = sorted({r.host for r in ranks if r.host})
     meds = sorted(r.median_weight_sync_s for r in ranks if r.median_weight_sync_s is not None)
     growing = [r for r in ranks if r.sync is not None and r.sync.accumulating]
