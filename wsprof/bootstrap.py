@@ -24,8 +24,6 @@ import types
 
 from wsprof.capture import settings as cfg
 
-#: Set to ``1`` by ``wsprof run`` in the command's environment.
-ENV_RUN = cfg.ENV_RUN
 #: Launchers that start the ranks but make no collective call: script endings and modules.
 LAUNCHER_SCRIPTS = ("torch/distributed/run.py", "torchrun", "torch/distributed/launch.py")
 LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")

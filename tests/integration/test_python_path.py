@@ -28,7 +28,7 @@ FILES = (
 
 
 @pytest.mark.skipif(
-    buffer.native_module() is None,
+    buffer.compiled_module() is None,
     reason="the compiled path is not built: the suite ran on the Python path",
 )
 def test_the_python_path_passes_the_hook_tests() -> None:
@@ -37,7 +37,8 @@ def test_the_python_path_passes_the_hook_tests() -> None:
         [
             sys.executable,
             "-c",
-            "from wsprof.capture import buffer; print(buffer.native_module() is None)",
+            "from wsprof.capture import buffer, settings; "
+            "print(buffer.native_module(settings.read()) is None)",
         ],
         env=env,
         capture_output=True,

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from helpers import gloo_world_of_one
 
 import wsprof
-from wsprof.capture import collectives, markers, session
+from wsprof.capture import buffer, collectives, extra, markers, session
 from wsprof.capture import settings as cfg
 from wsprof.trace.reader import read_trace
 
@@ -88,6 +88,55 @@ def test_settings_passed_in_are_used_instead_of_the_environment(tmp_path: Path) 
     finally:
         session.unpatch()
     assert path is not None and read_trace(path).calls.layer.tolist() == ["api"]
+
+
+def test_settings_passed_in_reach_the_ring_and_the_extra_hooks(tmp_path: Path) -> None:
+    """``Settings(native=False)`` gives a Python ring (and Python hooks), its ring size is the
+    ring's, its ``extra`` targets are hooked: the session hands its settings down."""
+    settings = cfg.Settings(native=False, ring_records=4096, extra=("wsprof_no_such_mod:f",))
+    path = session.patch(str(tmp_path), counters=False, settings=settings)
+    try:
+        s = session.current()
+        assert s is not None and s.recorder is not None
+        assert type(s.recorder.ring) is buffer.PyRing and s.recorder.capacity == 4096
+        assert collectives._STATE.native is False
+        assert "wsprof_no_such_mod:f" in extra._STATE.seen
+        dist.broadcast(torch.ones(2), 0)
+    finally:
+        session.unpatch()
+    assert path is not None and read_trace(path).calls.op.tolist() == ["broadcast"]
+    if buffer.compiled_module() is not None:  # and the default is the compiled ring
+        path = session.patch(str(tmp_path), counters=False, settings=cfg.Settings())
+        try:
+            rec = session.current_recorder()
+            assert rec is not None and rec.ring.native and collectives._STATE.native
+        finally:
+            session.unpatch()
+
+
+def test_forget_unbinds_every_components_copy_of_the_recorder(tmp_path: Path) -> None:
+    """The hot-path caches of the recorder (markers, collectives, extra) are bound by the
+    session at start and unbound through each component by ``forget`` (a forked child)."""
+    import atexit
+
+    from wsprof.capture import signals
+
+    assert session.patch(str(tmp_path), counters=False) is not None
+    s = session.current()
+    assert s is not None and s.recorder is not None
+    rec = s.recorder
+    assert markers.STATE.recorder is collectives._STATE.recorder is extra._STATE.recorder is rec
+    wsprof.step()
+    try:
+        s.forget()
+        assert s.recorder is None and markers.STATE.recorder is None
+        assert collectives._STATE.recorder is None and extra._STATE.recorder is None
+        assert not collectives.installed() and markers.STATE.step == -1
+    finally:
+        signals.uninstall()
+        atexit.unregister(session._at_exit)
+        session.unpatch()
+        rec.close()
 
 
 FORKED = textwrap.dedent("""

@@ -15,13 +15,26 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wsprof.capture import buffer
+from wsprof.capture import settings as cfg
 from wsprof.trace import journal as jfmt
 from wsprof.trace import ring as fmt
 
 WRITERS: list[Any] = [buffer.PyRing]
-_native = buffer.native_module()
+#: The compiled writer where built and ``WSPROF_NATIVE`` allows (the Python-path run sets 0).
+_native = buffer.native_module(cfg.read())
 if _native is not None:
     WRITERS.append(_native.Ring)
+
+
+def test_the_ring_kind_follows_the_settings_passed(tmp_path: Path) -> None:
+    assert buffer.native_module(cfg.Settings(native=False)) is None
+    assert buffer.native_module(cfg.Settings()) is buffer.compiled_module()
+    for native in (False, True):
+        ring, mm = buffer.open_ring(str(tmp_path / f"{native}.ring"), 64, os.getpid(), native)
+        compiled = native and buffer.compiled_module() is not None
+        assert type(ring) is (buffer.compiled_module().Ring if compiled else buffer.PyRing)
+        assert bool(getattr(ring, "native", False)) is compiled
+        _close(ring, mm)
 
 
 def _open(path: Path, capacity: int, writer: Any) -> tuple[Any, mmap.mmap]:

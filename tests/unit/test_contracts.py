@@ -41,7 +41,7 @@ from wsprof.contracts.series import (
     op_of,
     parse_series_key,
 )
-from wsprof.contracts.units import Unit, fmt_in, fmt_in_unit
+from wsprof.contracts.units import Unit, fmt_in_unit
 from wsprof.report.jsonout import to_dict
 from wsprof.trace.reader import read_trace
 from wsprof.trace.writer import TraceWriter
@@ -119,9 +119,13 @@ def test_bytes_counter_slope_is_in_bytes(tmp_path: Path) -> None:
         (RESERVED, Unit.BYTES),
         ("proc.rss_bytes", Unit.BYTES),
         ("nvml.gpu0.mem_used_bytes", Unit.BYTES),
-        ("cuda0.segment.all.current", Unit.OTHER),
+        ("cuda0.segment.all.current", Unit.COUNT),
         ("proc.cpu_pct", Unit.OTHER),
         ("gc.gen0", Unit.OTHER),
+        ("my.pool_bytes", Unit.BYTES),  # a user counter: the name rule
+        ("my.pool", Unit.OTHER),
+        ("cuda0.requested_bytes.all.peak", Unit.BYTES),  # a key an older wsprof recorded
+        ("cuda0.allocation.all.current", Unit.COUNT),
     ],
 )
 def test_counter_unit_from_its_name(counter: str, unit: Unit) -> None:
@@ -147,7 +151,7 @@ def test_unit_formats_values_and_slopes() -> None:
     assert Unit.OTHER.fmt(3.25, "tokens/s") == "3.25 tokens/s"
     assert Unit.OTHER.fmt_slope(2.0, "tokens/s") == "+2 tokens/s/step"
     assert Unit.parse("µs") is Unit.MICROSECONDS and Unit.parse("GiB") is Unit.OTHER
-    assert fmt_in(2.0 * GIB, "bytes") == "2 GiB" and fmt_in(3.0, "GiB") == "3 GiB"
+    assert fmt_in_unit(2.0 * GIB, "bytes") == "2 GiB" and fmt_in_unit(3.0, "GiB") == "3 GiB"
     assert fmt_in_unit(5, "count") == "5 count" and fmt_in_unit(None, "s") == "—"
 
 

@@ -190,6 +190,8 @@ def test_same_run_is_about_the_same(fixed: tuple[Path, Path]) -> None:
     assert not r.faster and not r.slower and not r.moved_to
     assert r.verdict[0].startswith("about the same")
     assert any("share 5 step(s)" in n for n in r.notes)  # the same steps on both sides
+    shared = next(n for n in r.notes if "share 5 step(s)" in n)
+    assert "disjoint before and after step ranges" in shared and "--" not in shared
 
 
 def test_two_step_windows_of_one_run(tmp_path: Path) -> None:

@@ -68,8 +68,8 @@ def test_openrlhf_rollout_keeps_both_release_paths() -> None:
 
 
 def test_readers_take_the_registry() -> None:
-    assert phases.FRAMEWORKS == frameworks.NAMES
     assert {f.name: f.patterns() for f in frameworks.FRAMEWORKS} == phases.BUILTIN_PATTERNS
+    assert frameworks.engine_patterns() == phases.GENERIC_PATTERNS
     assert phases.FRAMEWORK_MODULES["areal"] == ("areal", "realhf")
     assert [f.name for f in logs.FORMATS] == ["slime", "verl", "OpenRLHF", "AReaL"]
     assert logs.SERIES_KEYS["weight_sync_s"] == (
@@ -82,8 +82,35 @@ def test_readers_take_the_registry() -> None:
         "timeperf/update_weights",
     )
     assert logs.SHIFTED_KEYS == {"perf/update_weights_time": 1}
-    assert logs.SECONDS_PREFIXES == ("timing_s/", "timing/", "timeperf/")
+    assert frameworks.timer_prefixes() == ("timing_s/", "timing/", "timeperf/")
     assert frozenset({"perf/time_per_step"}) == logs.STEP_TIME_KEYS
+    assert frameworks.is_timer_key("perf/update_weights_time")
+    assert not frameworks.is_timer_key("perf/throughput")
+
+
+def test_key_knowledge_is_the_registry_s() -> None:
+    """Quality namespaces and per-token times are framework data, read by analysis."""
+    from wsprof.analysis.kinds import SeriesKind, kind_by_name
+
+    verl = frameworks.get("verl")
+    assert frameworks.quality_namespace("actor/pg_loss") == (verl, "actor/")
+    assert frameworks.quality_namespace("timing_s/gen") is None
+    assert frameworks.per_token_prefix("timing_per_token_ms/gen") == (verl, "timing_per_token_ms/")
+    got = kind_by_name("critic/vf_loss")
+    assert got is not None and got.kind is SeriesKind.QUALITY
+    assert "verl's critic/ namespace" in got.reason
+    got = kind_by_name("timing_per_token_ms/gen")
+    assert got is not None and got.kind is SeriesKind.RATE and "verl" in got.reason
+    assert logs.metric_unit("timing_per_token_ms/gen") == "ms"
+    assert logs.metric_unit("timeperf/rollout") == "s"
+    assert [e.name for e in frameworks.ENGINES] == [
+        "sglang",
+        "vllm",
+        "torch",
+        "deepspeed",
+        "accelerate",
+        "megatron",
+    ]
 
 
 def test_the_registry_imports_only_the_standard_library_and_contracts() -> None:

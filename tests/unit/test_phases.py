@@ -13,14 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from wsprof import frameworks
 from wsprof.analysis.phases import (
     BUILTIN_PATTERNS,
-    FRAMEWORKS,
-    IDLE,
-    OTHER,
-    ROLLOUT,
-    TRAIN,
-    WEIGHT_SYNC,
     build_patterns,
     classify_stack,
     detect_framework,
@@ -31,6 +26,7 @@ from wsprof.analysis.phases import (
 )
 from wsprof.analysis.run import analyze_run, window_series
 from wsprof.analysis.samples import common_frame, early_late_shift
+from wsprof.contracts.phases import IDLE, OTHER, ROLLOUT, TRAIN, WEIGHT_SYNC
 from wsprof.report.jsonout import to_dict
 from wsprof.report.text import WIDTH, render_text, shorten_frame
 from wsprof.trace.model import SampleWindow
@@ -391,7 +387,7 @@ def test_framework_entry_points(framework: str, phase: str, stack: list[str]) ->
 
 
 def test_every_framework_has_every_phase() -> None:
-    assert set(BUILTIN_PATTERNS) == set(FRAMEWORKS)
+    assert set(BUILTIN_PATTERNS) == set(frameworks.NAMES)
     for phases in BUILTIN_PATTERNS.values():
         assert {WEIGHT_SYNC, ROLLOUT, TRAIN} <= set(phases)
 
@@ -659,6 +655,8 @@ def test_bad_user_pattern_is_a_note_not_an_error(tmp_path: Path) -> None:
     )
     analysis = analyze_run(read_run(str(tmp_path)), str(tmp_path))
     assert any("bad regular expression" in n for n in analysis.notes)
+    note = next(n for n in analysis.notes if "bad regular expression" in n)
+    assert "phase pattern rollout:" in note and "--phase" not in note  # analysis names no flag
     pa = analysis.primary
     assert pa is not None and pa.phase_source == "user"
     assert pa.windows[0].weight_sync_share == pytest.approx(10 / 70)

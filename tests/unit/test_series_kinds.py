@@ -23,9 +23,10 @@ from wsprof.analysis.kinds import (
     kind_by_name,
     series_kind,
 )
-from wsprof.analysis.model import SERIES_KINDS, GrowthVerdict, SeriesResult
+from wsprof.analysis.model import GrowthVerdict, SeriesResult
 from wsprof.analysis.run import analyze_series
 from wsprof.contracts.series import Series, imported_series
+from wsprof.contracts.series import SeriesKind as ContractKind
 from wsprof.contracts.units import Unit
 from wsprof.importers.logs import metric_unit
 
@@ -92,8 +93,19 @@ def _rules(series: Series, *, time: bool, counter: bool) -> list[str]:
     return [f.kind for rule in (AccumulatingSlowdown(), CounterGrowth()) for f in rule.match(facts)]
 
 
-def test_kinds_match_the_model_constant() -> None:
-    assert tuple(k.value for k in SeriesKind) == SERIES_KINDS
+def test_kinds_are_the_json_texts() -> None:
+    """One kind vocabulary (contracts.series.SeriesKind), written to JSON as these texts."""
+    assert tuple(k.value for k in SeriesKind) == (
+        "duration",
+        "bytes",
+        "resource_count",
+        "monotonic_counter",
+        "quality",
+        "lr_schedule",
+        "rate",
+        "other",
+    )
+    assert SeriesKind is ContractKind
     assert {k.value for k in ACCUMULATING_KINDS} == {"duration", "bytes", "resource_count"}
 
 

@@ -123,6 +123,26 @@ def test_bad_probe_budget_warns_and_uses_the_default(bad: str) -> None:
     )
 
 
+def test_probe_defaults_have_one_definition_here() -> None:
+    from wsprof.capture import counters
+
+    assert counters.DEFAULT_BUDGET_FRACTION == cfg.DEFAULT_PROBE_BUDGET_FRACTION == 0.005
+    assert counters.DEFAULT_BURST_INTERVAL_MS == cfg.DEFAULT_PROBE_INTERVAL_MS
+
+
+def test_preset_is_a_framework_name() -> None:
+    from wsprof import frameworks
+
+    for name in frameworks.NAMES:
+        assert _read(PRESET=f" {name.upper()} ").preset == name
+    s = _read(PRESET="nemo")
+    assert s.preset is None and s.errors == ()
+    assert s.warnings == (
+        f"WSPROF_PRESET='nemo' is not one of {', '.join(frameworks.NAMES)}; using every "
+        "framework's entry points (the default)",
+    )
+
+
 @pytest.mark.parametrize(
     ("var", "field", "default"),
     [

@@ -39,8 +39,9 @@ import numpy as np
 import numpy.typing as npt
 
 from wsprof.analysis.model import ProcessAnalysis, StepRow
+from wsprof.contracts.phases import WEIGHT_SYNC, resolve_phase
 from wsprof.contracts.series import ROLLOUT_SHARE, STEP_S, WEIGHT_SYNC_S
-from wsprof.contracts.units import fmt_duration, fmt_in_unit, fmt_pct
+from wsprof.contracts.units import Unit, fmt_duration, fmt_in_unit, fmt_pct, unit_family
 from wsprof.errors import InputError, quote
 from wsprof.inputs import Loaded, LoadedLog, LoadedRun, LoadedSeries, load
 from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow, Span
@@ -71,18 +72,9 @@ UNKNOWN_SITE = "(unknown caller)"
 #: Site of calls that retention removed from the detail of a thinned step and whose op had no
 #: kept call in that step (their count and time are exact, their caller unknown).
 THINNED_SITE = "(not kept in detail)"
-#: Names of the headline series of a per-step series file.
-SERIES_STEP = STEP_S
-SERIES_WEIGHT_SYNC = WEIGHT_SYNC_S
-SERIES_ROLLOUT_SHARE = ROLLOUT_SHARE
-#: The phase whose time is the weight-sync figure (never listed as a phase item as well).
-WEIGHT_SYNC_PHASE = "weight_sync"
 #: Comparison bases: per step (both sides have steps) or per second of wall time.
 BASIS_STEP = "step"
 BASIS_SECOND = "second"
-#: Series units that are times, in seconds per unit (a series in one of them is a time per
-#: step).
-SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
 
 #: A half-open step range [start, stop) on step numbers; None ends are open.
 StepRange = tuple[int | None, int | None]
@@ -518,10 +510,13 @@ def _thinned_weights(
 def _phase_seconds(
     spans: Sequence[Span], rows: Sequence[StepRow] | None, by_number: bool
 ) -> dict[str, float]:
-    """Seconds per phase name over the phase spans of ``rows`` (by step number with markers,
-    else by the span's start within the step); every phase span with ``rows`` None (a
-    process without steps: the whole trace is the window)."""
-    out: dict[str, float] = {}
+    """Seconds per phase over the phase spans of ``rows`` (by step number with markers, else
+    by the span's start within the step); every phase span with ``rows`` None (a process
+    without steps: the whole trace is the window). A name is read as its canonical phase
+    (:func:`~wsprof.contracts.phases.resolve_phase`: ``sync`` and ``update_weights`` are
+    ``weight_sync``), any other as given; a phase's time is the time covered by at least one
+    of its spans (``generate`` inside ``rollout`` counts once), as in the step rows."""
+    found: dict[str, list[tuple[int, int]]] = {}
     numbers = {r.step for r in rows or ()}
     for sp in spans:
         if sp.kind != "phase":
@@ -533,8 +528,22 @@ def _phase_seconds(
         else:
             ok = any(r.t_start_ns <= sp.t_start_ns < r.t_end_ns for r in rows or ())
         if ok:
-            out[sp.name] = out.get(sp.name, 0.0) + max(sp.t_end_ns - sp.t_start_ns, 0) / 1e9
-    return out
+            found.setdefault(resolve_phase(sp.name), []).append((sp.t_start_ns, sp.t_end_ns))
+    return {name: _covered_s(intervals) for name, intervals in found.items()}
+
+
+def _covered_s(intervals: Sequence[tuple[int, int]]) -> float:
+    """Length of the union of ``[start, end)`` intervals (ns), s."""
+    total = 0
+    end: int | None = None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += max(b - a, 0)
+            end = max(a, b)
+        elif b > end:
+            total += b - end
+            end = b
+    return total / 1e9
 
 
 def measure_process(
@@ -630,7 +639,7 @@ def measure_process(
     # Per phase: phase spans. Weight sync is the one headline figure, not a phase item: its
     # phase spans, else the spans of the steps' sync bursts.
     phases = _phase_seconds(trace.spans, rows if pa.steps else None, by_number)
-    sync_total = phases.pop(WEIGHT_SYNC_PHASE, None)
+    sync_total = phases.pop(WEIGHT_SYNC, None)
     if sync_total is None and any(r.weight_sync_s is not None for r in rows):
         sync_total = sum(r.weight_sync_s or 0.0 for r in rows)
         notes.append(
@@ -737,8 +746,8 @@ def _measure_series(loaded: LoadedSeries, step_range: StepRange | None, role: st
             continue
         medians[s.name] = med
         unit = s.unit_label
-        scale = SECONDS_PER_UNIT.get(unit)
-        if scale is not None:
+        family, scale = unit_family(unit)
+        if family is Unit.SECONDS:
             items[("series", s.name)] = Measure(s_per_step=med * scale, detail=(unit,))
         else:
             items[("series", s.name)] = Measure(
@@ -766,12 +775,12 @@ def _measure_series(loaded: LoadedSeries, step_range: StepRange | None, role: st
         n_samples=0,
         notes=tuple(notes),
     )
-    items.pop(("series", SERIES_WEIGHT_SYNC), None)  # the one weight-sync figure: headline
+    items.pop(("series", WEIGHT_SYNC_S), None)  # the one weight-sync figure: headline
     return Side(
         summary=summary,
-        step_s=medians.get(SERIES_STEP),
-        weight_sync_s=medians.get(SERIES_WEIGHT_SYNC),
-        rollout_share=medians.get(SERIES_ROLLOUT_SHARE),
+        step_s=medians.get(STEP_S),
+        weight_sync_s=medians.get(WEIGHT_SYNC_S),
+        rollout_share=medians.get(ROLLOUT_SHARE),
         collective_s=None,
         items=items,
         kinds=frozenset({"series"}) if items else frozenset(),
@@ -1129,7 +1138,7 @@ def _comparability(b: SideSummary, a: SideSummary, basis: str = BASIS_STEP) -> l
         both = sorted(set(b.steps) & set(a.steps))
         notes.append(
             f"the two windows of {b.source} share {len(both)} step(s) "
-            f"({both[0]}-{both[-1]}): choose disjoint --before-steps/--after-steps"
+            f"({both[0]}-{both[-1]}): choose disjoint before and after step ranges"
         )
     notes += [f"before: {n}" for n in b.notes]
     notes += [f"after: {n}" for n in a.notes]

@@ -6,7 +6,6 @@ Modelled on ``torch.profiler._pattern_matcher``: a rule has a ``kind``, a ``desc
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ import numpy as np
 from scipy import stats
 
 from wsprof.analysis.headline import Headline, headline_of
-from wsprof.analysis.kinds import HELD_KINDS, SeriesKind, series_kind
+from wsprof.analysis.kinds import HELD_KINDS, series_kind
 from wsprof.analysis.model import (
     SEVERITIES,
     Finding,
@@ -28,6 +27,12 @@ from wsprof.analysis.model import (
 )
 from wsprof.analysis.model import HotFrame as HotFrameModel
 from wsprof.analysis.samples import split_frame
+from wsprof.contracts.counters import (
+    NVML_MEM_TOTAL_BYTES,
+    NVML_PROCESS_GPU_BYTES,
+    is_nvml_gpu,
+    total_bytes_of,
+)
 from wsprof.contracts.series import (
     BETWEEN_LAYERS_S,
     COLLECTIVE_CALLS,
@@ -36,6 +41,7 @@ from wsprof.contracts.series import (
     SYNC_GAP_S,
     WEIGHT_SYNC_S,
     WINDOW_WEIGHT_SYNC_SHARE,
+    SeriesKind,
     counter_key,
     counter_of,
     op_of,
@@ -537,23 +543,12 @@ def gpu_total_bytes(facts: Facts, counter: str) -> float | None:
     """The GPU memory a GPU-memory counter can grow to, bytes, from the device totals recorded
     with the counters (``cuda<d>.total_bytes``, ``nvml.gpu<i>.mem_total_bytes``); None for a
     counter that is not GPU memory or when no total was recorded."""
-    m = re.fullmatch(r"(cuda\d+)\.(reserved|allocated|active)_bytes\.all\.current", counter)
+    total = total_bytes_of(counter)
     names: list[str] = []
-    if m:
-        names = [counter_key(f"{m.group(1)}.total_bytes")]
-    elif counter == "nvml.process_gpu_bytes" or re.fullmatch(
-        r"nvml\.gpu\d+\.mem_used_bytes", counter
-    ):
-        gpu = re.fullmatch(r"nvml\.(gpu\d+)\.mem_used_bytes", counter)
-        names = (
-            [counter_key(f"nvml.{gpu.group(1)}.mem_total_bytes")]
-            if gpu
-            else [
-                n
-                for n in facts.series
-                if re.fullmatch(r"nvml\.gpu\d+\.mem_total_bytes", counter_of(n) or "")
-            ]
-        )
+    if total is not None:
+        names = [counter_key(total)]
+    elif counter == NVML_PROCESS_GPU_BYTES:  # its GPUs unknown: bounded by every GPU's total
+        names = [n for n in facts.series if is_nvml_gpu(counter_of(n) or "", NVML_MEM_TOTAL_BYTES)]
     totals = [max(facts.series[n].series.values) for n in names if n in facts.series]
     return max(totals) if totals else None
 

@@ -12,7 +12,9 @@ below), then by its **values** (a monotonic counter: see :func:`counter_by_value
 that says nothing leaves the ``default`` kind (:attr:`SeriesKind.OTHER` for imported metrics).
 
 Name conventions, first match wins (names are lower-cased; a trace's ``counter:`` prefix is
-dropped; the *last part* is what follows the last ``/``, or ``.`` in a trace counter):
+dropped; the *last part* is what follows the last ``/``, or ``.`` in a trace counter). A
+framework's own keys (timers, per-token times, quality namespaces) are read from the registry
+(:mod:`wsprof.frameworks`: ``timer_keys``, ``per_token_prefixes``, ``quality_namespaces``):
 
 ============================ ============================================ =================
 kind                         names                                        from
@@ -81,27 +83,12 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
 
 from wsprof import frameworks
-from wsprof.analysis.model import SERIES_KINDS
+from wsprof.contracts.counters import CUDA_MAPPINGS, CounterSource, parse_counter
 from wsprof.contracts.series import Series, counter_of
-
-
-class SeriesKind(str, Enum):
-    """What a series measures (the values are :data:`wsprof.analysis.model.SERIES_KINDS`)."""
-
-    DURATION = "duration"
-    BYTES = "bytes"
-    RESOURCE = "resource_count"
-    COUNTER = "monotonic_counter"
-    QUALITY = "quality"
-    LR_SCHEDULE = "lr_schedule"
-    RATE = "rate"
-    OTHER = "other"
-
-
-assert tuple(SeriesKind) == SERIES_KINDS, "SeriesKind and model.SERIES_KINDS disagree"
+from wsprof.contracts.series import SeriesKind as SeriesKind  # re-exported for the rules
+from wsprof.contracts.units import Unit, unit_family
 
 #: The kinds that can accumulate and so get slowdown (duration) or memory-growth (bytes,
 #: resource count) findings; every other kind is shown but never judged as a leak.
@@ -116,33 +103,6 @@ COUNTER_MIN_POINTS = 3
 #: counters are exact integers or exact sums; a log prints at least 6 significant digits.
 COUNTER_REL_TOL = 1e-6
 
-#: Time units (from :func:`wsprof.importers.csv_series.unit_of` and the log importer).
-TIME_UNITS = frozenset({"s", "ms", "us", "µs", "ns", "min", "h"})
-#: Byte units.
-BYTE_UNITS = frozenset({"bytes", "B", "kB", "KiB", "MB", "MiB", "GB", "GiB", "TB", "TiB"})
-
-#: verl's metric namespaces that hold only training-quality and data statistics
-#: (``verl/trainer/ppo/metric_utils.py`` ``compute_data_metrics``, ``dp_actor.py``,
-#: ``dp_critic.py``); their ``lr`` is the learning-rate schedule.
-QUALITY_NAMESPACES = (
-    "actor/",
-    "critic/",
-    "val-core/",
-    "val-aux/",
-    "val/",
-    "reward_extra_info/",
-    "response_length/",
-    "response_length_non_aborted/",
-    "prompt_length/",
-    "response/",
-    "num_turns/",
-    "global_seqlen/",
-)
-#: The frameworks' timer prefixes, seconds (verl, OpenRLHF, AReaL: the registry's
-#: :attr:`~wsprof.frameworks.Framework.timer_keys` without a suffix).
-TIMER_PREFIXES = tuple(
-    prefix for fw in frameworks.FRAMEWORKS for prefix, suffix in fw.timer_keys if not suffix
-)
 
 _TOKEN_SPLIT = re.compile(r"[/._\-\s@:]+")
 #: Last parts of cumulative clocks: wall time since start grows by the step time every step.
@@ -259,34 +219,51 @@ _QUALITY_TOKENS = frozenset(
         "aborted",
     }
 )
-#: wsprof's own probe counters (``wsprof.capture``): allocator statistics of
-#: ``torch.cuda.memory_stats`` (``num_*`` are cumulative event counts), process and gc.
-_PROBE_RULES: tuple[tuple[re.Pattern[str], SeriesKind, str], ...] = (
-    (
-        re.compile(r"cuda\d+\.num_\w+"),
-        SeriesKind.COUNTER,
-        "a cumulative allocator event count (torch.cuda.memory_stats num_*)",
-    ),
-    (
-        re.compile(
-            r"cuda\d+\.(?:segment|allocation|active|inactive_split|oversize_segments|"
-            r"oversize_allocations)\..*|cuda\d+\.mappings"
-        ),
-        SeriesKind.RESOURCE,
-        "allocator blocks or segments held (torch.cuda.memory_stats)",
-    ),
-    (
-        re.compile(r"gc\.gen\d+\.(?:collections|collected|uncollectable)"),
-        SeriesKind.COUNTER,
-        "a cumulative collection count (gc.get_stats)",
-    ),
-    (
-        re.compile(r"gc\.gen\d+\.count|gc\.type\..+|gc\.objects"),
-        SeriesKind.RESOURCE,
-        "objects held (gc)",
-    ),
-    (re.compile(r"wsprof\.probe_us\..+"), SeriesKind.DURATION, "wsprof's own probe cost, µs"),
+#: Allocator statistics that count blocks or segments held (``torch.cuda.memory_stats``
+#: ``<stat>.<pool>.current`` keys); its ``num_*`` keys are cumulative event counts.
+_CUDA_HELD_STATS = frozenset(
+    {
+        "segment",
+        "allocation",
+        "active",
+        "inactive_split",
+        "oversize_segments",
+        "oversize_allocations",
+    }
 )
+#: ``gc.gen<i>.<key>`` keys that count collections so far (``gc.get_stats``).
+_GC_CUMULATIVE = frozenset({"collections", "collected", "uncollectable"})
+
+
+def _probe_kind(low: str) -> KindVerdict | None:
+    """The kind of one of wsprof's own probe counters (``wsprof.capture``, names taken apart
+    by :func:`wsprof.contracts.counters.parse_counter`): allocator statistics, process, gc and
+    probe costs; None for any other name."""
+    c = parse_counter(low)
+    if c is None:
+        return None
+    src, key = c.source, c.key
+    if src is CounterSource.CUDA:
+        if key.startswith("num_") and "." not in key:
+            return KindVerdict(
+                SeriesKind.COUNTER,
+                "a cumulative allocator event count (torch.cuda.memory_stats num_*)",
+            )
+        if key == CUDA_MAPPINGS or ("." in key and key.split(".", 1)[0] in _CUDA_HELD_STATS):
+            return KindVerdict(
+                SeriesKind.RESOURCE, "allocator blocks or segments held (torch.cuda.memory_stats)"
+            )
+    if src is CounterSource.GC_GEN and key in _GC_CUMULATIVE:
+        return KindVerdict(SeriesKind.COUNTER, "a cumulative collection count (gc.get_stats)")
+    if (
+        (src is CounterSource.GC_GEN and key == "count")
+        or src is CounterSource.GC_TYPE
+        or (src is CounterSource.GC and key == "objects")
+    ):
+        return KindVerdict(SeriesKind.RESOURCE, "objects held (gc)")
+    if src is CounterSource.PROBE_COST:
+        return KindVerdict(SeriesKind.DURATION, "wsprof's own probe cost, µs")
+    return None
 
 
 @dataclass(frozen=True)
@@ -327,22 +304,26 @@ def kind_by_name(name: str, unit: str = "") -> KindVerdict | None:
     last = low.rsplit("/", 1)[-1] if "/" in low else low.rsplit(".", 1)[-1]
     tokens = set(_TOKEN_SPLIT.split(low)) - {""}
     last_tokens = set(_TOKEN_SPLIT.split(last)) - {""}
-    timer = low.startswith(TIMER_PREFIXES) or (low.startswith("perf/") and "time" in last_tokens)
-    for pattern, kind, why in _PROBE_RULES:
-        if pattern.fullmatch(low):
-            return KindVerdict(kind, why)
-    if low.startswith("timing_per_token_ms/") or "per_token" in low:
+    # the frameworks' timer keys (:attr:`wsprof.frameworks.Framework.timer_keys`)
+    timer = frameworks.is_timer_key(low)
+    probe = _probe_kind(low)
+    if probe is not None:
+        return probe
+    per_token = frameworks.per_token_prefix(low)
+    if per_token is not None or "per_token" in low:
+        whose = f", {per_token[0].title} {per_token[1].rstrip('/')}" if per_token else ""
         return KindVerdict(
-            SeriesKind.RATE,
-            "a per-token time (phase time / tokens of the batch, verl timing_per_token_ms)",
+            SeriesKind.RATE, f"a per-token time (phase time / tokens of the batch{whose})"
         )
     lr = "lr" in tokens or "learning_rate" in low or "learning-rate" in low
-    if low.startswith(QUALITY_NAMESPACES):
+    namespace = frameworks.quality_namespace(low)
+    if namespace is not None:
         if lr:
             return KindVerdict(SeriesKind.LR_SCHEDULE, "a learning rate (its schedule)")
+        fw, prefix = namespace
         return KindVerdict(
             SeriesKind.QUALITY,
-            f"a training-quality or data metric (verl's {low.split('/', 1)[0]}/ namespace)",
+            f"a training-quality or data metric ({fw.title}'s {prefix} namespace)",
         )
     if _CLOCK_RE.fullmatch(last):
         return KindVerdict(SeriesKind.COUNTER, "a cumulative clock (time since start)")
@@ -360,9 +341,10 @@ def kind_by_name(name: str, unit: str = "") -> KindVerdict | None:
     )
     if rate and not tokens & _BYTES_TOKENS:  # a memory share is memory held
         return KindVerdict(SeriesKind.RATE, "a rate, throughput or share")
-    if unit in BYTE_UNITS or tokens & _BYTES_TOKENS or any(t.endswith("bytes") for t in tokens):
+    family = unit_family(unit)[0]  # a time or byte unit (wsprof.contracts.units.UNIT_TEXTS)
+    if family is Unit.BYTES or tokens & _BYTES_TOKENS or any(t.endswith("bytes") for t in tokens):
         return KindVerdict(SeriesKind.BYTES, "memory or bytes held")
-    if timer or unit in TIME_UNITS or last_tokens & _TIME_TOKENS:
+    if timer or family is Unit.SECONDS or last_tokens & _TIME_TOKENS:
         return KindVerdict(SeriesKind.DURATION, "a time (timer key or time unit)")
     if last_tokens & _RESOURCE_TOKENS:
         return KindVerdict(SeriesKind.RESOURCE, "a count of resources held")

@@ -27,19 +27,6 @@ SHAPES = (
     "sawtooth",
 )
 
-#: Every kind a per-step series can have (see :mod:`wsprof.analysis.kinds`): only the first
-#: three (duration, bytes, resource count) can accumulate and get findings.
-SERIES_KINDS = (
-    "duration",
-    "bytes",
-    "resource_count",
-    "monotonic_counter",
-    "quality",
-    "lr_schedule",
-    "rate",
-    "other",
-)
-
 #: Shapes that mean "grows step after step".
 GROWING_SHAPES = frozenset({"linear", "superlinear", "exponential"})
 
@@ -240,7 +227,7 @@ class CounterTrack:
         name: the counter's name (``proc.rss_bytes``).
         t_s: seconds since the process's first record, one per sample.
         value: the counter's value at each sample, in ``unit``.
-        unit: what the values measure (:func:`wsprof.contracts.series.counter_unit`).
+        unit: what the values measure (:func:`wsprof.contracts.counters.counter_unit`).
     """
 
     name: str

@@ -71,20 +71,15 @@ from wsprof.contracts.phases import (
     CANONICAL_PHASES,
     IDLE,
     OTHER,
-    PHASE_ALIASES,
     RESERVED_PHASES,
     ROLLOUT,
-    TRAIN,
     WEIGHT_SYNC,
+    canonical_phase,
     phase_key,
 )
-from wsprof.frameworks import ANY, frame_regex
+from wsprof.frameworks import frame_regex
 from wsprof.trace.model import SampleWindow
 
-#: Built-in phases in the order they are tried on one frame.
-PHASE_ORDER = CANONICAL_PHASES
-#: Frameworks with built-in patterns, in the order that breaks detection ties.
-FRAMEWORKS = frameworks.NAMES
 #: Folder each framework's code lives in (as py-spy shows installed packages' files).
 FRAMEWORK_MODULES = {fw.name: fw.modules for fw in frameworks.FRAMEWORKS}
 #: Each framework's patterns (:attr:`wsprof.frameworks.Framework.phase_patterns`): phase ->
@@ -94,38 +89,10 @@ BUILTIN_PATTERNS: dict[str, dict[str, list[str]]] = {
 }
 _frame = frame_regex
 
-#: Patterns for any framework, after the framework's own (same tier, see the module docstring).
-GENERIC_PATTERNS: dict[str, list[str]] = {
-    WEIGHT_SYNC: [
-        # SGLang engine side (sglang/srt/...: Engine, TokenizerManager, ModelRunner,
-        # Scheduler): update_weights_from_distributed / _tensor / _disk
-        _frame(r"update_weights_from_(?:distributed|tensor|disk)"),
-        # vLLM: a model's load_weights, called by every colocated weight sync
-        _frame(r"load_weights", r"vllm/[^()]*\.py"),
-    ],
-    ROLLOUT: [
-        # vLLM: LLM.generate / chat (vllm/entrypoints/llm.py), the v1 engine
-        _frame(r"LLM\.(?:generate|chat|_run_engine)|AsyncLLM\.generate|LLMEngine\.step"),
-        _frame(r"generate|chat|_run_engine", r"vllm/entrypoints/llm\.py"),
-        _frame(r"\w*ModelRunner\.execute_model|EngineCore\.step\w*"),
-        _frame(r"execute_model|step\w*", r"vllm/v1/(?:engine|worker)/\w+\.py"),
-        # SGLang: Engine.generate, the scheduler loop (sglang/srt/managers/scheduler.py)
-        _frame(r"Engine\.(?:generate|async_generate)|TokenizerManager\.generate_request"),
-        _frame(r"Scheduler\.(?:event_loop_\w+|run_batch)"),
-        _frame(r"event_loop_\w+|run_batch", r"sglang/srt/managers/scheduler\.py"),
-    ],
-    TRAIN: [
-        # torch autograd: Tensor.backward (torch/_tensor.py), torch.autograd.backward,
-        # _engine_run_backward (torch/autograd/graph.py)
-        _frame(r"backward|_engine_run_backward", r"torch/_tensor\.py|torch/autograd/\w+\.py"),
-        # torch optimizers: Adam.step (torch/optim/adam.py), the _use_grad wrapper
-        _frame(ANY, r"torch/optim/\w+\.py"),
-        # DeepSpeed, accelerate, Megatron-core
-        _frame(r"(?:DeepSpeedEngine|Accelerator)\.(?:backward|step)"),
-        _frame(r"backward|step", r"deepspeed/runtime/engine\.py|accelerate/accelerator\.py"),
-        _frame(r"forward_backward_\w+", r"megatron/core/pipeline_parallel/schedules\.py"),
-    ],
-}
+#: Patterns for any framework, after the framework's own (same tier, see the module
+#: docstring): the engines' (vLLM, SGLang, torch, DeepSpeed, accelerate, Megatron-core;
+#: :mod:`wsprof.frameworks.engines`).
+GENERIC_PATTERNS: dict[str, list[str]] = frameworks.engine_patterns()
 
 #: Canonical ops (of the alias table, :mod:`wsprof.contracts.ops`) that move tensors from
 #: rank to rank: what a weight sync is made of. Left out: the reductions (all_reduce, reduce,
@@ -256,13 +223,12 @@ class WindowPhases:
 
 def normalize_phase(name: str) -> str:
     """A user phase name as classification uses it: lower case, ``-`` and spaces as ``_``,
-    aliases (:data:`PHASE_ALIASES`) resolved.
+    aliases (:data:`wsprof.contracts.phases.PHASE_ALIASES`) resolved.
 
     Raises:
         ValueError: empty, or reserved (:data:`RESERVED_PHASES`).
     """
-    key = phase_key(name)
-    key = PHASE_ALIASES.get(key, key)
+    key = canonical_phase(name) or phase_key(name)
     if not key:
         raise ValueError("empty phase name; give NAME=REGEX, e.g. weight_sync=update_weights")
     if key in RESERVED_PHASES:
@@ -309,14 +275,14 @@ def build_patterns(
     collective fallback.
 
     Args:
-        framework: one of :data:`FRAMEWORKS`, or None for the generic patterns only.
+        framework: one of :data:`wsprof.frameworks.NAMES`, or None for the generic patterns only.
         user: phase name -> regex (or regexes), e.g. ``{"weight_sync": "sync_to_engines"}``.
 
     Raises:
         ValueError: an unknown framework, a reserved or empty phase name, a bad regex.
     """
     if framework is not None and framework not in BUILTIN_PATTERNS:
-        raise ValueError(f"unknown framework {framework!r}; one of {', '.join(FRAMEWORKS)}")
+        raise ValueError(f"unknown framework {framework!r}; one of {', '.join(frameworks.NAMES)}")
     tiers: list[_Tier] = []
     pairs: list[tuple[str, str]] = []
     if user:
@@ -325,10 +291,10 @@ def build_patterns(
             tiers.append(tier)
     builtin: list[tuple[str, re.Pattern[str]]] = []
     if framework is not None:
-        builtin += _compile(BUILTIN_PATTERNS[framework], PHASE_ORDER)
-    builtin += _compile(GENERIC_PATTERNS, PHASE_ORDER)
+        builtin += _compile(BUILTIN_PATTERNS[framework], CANONICAL_PHASES)
+    builtin += _compile(GENERIC_PATTERNS, CANONICAL_PHASES)
     tiers.append(tuple(builtin))
-    tiers.append(_compile(FALLBACK_PATTERNS, PHASE_ORDER))
+    tiers.append(_compile(FALLBACK_PATTERNS, CANONICAL_PHASES))
     base = framework or "generic"
     source = ("user" if framework is None else f"user+{framework}") if pairs else base
     return PhasePatterns(tuple(tiers), source, framework, tuple(pairs))
@@ -381,10 +347,10 @@ def detect_framework(windows: Iterable[SampleWindow]) -> str | None:
         windows: sample groups.
 
     Returns:
-        The framework with the most samples (ties: the order of :data:`FRAMEWORKS`), or None
-        when no sample counts for any.
+        The framework with the most samples (ties: the order of
+        :data:`wsprof.frameworks.NAMES`), or None when no sample counts for any.
     """
-    regexes = {fw: _framework_regex(fw) for fw in FRAMEWORKS}
+    regexes = {fw: _framework_regex(fw) for fw in frameworks.NAMES}
     counts: Counter[str] = Counter()
     seen: dict[tuple[str, ...], tuple[str, ...]] = {}
     for w in windows:
@@ -394,7 +360,7 @@ def detect_framework(windows: Iterable[SampleWindow]) -> str | None:
         hits = seen.get(frames)
         if hits is None:
             found: list[str] = []
-            for fw in FRAMEWORKS:
+            for fw in frameworks.NAMES:
                 for frame in frames:
                     file = split_frame(frame)[1] or ""
                     if regexes[fw].search(frame) or _MODULE_RE[fw].search(file.replace("\\", "/")):
@@ -406,7 +372,7 @@ def detect_framework(windows: Iterable[SampleWindow]) -> str | None:
     if not counts:
         return None
     best = max(counts.values())
-    return next(fw for fw in FRAMEWORKS if counts[fw] == best)
+    return next(fw for fw in frameworks.NAMES if counts[fw] == best)
 
 
 #: Files whose frames are never a sync entry point: torch's own wrappers between the user's
@@ -519,7 +485,7 @@ def patterns_for(
     with the weight-sync entry points inferred from ``windows`` (:func:`sync_entry_points`).
 
     Args:
-        framework: one of :data:`FRAMEWORKS`, or None to detect it from ``windows``.
+        framework: one of :data:`wsprof.frameworks.NAMES`, or None to detect it from ``windows``.
         user: ``--phase`` patterns (phase name -> regex).
         windows: the samples to detect the framework and the entry points from.
 
@@ -541,7 +507,7 @@ def pattern_problems(meta: Mapping[str, Any]) -> list[str]:
     if fw is not None and fw not in BUILTIN_PATTERNS:
         problems.append(
             f"framework {fw!r} has no built-in phase patterns (one of "
-            f"{', '.join(FRAMEWORKS)}); detected from the samples instead"
+            f"{', '.join(frameworks.NAMES)}); detected from the samples instead"
         )
     raw = meta.get("phase_patterns")
     if raw is None:
@@ -552,7 +518,7 @@ def pattern_problems(meta: Mapping[str, Any]) -> list[str]:
         try:
             _user_tier({str(name): value if isinstance(value, (str, list)) else str(value)})
         except ValueError as e:
-            problems.append(f"--phase {name}: {e}; left out")
+            problems.append(f"phase pattern {name}: {e}; left out")
     return problems
 
 

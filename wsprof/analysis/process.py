@@ -25,7 +25,7 @@ from wsprof.analysis.rhythm import steps_from_rhythm
 from wsprof.analysis.sampled_steps import steps_from_windows
 from wsprof.analysis.samples import early_late_shift, early_late_stacks, hot_frames, hot_stacks
 from wsprof.analysis.steps import steps_from_bursts, steps_from_markers, sync_spans
-from wsprof.contracts.series import counter_unit
+from wsprof.contracts.counters import NVML_UTIL_PCT, counter_unit, is_nvml_gpu
 from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow, Site, Span
 
 #: Most call points kept for plots per process; beyond it each bucket keeps its min and max.
@@ -141,7 +141,7 @@ def gpu_util(trace: ProcessTrace) -> GpuUtil | None:
     """Mean NVML utilization (``nvml.gpu<i>.util_pct``, every GPU) inside and outside the
     weight-sync phases; None without :data:`GPU_UTIL_MIN_SAMPLES` samples inside."""
     spans = sync_spans(trace.spans)
-    names = [n for n in trace.counters if n.startswith("nvml.gpu") and n.endswith(".util_pct")]
+    names = [n for n in trace.counters if is_nvml_gpu(n, NVML_UTIL_PCT)]
     if not spans or not names:
         return None
     t = np.concatenate([trace.counters[n][0] for n in names])

@@ -32,6 +32,7 @@ from wsprof.analysis.process import (
 from wsprof.analysis.ranks import RankInput, peer_waits, rank_series
 from wsprof.analysis.steps import assign_calls
 from wsprof.analysis.verdict import with_verdict
+from wsprof.contracts.counters import counter_unit, counter_unit_text, is_gpu_counter
 from wsprof.contracts.events import (
     Event,
     EventKind,
@@ -52,8 +53,8 @@ from wsprof.contracts.series import (
     WINDOW_ROLLOUT_SHARE,
     WINDOW_WEIGHT_SYNC_SHARE,
     Series,
+    SeriesKind,
     counter_key,
-    counter_unit,
     op_median_key,
 )
 from wsprof.contracts.units import Unit
@@ -73,12 +74,22 @@ WINDOW_SERIES = {
 
 
 def _series(
-    name: str, unit: Unit, rows: Sequence[StepRow], values: Sequence[float | None]
+    name: str,
+    unit: Unit,
+    rows: Sequence[StepRow],
+    values: Sequence[float | None],
+    unit_text: str = "",
 ) -> Series | None:
     pts = [(r.step, v) for r, v in zip(rows, values) if v is not None and np.isfinite(v)]
     if not pts:
         return None
-    return Series(name, unit, tuple(p[0] for p in pts), tuple(float(p[1]) for p in pts))
+    return Series(
+        name,
+        unit,
+        tuple(p[0] for p in pts),
+        tuple(float(p[1]) for p in pts),
+        unit_text=unit_text,
+    )
 
 
 def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
@@ -125,7 +136,9 @@ def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
             if all(v is not None for v in meds):
                 out.append(_series(op_median_key(op), Unit.MICROSECONDS, rows, meds))
     for name, vals in sorted(counter_per_step(trace, rows).items()):
-        out.append(_series(counter_key(name), counter_unit(name), rows, vals))
+        out.append(
+            _series(counter_key(name), counter_unit(name), rows, vals, counter_unit_text(name))
+        )
     return [s for s in out if s is not None]
 
 
@@ -484,7 +497,7 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
         notes.append("no py-spy samples in this run")
     notes += _sampler_trouble(d.trace for d in digests if d.sampler_only)
     notes += _capture_notes(d.trace for d in procs)
-    if not any(c.name.startswith(("cuda", "nvml.")) for pa in analyses for c in pa.counters):
+    if not any(is_gpu_counter(c.name) for pa in analyses for c in pa.counters):
         notes.append(
             "no CUDA allocator or NVML counters (CUDA not in use, or NVML unavailable, "
             "in the traced processes)"
@@ -565,11 +578,11 @@ def analyze_series(series: Sequence[Series], source: str) -> Analysis:
     counts as held memory or resources (growth); every other kind (step counters, quality
     metrics, learning rates, rates, unknown metrics) is fitted and shown but gets no finding.
     """
-    from wsprof.analysis.kinds import HELD_KINDS, SeriesKind, kinds_note, series_kind
+    from wsprof.analysis.kinds import HELD_KINDS, kinds_note, series_kind
 
     kinds = {s.name: series_kind(s).kind for s in series}
     notes: list[str] = []
-    results = _classify([replace(s, kind=kinds[s.name].value) for s in series], notes)
+    results = _classify([replace(s, kind=kinds[s.name]) for s in series], notes)
     head = headline_of(None, results, source)
     facts = Facts(
         {r.series.name: r for r in results},

@@ -15,14 +15,8 @@ import numpy as np
 import numpy.typing as npt
 
 from wsprof.analysis.model import StepRow
+from wsprof.contracts.phases import ROLLOUT, TRAIN, WEIGHT_SYNC, canonical_phase
 from wsprof.trace.model import CallTable, CallTotals, Span
-
-#: Phase names (lower case) counted as weight sync, rollout and training, as frameworks name them.
-WEIGHT_SYNC_PHASES = frozenset(
-    {"weight_sync", "update_weights", "weight_update", "sync_weights", "refit", "broadcast"}
-)
-ROLLOUT_PHASES = frozenset({"rollout", "generate", "generation", "gen"})
-TRAIN_PHASES = frozenset({"train", "training", "update_actor", "actor_update"})
 
 #: An idle gap must be at least this many times the largest in-burst gap (an order of magnitude:
 #: per-parameter sync calls follow each other within micro- to milliseconds, steps within
@@ -35,22 +29,18 @@ MIN_BURST_CALLS = 3
 
 
 def _phase_totals(spans: Sequence[Span]) -> dict[tuple[int, str], float]:
-    """Seconds per (step, 'rollout' | 'train' | 'weight_sync') from phase spans: the time
-    covered by at least one phase of that kind (nested or concurrent phases of one kind, e.g.
-    ``generate`` inside ``rollout`` or two rollout threads, count once)."""
-    kinds = (
-        ("rollout", ROLLOUT_PHASES),
-        ("train", TRAIN_PHASES),
-        ("weight_sync", WEIGHT_SYNC_PHASES),
-    )
+    """Seconds per (step, canonical phase) from phase spans, names read as their canonical
+    phase (:func:`~wsprof.contracts.phases.canonical_phase`: ``sync`` and ``update_weights``
+    are weight sync): the time covered by at least one phase of that kind (nested or
+    concurrent phases of one kind, e.g. ``generate`` inside ``rollout`` or two rollout
+    threads, count once). Phases of other names are left out."""
     found: dict[tuple[int, str], list[tuple[int, int]]] = {}
     for sp in spans:
         if sp.kind != "phase":
             continue
-        name = sp.name.lower()
-        for kind, names in kinds:
-            if name in names:
-                found.setdefault((sp.step, kind), []).append((sp.t_start_ns, sp.t_end_ns))
+        kind = canonical_phase(sp.name)
+        if kind is not None:
+            found.setdefault((sp.step, kind), []).append((sp.t_start_ns, sp.t_end_ns))
     return {key: _union_ns(intervals) / 1e9 for key, intervals in found.items()}
 
 
@@ -176,9 +166,10 @@ def step_rows(
 
 
 def sync_spans(spans: Sequence[Span]) -> list[Span]:
-    """The weight-sync phase spans (:data:`WEIGHT_SYNC_PHASES`), by start."""
+    """The weight-sync phase spans (names whose canonical phase is weight sync, see
+    :func:`~wsprof.contracts.phases.canonical_phase`), by start."""
     return sorted(
-        (sp for sp in spans if sp.kind == "phase" and sp.name.lower() in WEIGHT_SYNC_PHASES),
+        (sp for sp in spans if sp.kind == "phase" and canonical_phase(sp.name) == WEIGHT_SYNC),
         key=lambda sp: sp.t_start_ns,
     )
 
@@ -255,9 +246,9 @@ def steps_from_markers(
                 number,
                 min(a for a, _ in marked),
                 max(b for _, b in marked),
-                phases.get((number, "rollout")),
-                phases.get((number, "train")),
-                phases.get((number, "weight_sync")),
+                phases.get((number, ROLLOUT)),
+                phases.get((number, TRAIN)),
+                phases.get((number, WEIGHT_SYNC)),
             )
         )
         lasts_s.append(_union_ns(marked) / 1e9)

@@ -17,20 +17,18 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-#: ``torch.cuda.memory_stats()`` keys recorded, as ``cuda<device>.<key>`` counters.
-ALLOCATOR_KEYS = (
-    "segment.all.current",
-    "reserved_bytes.all.current",
-    "allocated_bytes.all.current",
-    "active_bytes.all.current",
-    "inactive_split.all.current",
-    "inactive_split_bytes.all.current",
-    "num_alloc_retries",
-    "num_device_alloc",
-    "num_device_free",
-    "num_sync_all_streams",
-    "oversize_segments.current",
+from wsprof.contracts.counters import (
+    CUDA_MAPPINGS,
+    CUDA_TOTAL_BYTES,
+    MEMORY_STATS_KEYS,
+    CounterSource,
+    cuda_counter,
+    parse_counter,
 )
+
+#: ``torch.cuda.memory_stats()`` keys recorded, as ``cuda<device>.<key>`` counters (their units:
+#: :data:`wsprof.contracts.counters.MEMORY_STATS_KEYS`).
+ALLOCATOR_KEYS = tuple(MEMORY_STATS_KEYS)
 #: Largest blocks listed in a snapshot summary.
 SNAPSHOT_LARGEST = 10
 
@@ -55,15 +53,28 @@ def allocator_reading(stats: Mapping[str, Any], device: int) -> list[tuple[str, 
     Returns:
         (``cuda<device>.<key>``, value) pairs; counts and bytes as floats.
     """
-    out = [(f"cuda{device}.{k}", float(stats[k])) for k in ALLOCATOR_KEYS if k in stats]
+    out = [(cuda_counter(device, k), float(stats[k])) for k in ALLOCATOR_KEYS if k in stats]
     if "num_device_alloc" in stats and "num_device_free" in stats:
         out.append(
             (
-                f"cuda{device}.mappings",
+                cuda_counter(device, CUDA_MAPPINGS),
                 float(stats["num_device_alloc"]) - float(stats["num_device_free"]),
             )
         )
     return out
+
+
+def total_reading(reading: Sequence[tuple[str, float]], total_bytes: int) -> tuple[str, float]:
+    """The ``cuda<device>.total_bytes`` counter of the device an allocator reading is of.
+
+    Raises:
+        ValueError: ``reading`` holds no ``cuda<device>.*`` counter.
+    """
+    for name, _ in reading:
+        c = parse_counter(name)
+        if c is not None and c.source is CounterSource.CUDA and c.index is not None:
+            return cuda_counter(c.index, CUDA_TOTAL_BYTES), float(total_bytes)
+    raise ValueError("no allocator counter in the reading")
 
 
 def read_allocator() -> list[tuple[str, float]]:

@@ -31,7 +31,7 @@ from wsprof.capture.nvml import Nvml
 from wsprof.capture.process_stats import process_reading
 from wsprof.capture.pyspy.ptrace import ptrace_problem
 from wsprof.capture.recorder import identity_meta
-from wsprof.contracts.events import EventKind
+from wsprof.contracts.events import EventKind, TargetExited
 from wsprof.errors import InputError
 from wsprof.trace.model import TRACE_SUFFIX
 from wsprof.trace.writer import TraceWriter
@@ -293,7 +293,7 @@ class ProcessPoller:
                 rows += [(t, name, value) for name, value in gpu.get(pid, [])]
             except psutil.NoSuchProcess:
                 self.exited[pid] = t
-                events.append((t, EventKind.TARGET_EXITED.value, f"pid {pid} exited"))
+                events.append((t, EventKind.TARGET_EXITED.value, TargetExited(pid=pid).encode()))
             except psutil.Error as e:
                 events.append((t, EventKind.POLL_ERROR.value, f"{type(e).__name__}: {e}"))
             try:

@@ -3,7 +3,9 @@
 Format and reading: :mod:`wsprof.trace.ring`. Two implementations with one interface:
 ``wsprof.capture._fasthooks.Ring`` (C, built at install where a compiler exists; it is also
 what the compiled hooks write to) and :class:`PyRing` (pure Python, everywhere else).
-:func:`open_ring` picks one.
+:func:`open_ring` picks one, as the session's settings say (``WSPROF_NATIVE``); the hooks
+follow the ring (:func:`wsprof.capture.collectives.install` uses the compiled hooks only on a
+compiled ring), so hooks and ring are always of one kind.
 
 Interface: ``put(w1, *13 payload words) -> bool`` writes the next record (False: the ring was
 full, the record dropped and counted); ``head`` is the last sequence number written;
@@ -17,9 +19,12 @@ from __future__ import annotations
 import mmap
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wsprof.trace import ring as fmt
+
+if TYPE_CHECKING:
+    from wsprof.capture.settings import Settings
 
 _pack_into = __import__("struct").Struct(f"<{fmt.RECORD_WORDS}q").pack_into
 _SALT = fmt.CHECK_SALT
@@ -125,32 +130,40 @@ class PyRing:
         self.closed = True
 
 
-def native_module() -> Any:
+def compiled_module() -> Any:
     """The compiled recording path ``wsprof.capture._fasthooks``, or None where it was not
-    built (no compiler at install, Python < 3.11) or ``WSPROF_NATIVE=0`` says no. Decided
-    once per process, at first use: hooks and ring must be of one kind."""
-    global _NATIVE_CHOICE
-    if _NATIVE_CHOICE is None:
+    built (no compiler at install, Python < 3.11) or was built for another ring format.
+    Looked up once per process; whether a session uses it is :func:`native_module`'s call."""
+    global _COMPILED
+    if _COMPILED is None:
         mod: Any = False
-        from wsprof.capture import settings as cfg
+        try:
+            from wsprof.capture import _fasthooks  # type: ignore[attr-defined]
 
-        if cfg.read().native:
-            try:
-                from wsprof.capture import _fasthooks  # type: ignore[attr-defined]
-
-                if _fasthooks.CHECK_SALT == _SALT:
-                    mod = _fasthooks
-            except ImportError:
-                pass
-        _NATIVE_CHOICE = mod
-    return _NATIVE_CHOICE or None
+            if _fasthooks.CHECK_SALT == _SALT:
+                mod = _fasthooks
+        except ImportError:
+            pass
+        _COMPILED = mod
+    return _COMPILED or None
 
 
-_NATIVE_CHOICE: Any = None
+_COMPILED: Any = None
 
 
-def open_ring(path: str, capacity: int, pid: int) -> tuple[Any, mmap.mmap]:
-    """Create the ring file at ``path`` and a writer for it (compiled where available).
+def native_module(settings: Settings) -> Any:
+    """The compiled recording path for a session with ``settings``: :func:`compiled_module`,
+    or None where it was not built or ``settings.native`` is False (``WSPROF_NATIVE=0``).
+
+    Args:
+        settings: the session's settings (never read here).
+    """
+    return compiled_module() if settings.native else None
+
+
+def open_ring(path: str, capacity: int, pid: int, native: bool = True) -> tuple[Any, mmap.mmap]:
+    """Create the ring file at ``path`` and a writer for it: the compiled one where it was
+    built and ``native`` (the session's ``Settings.native``), else :class:`PyRing`.
 
     Returns:
         (writer, the shared mapping): the mapping is the writer thread's view for draining.
@@ -168,8 +181,8 @@ def open_ring(path: str, capacity: int, pid: int) -> tuple[Any, mmap.mmap]:
         )
     finally:
         os.close(fd)
-    native = native_module()
-    writer = native.Ring(mm, capacity) if native is not None else PyRing(mm, capacity)
+    compiled = compiled_module() if native else None
+    writer = compiled.Ring(mm, capacity) if compiled is not None else PyRing(mm, capacity)
     return writer, mm
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import sys
 import threading
 import time
@@ -34,13 +33,14 @@ from types import CodeType, TracebackType
 from typing import Any
 
 from wsprof.capture import aliases, buffer
+from wsprof.capture import settings as cfg
 from wsprof.capture.audit import seq_of
 from wsprof.capture.markers import STATE
 from wsprof.capture.recorder import Recorder
 from wsprof.capture.settings import LAYERS
 from wsprof.capture.sites import SiteTable
 from wsprof.contracts import ops
-from wsprof.contracts.events import EventKind
+from wsprof.contracts.events import EventKind, Patched, WrapperFound
 from wsprof.trace import ring as fmt
 
 _now = time.monotonic_ns
@@ -75,8 +75,11 @@ class _Local(threading.local):
     call: list[Any] | None = None  # the open API call of this thread
 
 
-#: The compiled recording path (:mod:`wsprof.capture.buffer`), or None: pure Python.
-_NATIVE: Any = buffer.native_module()
+#: The compiled recording path where built and the environment allows it at import
+#: (``WSPROF_NATIVE``, :func:`wsprof.capture.buffer.native_module`), or None: pure Python, with
+#: its own open-call slot (so ``WSPROF_NATIVE=0`` tests the fallback of a machine without the
+#: extension). A session's hooks are compiled only on a compiled ring (``install``).
+_NATIVE: Any = buffer.native_module(cfg.read())
 #: The open-call slot of each thread: the compiled hooks' own where they exist, so that the
 #: Python hooks (rare paths) and the compiled ones see the same open call.
 _TLS: Any = _NATIVE.Tls() if _NATIVE is not None else _Local()
@@ -834,7 +837,7 @@ def install(recorder: Recorder, layers: str = "both", device_time: bool = False)
                     continue
                 fact = wrappers.foreign_wrapper(current, torch.__file__)
                 if fact is not None:
-                    recorder.event(EventKind.WRAPPER, json.dumps({"api": prefix + name, **fact}))
+                    recorder.event(EventKind.WRAPPER, WrapperFound.of(prefix + name, fact).encode())
                     wrapper_codes |= wrappers.wrapper_codes(current)
                 hook = hooks_by_id.get(id(current))
                 if hook is None:
@@ -924,15 +927,13 @@ def install(recorder: Recorder, layers: str = "both", device_time: bool = False)
     recorder.on_flush.append(_reaudit)
     recorder.event(
         EventKind.PATCHED,
-        json.dumps(
-            {
-                "layers": layers,
-                "api_names": len(table.api),
-                "backend_methods": len(table.backend),
-                "backend_class_methods": sum(len(m) for _, m in table.backend_classes),
-                "functional_ops": sum(1 for p in patches if p[1] == "_op"),
-            }
-        ),
+        Patched(
+            layers=layers,
+            api_names=len(table.api),
+            backend_methods=len(table.backend),
+            backend_class_methods=sum(len(m) for _, m in table.backend_classes),
+            functional_ops=sum(1 for p in patches if p[1] == "_op"),
+        ).encode(),
     )
 
 

@@ -50,7 +50,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from wsprof.contracts.events import EventKind
+from wsprof.capture import settings as _settings
+from wsprof.contracts.counters import (
+    CUDA_MAPPINGS,
+    NVML_MEM_TOTAL_BYTES,
+    CounterSource,
+    nvml_gpu_counter,
+    parse_counter,
+    probe_cost_counter,
+)
+from wsprof.contracts.events import EventKind, MemorySnapshot, ProbeTrouble
 
 if TYPE_CHECKING:
     from wsprof.capture.recorder import Recorder
@@ -61,7 +70,7 @@ _now = time.monotonic_ns
 _cpu = time.thread_time_ns
 
 #: Default share of wall time all probes together may cost (the counters issue: <= 0.5 %).
-DEFAULT_BUDGET_FRACTION = 0.005
+DEFAULT_BUDGET_FRACTION = _settings.DEFAULT_PROBE_BUDGET_FRACTION
 #: Most budget saved up while probes are idle, in seconds of probe time (a step boundary after a
 #: quiet minute may spend it at once, no more).
 BUDGET_CAP_S = 0.02
@@ -279,12 +288,18 @@ class CounterSampler:
             p.consecutive_errors += 1
             p.last_error = f"{type(e).__name__}: {e}"
             if p.errors == 1:
-                self.recorder.event(EventKind.PROBE_ERROR, f"{p.name}: {p.last_error}")
+                ev = ProbeTrouble(probe=p.name, message=p.last_error)
+                self.recorder.event(EventKind.PROBE_ERROR, ev.encode())
             if p.consecutive_errors >= MAX_CONSECUTIVE_ERRORS:
                 p.off = True
                 self.recorder.event(
                     EventKind.PROBE_OFF,
-                    f"{p.name}: off after {p.consecutive_errors} errors in a row ({p.last_error})",
+                    ProbeTrouble(
+                        kind=EventKind.PROBE_OFF,
+                        probe=p.name,
+                        message=f"off after {p.consecutive_errors} errors in a row "
+                        f"({p.last_error})",
+                    ).encode(),
                 )
         cost = _cpu() - t0
         (p.budget or self.budget).spend(cost)
@@ -302,7 +317,7 @@ class CounterSampler:
         q = self.recorder.counters
         for name, value in reading:
             q.append((t, name, float(value)))
-        q.append((t, f"wsprof.probe_us.{p.name}", cost / 1e3))
+        q.append((t, probe_cost_counter(p.name), cost / 1e3))
 
     def _budgets(self) -> list[Budget]:
         out = [self.budget] + [p.budget for p in self.probes if p.budget is not None]
@@ -351,12 +366,12 @@ class _SnapshotTrigger:
 
         if self.taken >= MAX_TRIGGERED_SNAPSHOTS:
             return []
-        reading = dict(allocator.read_allocator())
-        value = next((v for k, v in reading.items() if k.endswith(".mappings")), None)
-        if value is None:
-            value = next(
-                (v for k, v in reading.items() if k.endswith(".segment.all.current")), None
-            )
+        by_key = {
+            c.key: v
+            for k, v in allocator.read_allocator()
+            if (c := parse_counter(k)) is not None and c.source is CounterSource.CUDA
+        }
+        value = by_key.get(CUDA_MAPPINGS, by_key.get("segment.all.current"))
         if value is None:
             return []
         self.growths = self.growths + 1 if self.last is not None and value > self.last else 0
@@ -377,8 +392,6 @@ def record_snapshot(recorder: Recorder, reason: str) -> dict[str, Any] | None:
     """Summarise ``torch.cuda.memory_snapshot()`` into a ``memory_snapshot`` event (JSON: the
     summary of :func:`wsprof.capture.allocator.summarize_snapshot`, the reason and its cost in
     ns). None, and no event, while CUDA is not initialised."""
-    import json
-
     from wsprof.capture import allocator
 
     t0 = time.perf_counter_ns()
@@ -386,7 +399,7 @@ def record_snapshot(recorder: Recorder, reason: str) -> dict[str, Any] | None:
     if summary is None:
         return None
     summary = {**summary, "reason": reason, "cost_ns": time.perf_counter_ns() - t0}
-    recorder.event(EventKind.MEMORY_SNAPSHOT, json.dumps(summary))
+    recorder.event(EventKind.MEMORY_SNAPSHOT, MemorySnapshot(summary=summary).encode())
     return summary
 
 
@@ -436,8 +449,7 @@ def _allocator_probe(ctx: ProbeContext) -> Callable[[], Reading]:
         if out and not total_sent:
             total = allocator.device_total_bytes()
             if total is not None:
-                device = out[0][0].split(".", 1)[0]
-                out.append((f"{device}.total_bytes", float(total)))
+                out.append(allocator.total_reading(out, total))
                 total_sent.append(True)
         return out
 
@@ -483,7 +495,10 @@ def _nvml_probe(ctx: ProbeContext) -> Callable[[], Reading] | str:
     def read_nvml() -> Reading:
         out = nvml.reading_for(pid)
         if not sent:
-            out += [(f"nvml.gpu{i}.mem_total_bytes", float(b)) for i, b in nvml_totals.items()]
+            out += [
+                (nvml_gpu_counter(i, NVML_MEM_TOTAL_BYTES), float(b))
+                for i, b in nvml_totals.items()
+            ]
             sent.append(True)
         return out
 
@@ -527,10 +542,8 @@ def check_shares(specs: Sequence[ProbeSpec]) -> None:
 
 check_shares(PROBES)
 
-#: Each probe's share of the budget (fraction and cap), by probe name.
-BUDGET_SHARES = {p.name: p.share_pct / 100 for p in PROBES}
 #: The allocator's default interval inside sync bursts, ms (``$WSPROF_PROBE_INTERVAL_MS``).
-DEFAULT_BURST_INTERVAL_MS = 50
+DEFAULT_BURST_INTERVAL_MS = _settings.DEFAULT_PROBE_INTERVAL_MS
 
 
 def install(
@@ -549,9 +562,9 @@ def install(
         recorder: where readings go.
         boundaries: changes at every step and phase boundary; ``steps``: at every step start.
         fraction: share of wall time all probes may cost, in (0, 1]; default
-            ``$WSPROF_PROBE_BUDGET_PCT`` / 100, else :data:`DEFAULT_BUDGET_FRACTION`.
+            :data:`DEFAULT_BUDGET_FRACTION` (the session passes ``$WSPROF_PROBE_BUDGET_PCT``).
         interval_s: the allocator's interval inside bursts, s; default
-            ``$WSPROF_PROBE_INTERVAL_MS``, else :data:`DEFAULT_BURST_INTERVAL_MS`.
+            :data:`DEFAULT_BURST_INTERVAL_MS` (the session passes ``$WSPROF_PROBE_INTERVAL_MS``).
         probes: the probe specs (their shares checked by :func:`check_shares`).
 
     Returns:
@@ -564,7 +577,7 @@ def install(
     if fraction is None or interval_s is None:
         from wsprof.capture import settings as cfg
 
-        s = cfg.read()
+        s = cfg.Settings()  # the defaults: the session passes its settings' values
         if fraction is None:
             fraction = s.probe_budget_fraction or DEFAULT_BUDGET_FRACTION
         if interval_s is None:

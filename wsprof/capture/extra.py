@@ -34,15 +34,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from wsprof.capture import collectives
-from wsprof.capture import settings as cfg
 from wsprof.capture.imports import PostImportFinder
 from wsprof.contracts.events import EventKind
 
 if TYPE_CHECKING:
     from wsprof.capture.recorder import Recorder
-
-#: Environment variable with more targets, comma-separated.
-ENV_VAR = cfg.ENV_EXTRA
 
 _VLLM = "vllm.distributed.device_communicators.pynccl:PyNcclCommunicator."
 _SGLANG = "sglang.srt.distributed.device_communicators.pynccl:PyNcclCommunicator."
@@ -177,19 +173,17 @@ def parse_target(text: str) -> Target:
     return Target(s, module, qualname, op if eq else canonical_op(qualname.rsplit(".", 1)[-1]))
 
 
-def targets_from(extra: Sequence[str] | None = None, env: Sequence[str] | None = None) -> list[str]:
+def targets_from(extra: Sequence[str] | None = None, env: Sequence[str] = ()) -> list[str]:
     """Every target ``wsprof.patch()`` hooks: built-ins, then ``$WSPROF_EXTRA``, then ``extra``.
 
     Args:
         extra: targets passed to ``wsprof.patch(extra=...)``.
-        env: the targets of ``$WSPROF_EXTRA`` (:attr:`wsprof.capture.settings.Settings.extra`);
-            default: read now.
+        env: the targets of ``$WSPROF_EXTRA``, as the session read them
+            (:attr:`wsprof.capture.settings.Settings.extra`); never read here.
 
     Returns:
         The targets, duplicates removed, in that order.
     """
-    if env is None:
-        env = cfg.read().extra
     out: dict[str, None] = {}
     for t in (*BUILTIN_TARGETS, *env, *(extra or ())):
         out.setdefault(t.strip(), None)

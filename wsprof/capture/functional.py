@@ -257,7 +257,7 @@ def _ops_of(torch: Any, namespace: str) -> list[str]:
 
 def patches(torch: Any) -> list[Patch]:
     """``(owner, '_op', original, hook)`` for every hooked op of
-    :data:`~wsprof.capture.ops.FUNCTIONAL_OPS`: each packet and each of its overloads."""
+    :data:`~wsprof.contracts.ops.FUNCTIONAL_OPS`: each packet and each of its overloads."""
     _PENDING.by_id.clear()
     out: list[Patch] = []
     for namespace, table in ops.FUNCTIONAL_OPS.items():

@@ -24,8 +24,6 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from wsprof.contracts.phases import resolve_phase
-
 if TYPE_CHECKING:
     from wsprof.capture.recorder import Recorder
 
@@ -150,18 +148,17 @@ def close_step() -> None:
 class phase:  # used like a function: ``with wsprof.phase("rollout"):``
     """Context manager marking a phase of the current step.
 
-    Standard names: ``rollout``, ``train``, ``weight_sync``; their aliases
-    (:data:`wsprof.contracts.phases.PHASE_ALIASES`: ``sync``, ``generation``, ...) and other
-    spellings (``Weight-Sync``) are recorded as the standard name, as sampled phases read them;
-    any other name is accepted as given.
+    Standard names: ``rollout``, ``train``, ``weight_sync``; any name is accepted and recorded
+    as given. Analysis reads their aliases (:data:`wsprof.contracts.phases.PHASE_ALIASES`:
+    ``sync``, ``generation``, ...) and other spellings (``Weight-Sync``) as the standard name,
+    as sampled phases do (:func:`wsprof.contracts.phases.canonical_phase`).
 
     Args:
         name: the phase name.
     """
 
     def __init__(self, name: str) -> None:
-        # str(): an enum or other object would poison the trace's strings
-        self.name = resolve_phase(str(name))
+        self.name = str(name)  # an enum or other object would poison the trace's strings
         self._t0 = 0
         self._token: contextvars.Token[tuple[str, ...]] | None = None
         self._stack: tuple[str, ...] = ()

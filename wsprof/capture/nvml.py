@@ -10,6 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from wsprof.contracts.counters import (
+    NVML_MEM_USED_BYTES,
+    NVML_PROCESS_GPU_BYTES,
+    NVML_UTIL_PCT,
+    nvml_gpu_counter,
+)
+
 Reading = list[tuple[str, float]]
 
 
@@ -59,9 +66,9 @@ class Nvml:
             for p in procs:
                 if p.pid in out:
                     used[p.pid] = used.get(p.pid, 0.0) + float(p.usedGpuMemory or 0)
-                    out[p.pid].append((f"nvml.gpu{i}.util_pct", util))
+                    out[p.pid].append((nvml_gpu_counter(i, NVML_UTIL_PCT), util))
         for pid, nbytes in used.items():
-            out[pid].append(("nvml.process_gpu_bytes", nbytes))
+            out[pid].append((NVML_PROCESS_GPU_BYTES, nbytes))
         return out
 
     def reading_for(self, pid: int) -> Reading:
@@ -82,9 +89,11 @@ class Nvml:
                 if p.pid == pid:
                     mine.append(i)
                     used += float(p.usedGpuMemory or 0)
-        out: Reading = [("nvml.process_gpu_bytes", used)] if mine else []
+        out: Reading = [(NVML_PROCESS_GPU_BYTES, used)] if mine else []
         for i in mine or range(len(self._handles)):
             h = self._handles[i]
-            out.append((f"nvml.gpu{i}.util_pct", float(nv.nvmlDeviceGetUtilizationRates(h).gpu)))
-            out.append((f"nvml.gpu{i}.mem_used_bytes", float(nv.nvmlDeviceGetMemoryInfo(h).used)))
+            util = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
+            out.append((nvml_gpu_counter(i, NVML_UTIL_PCT), util))
+            used_i = float(nv.nvmlDeviceGetMemoryInfo(h).used)
+            out.append((nvml_gpu_counter(i, NVML_MEM_USED_BYTES), used_i))
         return out

@@ -35,7 +35,7 @@ from typing import Any
 from wsprof import frameworks
 from wsprof.capture.imports import PostImportFinder
 from wsprof.capture.markers import STATE, phase
-from wsprof.contracts.events import EventKind
+from wsprof.contracts.events import Event, EventKind, PresetMarked, PresetMissing
 from wsprof.frameworks import EntryPoint, split_path
 
 #: ``$WSPROF_PRESET`` values, with each framework's entry points.
@@ -66,7 +66,8 @@ _early: list[tuple[EventKind, str]] = []
 wrapped: list[str] = []
 
 
-def _event(kind: EventKind, detail: str) -> None:
+def _event(ev: Event) -> None:
+    kind, detail = EventKind(ev.kind), ev.encode()
     rec = STATE.recorder
     if rec is not None:
         rec.event(kind, detail)
@@ -119,9 +120,11 @@ def _missing(w: _Waiting, path: str, why: str) -> None:
     if w.left or w.done:
         return
     _event(
-        EventKind.PRESET_MISSING,
-        f"{w.preset}: {', '.join(w.missing)}; the {w.entry.phase} phase "
-        "is not marked (framework version?)",
+        PresetMissing(
+            preset=w.preset,
+            what=f"{', '.join(w.missing)}; the {w.entry.phase} phase "
+            "is not marked (framework version?)",
+        )
     )
 
 
@@ -153,7 +156,7 @@ def _wrap(w: _Waiting, module: types.ModuleType, qualname: str) -> None:
     w.left.clear()
     if path not in wrapped:
         wrapped.append(path)
-        _event(EventKind.PRESET, f"{w.preset}: {name} marked on {path}")
+        _event(PresetMarked(preset=w.preset, phase=name, path=path))
 
 
 def _loaded(name: str, module: types.ModuleType) -> None:
@@ -168,7 +171,8 @@ def _loaded(name: str, module: types.ModuleType) -> None:
 def install(preset: str | None = None) -> list[str]:
     """Wrap the entry points of ``preset`` (every preset when None) now or when their module is
     imported. A preset name that is not known is a ``preset_missing`` event and a warning on
-    stderr. Never raises.
+    stderr (``$WSPROF_PRESET`` itself is checked by :func:`wsprof.capture.settings.read`,
+    which passes None for a bad one). Never raises.
 
     Returns:
         The entry points wrapped so far (``module:qualname``).
@@ -176,11 +180,11 @@ def install(preset: str | None = None) -> list[str]:
     name = (preset or "").strip().lower()
     if name and name not in PRESETS:
         msg = (
-            f"WSPROF_PRESET={preset!r} is not one of {', '.join(PRESETS)}; no phases are "
-            "marked by a preset"
+            f"preset {preset!r} is not one of {', '.join(PRESETS)}; no phases are marked by "
+            "a preset"
         )
         sys.stderr.write(f"wsprof: {msg}\n")
-        _event(EventKind.PRESET_MISSING, msg)
+        _event(PresetMissing(what=msg))
         return list(wrapped)
     global _finder
     with _lock:

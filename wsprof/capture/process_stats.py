@@ -12,6 +12,8 @@ from collections import Counter
 
 import psutil
 
+from wsprof.contracts.counters import gc_gen_counter, gc_type_counter, proc_counter
+
 Reading = list[tuple[str, float]]
 
 #: Types reported by :class:`GrowingTypes` (most growth since the first count first).
@@ -27,21 +29,21 @@ def process_reading(proc: psutil.Process) -> Reading:
     """
     with proc.oneshot():
         out = [
-            ("proc.rss_bytes", float(proc.memory_info().rss)),
-            ("proc.threads", float(proc.num_threads())),
-            ("proc.cpu_pct", float(proc.cpu_percent(None))),
+            (proc_counter("rss_bytes"), float(proc.memory_info().rss)),
+            (proc_counter("threads"), float(proc.num_threads())),
+            (proc_counter("cpu_pct"), float(proc.cpu_percent(None))),
         ]
         with contextlib.suppress(psutil.Error, AttributeError):
-            out.append(("proc.open_fds", float(proc.num_fds())))
+            out.append((proc_counter("open_fds"), float(proc.num_fds())))
     return out
 
 
 def gc_reading() -> Reading:
     """``gc.gen<i>.count`` (objects allocated minus freed since that generation's last
     collection, ``gc.get_count()``) and ``gc.gen<i>.collections`` (``gc.get_stats()``)."""
-    out = [(f"gc.gen{i}.count", float(c)) for i, c in enumerate(gc.get_count())]
+    out = [(gc_gen_counter(i, "count"), float(c)) for i, c in enumerate(gc.get_count())]
     out += [
-        (f"gc.gen{i}.collections", float(s.get("collections", 0)))
+        (gc_gen_counter(i, "collections"), float(s.get("collections", 0)))
         for i, s in enumerate(gc.get_stats())
     ]
     return out
@@ -88,6 +90,6 @@ class GrowingTypes:
             if g > 0 and k not in self.reported and len(self.reported) < 2 * self.top:
                 self.reported[k] = _type_name(k)
         return [
-            (f"gc.type.{name}", float(counts.get(k, 0)))
+            (gc_type_counter(name), float(counts.get(k, 0)))
             for k, name in sorted(self.reported.items(), key=lambda kv: kv[1])
         ]

@@ -78,15 +78,14 @@ def identity_meta(source: str) -> dict[str, Any]:
     }
 
 
-def default_out_dir(settings: cfg.Settings | None = None) -> str:
+def default_out_dir(settings: cfg.Settings) -> str:
     """``$WSPROF_OUT``, else ``./wsprof-out/<YYYYmmdd-HHMMSS>``.
 
     Args:
-        settings: the ``WSPROF_*`` settings; default: read now.
+        settings: the ``WSPROF_*`` settings (their ``out``; never read here).
     """
-    env = (settings or cfg.read()).out
-    if env:
-        return env
+    if settings.out:
+        return settings.out
     return os.path.join("wsprof-out", time.strftime("%Y%m%d-%H%M%S"))
 
 
@@ -163,12 +162,14 @@ class Recorder:
         source: how records are captured: 'patch' | 'attach' | 'run'.
         flush_interval_s: seconds between drains of the ring into the trace (> 0).
         ring_records: the ring's capacity in records (rounded up to a power of two; 128 bytes
-            each, so the default :data:`~wsprof.trace.ring.DEFAULT_CAPACITY` or
-            ``$WSPROF_RING_RECORDS`` is a 16 MiB sparse file). When a drain finds the ring over
-            a quarter full, the next one comes sooner (bursts); when it is full, records are
-            dropped and counted per step.
+            each, so the default :data:`~wsprof.trace.ring.DEFAULT_CAPACITY` is a 16 MiB sparse
+            file); default ``settings.ring_records`` (``$WSPROF_RING_RECORDS``), else that
+            default. When a drain finds the ring over a quarter full, the next one comes sooner
+            (bursts); when it is full, records are dropped and counted per step.
         retention: which steps keep full call detail (:mod:`wsprof.trace.retention`); None
             keeps every call.
+        settings: the session's ``WSPROF_*`` settings (never read here): the ring's size and
+            kind (``native``: compiled where built); default :class:`Settings` defaults.
 
     Raises:
         OSError: the trace, ring or journal file cannot be created.
@@ -183,6 +184,7 @@ class Recorder:
         flush_interval_s: float = 0.5,
         ring_records: int | None = None,
         retention: Retention | None = None,
+        settings: cfg.Settings | None = None,
     ) -> None:
         if not (
             isinstance(flush_interval_s, (int, float))
@@ -196,8 +198,9 @@ class Recorder:
         self.path = new_trace_path(out_dir)
         self.pid = os.getpid()
         self.flush_interval_s = float(flush_interval_s)
+        s = cfg.Settings() if settings is None else settings
         # $WSPROF_RING_RECORDS, else $WSPROF_MAX_PENDING (its older name), else the default
-        records = ring_records or cfg.read().ring_records or fmt.DEFAULT_CAPACITY
+        records = ring_records or s.ring_records or fmt.DEFAULT_CAPACITY
         self.capacity = fmt.capacity_for(records)
         #: c10d's issued-collective readings are appended here (:mod:`wsprof.capture.audit`)
         self.lost_calls = 0  # records found torn or damaged at a drain (should stay 0)
@@ -220,7 +223,9 @@ class Recorder:
         self.journal = jfmt.Journal(jfmt.journal_path(self.path))
         self.strings = self._writer.strings
         self.strings.journal = self.journal
-        self.ring, self._mm = buffer.open_ring(fmt.ring_path(self.path), self.capacity, self.pid)
+        self.ring, self._mm = buffer.open_ring(
+            fmt.ring_path(self.path), self.capacity, self.pid, native=s.native
+        )
         self._view: npt.NDArray[np.int64] = np.frombuffer(
             self._mm, dtype="<i8", count=self.capacity * fmt.RECORD_WORDS, offset=fmt.HEADER_BYTES
         ).reshape(self.capacity, fmt.RECORD_WORDS)

@@ -5,9 +5,22 @@ communicators), the counter sampler, the SIGTERM handler and the ``atexit`` flus
 :meth:`~CaptureSession.start` installs them in order and :meth:`~CaptureSession.stop` takes
 them down in reverse. The process has at most one session at a time, held here and nowhere
 else (:func:`current`); ``wsprof.patch()``, ``unpatch()``, ``flush()``, ``memory_snapshot()``
-and ``trace_path()`` are the functions of this module. The pieces a hook reads on every call
-(the markers' recorder, the hooks' own state) are bound by the session at start and cleared
-at stop, never set elsewhere.
+and ``trace_path()`` are the functions of this module.
+
+The session owns the recorder; three components keep a reference to it as a hot-path cache,
+so that a hook or marker reads one attribute instead of asking the session on every call:
+``markers.STATE.recorder`` (bound by :func:`wsprof.capture.markers.bind`, cleared by
+``markers.unbind``), ``collectives._STATE.recorder`` (set by
+:func:`wsprof.capture.collectives.install`, cleared by ``collectives.uninstall``) and
+``extra._STATE.recorder`` (``extra.install`` / ``extra.uninstall``). Each is bound only by
+:meth:`CaptureSession.start` and unbound only by :meth:`~CaptureSession.stop` or
+:meth:`~CaptureSession.forget`, through those functions; nothing else sets them, so they are
+always this session's recorder or None.
+
+The session's :class:`~wsprof.capture.settings.Settings` are read once (by :func:`patch`, or
+passed in) and handed down: to the recorder (ring size, compiled or Python ring), the counter
+sampler (budget, interval) and the extra hooks (``WSPROF_EXTRA``); nothing below re-reads the
+environment.
 
 ``patch()`` is idempotent (a second call, or a racing one in another thread, returns the same
 trace) and reversible (``unpatch()`` puts every original back; patch again for a new trace).
@@ -18,6 +31,7 @@ records into a trace of its own.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import math
 import numbers
 import os
@@ -103,8 +117,8 @@ class CaptureSession:
             rec = Recorder(
                 self.out_dir,
                 flush_interval_s=self.flush_interval_s,
-                ring_records=s.ring_records,
                 retention=retention,
+                settings=s,
             )
         except Exception as e:  # noqa: BLE001 - never raise into training
             sys.stderr.write(
@@ -154,8 +168,8 @@ class CaptureSession:
                 rec,
                 lambda: markers.STATE.boundaries,
                 lambda: markers.STATE.steps_started,
-                fraction=s.probe_budget_fraction,
-                interval_s=None if s.probe_interval_ms is None else s.probe_interval_ms / 1e3,
+                fraction=s.probe_budget_fraction or cfg.DEFAULT_PROBE_BUDGET_FRACTION,
+                interval_s=(s.probe_interval_ms or cfg.DEFAULT_PROBE_INTERVAL_MS) / 1e3,
             )
         except Exception as e:  # noqa: BLE001 - never raise into training
             rec.internal_error("counters", e)
@@ -190,16 +204,14 @@ class CaptureSession:
 
     def forget(self) -> None:
         """In a forked child: drop the parent's recorder (it writes nothing here) and its
-        hooks, without writing anything."""
+        hooks, without writing anything: each component unbinds its copy of the recorder."""
         from wsprof.capture import collectives
         from wsprof.capture import extra as extra_hooks
 
-        try:
-            collectives.uninstall()
-            extra_hooks.uninstall()
-        except Exception:  # noqa: BLE001 - never raise into training
-            pass
-        markers.STATE.recorder = None
+        for unbind in (collectives.uninstall, extra_hooks.uninstall):
+            with contextlib.suppress(Exception):  # never raise into training
+                unbind()
+        markers.unbind()
         self.recorder = None
 
     def flush(self, timeout_s: float | None = None) -> None:

@@ -4,7 +4,8 @@
 :class:`Settings`; each field is validated. Nothing here prints or raises:
 
 * a bad number or flag that only tunes profiling (``WSPROF_KEEP_STEPS``,
-  ``WSPROF_COUNTERS``, ...) becomes the default and one line in :attr:`Settings.warnings`,
+  ``WSPROF_COUNTERS``, ...), or a ``WSPROF_PRESET`` that names no framework of
+  :data:`wsprof.frameworks.NAMES`, becomes the default and one line in :attr:`Settings.warnings`,
   naming the variable, the value and what is used instead; the capture session
   (:mod:`wsprof.capture.session`) writes those lines to stderr and into the trace;
 * a bad value of a variable that decides what to profile at all (``WSPROF_DISABLE``,
@@ -50,7 +51,7 @@ ENV_MAX_PENDING = "WSPROF_MAX_PENDING"
 ENV_NATIVE = "WSPROF_NATIVE"
 #: More communicators to hook, comma-separated ``module:qualname[=op]``.
 ENV_EXTRA = "WSPROF_EXTRA"
-#: The framework preset of ``wsprof run`` (checked by :mod:`wsprof.capture.presets`).
+#: The framework preset of ``wsprof run``, one of :data:`wsprof.frameworks.NAMES`.
 ENV_PRESET = "WSPROF_PRESET"
 #: No "trace at ..." line at exit (a yes/no flag).
 ENV_QUIET = "WSPROF_QUIET"
@@ -65,6 +66,11 @@ FALSE_WORDS = ("0", "false", "no", "off")
 #: Which layers the collective hooks cover (:func:`wsprof.capture.collectives.install`):
 #: ``both`` (names, ProcessGroup methods and Work), or ``api`` (names only).
 LAYERS = ("both", "api")
+#: Default share of wall time all counter probes together may cost (the counters issue:
+#: <= 0.5 %); :mod:`wsprof.capture.counters` uses it when ``WSPROF_PROBE_BUDGET_PCT`` is unset.
+DEFAULT_PROBE_BUDGET_FRACTION = 0.005
+#: Default interval of the allocator probe inside sync bursts, ms.
+DEFAULT_PROBE_INTERVAL_MS = 50
 
 
 @dataclass(frozen=True)
@@ -83,16 +89,20 @@ class Settings:
         device_time: ``WSPROF_DEVICE_TIME``.
         counters: ``WSPROF_COUNTERS`` (default True).
         probe_budget_fraction: ``WSPROF_PROBE_BUDGET_PCT`` / 100, a share of wall time in
-            (0, 1]; None: ``counters.DEFAULT_BUDGET_FRACTION``.
-        probe_interval_ms: ``WSPROF_PROBE_INTERVAL_MS``, ms; None: 50.
+            (0, 1]; None: :data:`DEFAULT_PROBE_BUDGET_FRACTION`.
+        probe_interval_ms: ``WSPROF_PROBE_INTERVAL_MS``, ms; None:
+            :data:`DEFAULT_PROBE_INTERVAL_MS`.
         ring_records: ``WSPROF_RING_RECORDS`` (else ``WSPROF_MAX_PENDING``), records; None:
             ``ring.DEFAULT_CAPACITY``.
         native: ``WSPROF_NATIVE`` (default True).
         extra: ``WSPROF_EXTRA``, the targets, stripped, empty ones dropped.
-        preset: ``WSPROF_PRESET``; None when unset or empty.
+        preset: ``WSPROF_PRESET``, lower case, one of :data:`wsprof.frameworks.NAMES`; None
+            when unset, empty or not a framework (a warning: every framework's entry points
+            are then waited for, as when unset).
         quiet: ``WSPROF_QUIET``.
         run: ``WSPROF_RUN``: this process was started by ``wsprof run``.
-        pyspy: ``WSPROF_PYSPY``; None when unset or empty.
+        pyspy: ``WSPROF_PYSPY``, the py-spy binary; None when unset or empty (``wsprof
+            attach`` reads the variable through its ``--pyspy`` option's ``envvar``).
         warnings: one line per variable whose value was replaced by its default.
         errors: (variable, one line) for a bad ``WSPROF_DISABLE`` / ``WSPROF_LAYERS``.
     """
@@ -225,8 +235,21 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
         if fraction is None or not math.isfinite(fraction) or not 0 < fraction <= 1:
             fraction = None
             r.warnings.append(
-                f"ignoring {ENV_PROBE_BUDGET_PCT}={pct!r}: not a percent in (0, 100]; using 0.5"
+                f"ignoring {ENV_PROBE_BUDGET_PCT}={pct!r}: not a percent in (0, 100]; "
+                f"using {DEFAULT_PROBE_BUDGET_FRACTION * 100:g}"
             )
+    preset = r.text(ENV_PRESET)
+    if preset is not None:
+        from wsprof.frameworks import NAMES  # data only; imported when a preset is named
+
+        if preset.lower() not in NAMES:
+            r.warnings.append(
+                f"{ENV_PRESET}={preset!r} is not one of {', '.join(NAMES)}; using every "
+                "framework's entry points (the default)"
+            )
+            preset = None
+        else:
+            preset = preset.lower()
     ring = r.integer(ENV_RING_RECORDS, 1)
     if ring is None:
         ring = r.integer(ENV_MAX_PENDING, 1)
@@ -243,7 +266,7 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
         ring_records=ring,
         native=r.flag(ENV_NATIVE, True),
         extra=tuple(t.strip() for t in r.raw(ENV_EXTRA).split(",") if t.strip()),
-        preset=r.text(ENV_PRESET),
+        preset=preset,
         quiet=r.flag(ENV_QUIET, False),
         run=r.flag(ENV_RUN, False),
         pyspy=r.text(ENV_PYSPY),

@@ -12,7 +12,6 @@ the caller-site table, so that a call's site is the caller of the wrapper, not t
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import sysconfig
@@ -21,7 +20,7 @@ from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 from wsprof.capture import collectives
-from wsprof.contracts.events import EventKind
+from wsprof.contracts.events import EventKind, WrapperFound
 
 if TYPE_CHECKING:
     from wsprof.capture.recorder import Recorder
@@ -118,17 +117,15 @@ def audit_group_class(rec: Recorder, cls: type) -> None:
         file, line = None, None
     rec.event(
         EventKind.WRAPPER,
-        json.dumps(
-            {
-                "api": "ProcessGroup",
-                "kind": "group_class",
-                "qualname": cls.__qualname__,
-                "module": module,
-                "file": file,
-                "line": line,
-                "wraps": [f"{b.__module__}.{b.__qualname__}" for b in cls.__mro__[1:3]],
-            }
-        ),
+        WrapperFound(
+            api="ProcessGroup",
+            wrapper_kind="group_class",
+            qualname=cls.__qualname__,
+            module=module,
+            file=file,
+            line=line,
+            wraps=tuple(f"{b.__module__}.{b.__qualname__}" for b in cls.__mro__[1:3]),
+        ).encode(),
     )
 
 
@@ -162,6 +159,6 @@ def reaudit(
         fact = foreign_wrapper(current, torch.__file__) or {"qualname": repr(current)}
         prefix = "dist." if owner.__name__ == "torch.distributed" else "distributed_c10d."
         rec.event(
-            EventKind.WRAPPER, json.dumps({"api": prefix + name, "after_patch": True, **fact})
+            EventKind.WRAPPER, WrapperFound.of(prefix + name, fact, after_patch=True).encode()
         )
         mark_internal(wrapper_codes(current))

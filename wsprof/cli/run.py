@@ -39,9 +39,10 @@ def hooks_dir() -> str:
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(out: str | None, preset: str | None, cmd: tuple[str, ...]) -> int:
     """Run CMD (after `--`) with wsprof patched into every Python process it starts."""
+    from wsprof.capture import settings as cfg
     from wsprof.capture.recorder import default_out_dir
 
-    folder = os.path.abspath(out or default_out_dir())
+    folder = os.path.abspath(out or default_out_dir(cfg.read()))
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as e:

@@ -1,3 +1,3 @@
 """Contracts between wsprof's layers: the types capture, trace, importers, analysis and
-report share instead of strings (series keys, units, event kinds, the self-overhead record,
-the phase vocabulary). Pure data; imports nothing else of wsprof."""
+report share instead of strings (series keys and kinds, units, counter names, event kinds,
+the self-overhead record, the phase vocabulary). Pure data; imports nothing else of wsprof."""

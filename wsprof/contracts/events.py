@@ -8,12 +8,19 @@ where the trace is read. Every event is an :class:`Event` (``t_ns``, ``kind``, r
 ``detail``); a kind this wsprof does not know, or a detail that does not parse, stays a plain
 :class:`Event`, never an error. Analysis matches on the enum or with ``isinstance``, never on
 substrings of ``detail``. Pure; stdlib only.
+
+The detail text has one definition, here: capture builds the typed event and writes
+:meth:`Event.encode` (``SamplerStopped(reason=..., samples=...).encode()``); :func:`parse_event`
+is its inverse (``parse_event(t, kind, ev.encode())`` equals ``ev`` with that ``detail``), and
+still reads every detail older wsprof wrote. (The method is ``encode``, not ``detail``:
+``detail`` is the field holding the raw text as stored.)
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -72,14 +79,22 @@ class Event:
     """A recorded event: the raw row. Typed events below add what their detail carries.
 
     Attributes:
-        t_ns: monotonic ns of the writing process.
-        kind: an :class:`EventKind`, or the raw text of a kind this wsprof does not know.
-        detail: the raw detail text, as stored.
+        t_ns: monotonic ns of the writing process (0 in an event being written: the writer
+            stamps the time).
+        kind: an :class:`EventKind`, or the raw text of a kind this wsprof does not know; each
+            typed event defaults to its own kind.
+        detail: the raw detail text, as stored (empty in an event being written:
+            :meth:`encode` gives it).
     """
 
-    t_ns: int
-    kind: EventKind | str
-    detail: str
+    t_ns: int = 0
+    kind: EventKind | str = ""
+    detail: str = ""
+
+    def encode(self) -> str:
+        """The detail text to write for this event (a typed event: from its fields; a plain
+        one: its raw ``detail``). :func:`parse_event` reads it back."""
+        return self.detail
 
 
 @dataclass(frozen=True)
@@ -98,6 +113,7 @@ class WrapperFound(Event):
         after_patch: found on a re-wrap after ``wsprof.patch()`` (else at patch time).
     """
 
+    kind: EventKind | str = EventKind.WRAPPER
     api: str = "?"
     wrapper_kind: str = "name"
     qualname: str = "?"
@@ -106,6 +122,29 @@ class WrapperFound(Event):
     line: int | None = None
     wraps: tuple[str, ...] = ()
     after_patch: bool = False
+
+    @classmethod
+    def of(cls, api: str, fact: Mapping[str, Any], after_patch: bool = False) -> WrapperFound:
+        """The event of a wrapper described by ``fact`` (the JSON keys: ``qualname``,
+        ``module``, ``file``, ``line``, ``wraps``, ``kind``), found on ``api``."""
+        return _wrapper_fields(0, "", {**fact, "api": api, "after_patch": after_patch})
+
+    def encode(self) -> str:
+        """JSON: ``api``, ``after_patch`` (when true), ``kind`` (when not ``name``),
+        ``qualname``, ``module``, ``file``, ``line``, ``wraps``."""
+        d: dict[str, Any] = {"api": self.api}
+        if self.after_patch:
+            d["after_patch"] = True
+        if self.wrapper_kind != "name":
+            d["kind"] = self.wrapper_kind
+        d.update(
+            qualname=self.qualname,
+            module=self.module,
+            file=self.file,
+            line=self.line,
+            wraps=list(self.wraps),
+        )
+        return json.dumps(d)
 
 
 @dataclass(frozen=True)
@@ -120,16 +159,53 @@ class Patched(Event):
         functional_ops: functional collective ops hooked, or None.
     """
 
+    kind: EventKind | str = EventKind.PATCHED
     layers: str = "both"
     api_names: int | None = None
     backend_methods: int | None = None
     backend_class_methods: int | None = None
     functional_ops: int | None = None
 
+    def encode(self) -> str:
+        """JSON: ``layers`` and each count that is recorded."""
+        d: dict[str, Any] = {"layers": self.layers}
+        for key in _PATCHED_COUNTS:
+            if getattr(self, key) is not None:
+                d[key] = getattr(self, key)
+        return json.dumps(d)
+
 
 @dataclass(frozen=True)
 class SamplerStarted(Event):
-    """The py-spy sampler started (its settings are in ``detail``)."""
+    """The py-spy sampler started, with its settings (a setting the detail lacks is None).
+
+    Attributes:
+        targets: the pids sampled.
+        rate_hz: samples per second per thread.
+        window_s: one window's length, s.
+        every_s: seconds from one window's start to the next.
+        blocking: the targets are paused while sampled.
+        native: native frames are sampled.
+        pyspy_version: py-spy's version.
+    """
+
+    kind: EventKind | str = EventKind.SAMPLER
+    targets: tuple[int, ...] = ()
+    rate_hz: int | None = None
+    window_s: int | None = None
+    every_s: float | None = None
+    blocking: bool | None = None
+    native: bool | None = None
+    pyspy_version: str | None = None
+
+    def encode(self) -> str:
+        """``started: targets=[1, 2] rate_hz=100 window_s=5 every_s=5 blocking=True
+        native=False py-spy 0.4.0``."""
+        return (
+            f"started: targets={list(self.targets)} rate_hz={self.rate_hz} "
+            f"window_s={self.window_s} every_s={_number(self.every_s)} "
+            f"blocking={self.blocking} native={self.native} py-spy {self.pyspy_version}"
+        )
 
 
 @dataclass(frozen=True)
@@ -140,12 +216,30 @@ class SamplerTargetExited(Event):
         pid: its pid.
     """
 
+    kind: EventKind | str = EventKind.SAMPLER
     pid: int = -1
+
+    def encode(self) -> str:
+        """``target exited: pid <pid>``."""
+        return f"target exited: pid {self.pid}"
 
 
 @dataclass(frozen=True)
 class SamplerWindowLost(Event):
-    """A sampling window was lost (py-spy killed while sampling): ``detail`` says how."""
+    """A sampling window was lost: py-spy was killed while sampling.
+
+    Attributes:
+        signal: the signal that killed py-spy, or None when the detail does not say.
+        pid: the pid it was sampling, or None.
+    """
+
+    kind: EventKind | str = EventKind.SAMPLER
+    signal: int | None = None
+    pid: int | None = None
+
+    def encode(self) -> str:
+        """``py-spy killed by signal <signal> while sampling pid <pid>; window lost``."""
+        return f"py-spy killed by signal {self.signal} while sampling pid {self.pid}; window lost"
 
 
 @dataclass(frozen=True)
@@ -156,7 +250,12 @@ class SamplerWindowFailed(Event):
         reason: why (py-spy's message or the stop reason).
     """
 
+    kind: EventKind | str = EventKind.SAMPLER
     reason: str = ""
+
+    def encode(self) -> str:
+        """``window failed: <reason>``."""
+        return f"window failed: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -170,10 +269,21 @@ class SamplerStopped(Event):
         errors: py-spy errors, or None.
     """
 
+    kind: EventKind | str = EventKind.SAMPLER
     reason: str = ""
     samples: int | None = None
     windows: int | None = None
     errors: int | None = None
+
+    def encode(self) -> str:
+        """``stopped: <reason>; samples=<n> windows=<n> errors=<n>`` (``stopped: <reason>``
+        when the counts are not recorded)."""
+        if self.samples is None or self.windows is None or self.errors is None:
+            return f"stopped: {self.reason}"
+        return (
+            f"stopped: {self.reason}; samples={self.samples} windows={self.windows} "
+            f"errors={self.errors}"
+        )
 
 
 @dataclass(frozen=True)
@@ -186,9 +296,14 @@ class PresetMarked(Event):
         path: the entry point, ``module:qualname``.
     """
 
+    kind: EventKind | str = EventKind.PRESET
     preset: str = ""
     phase: str = ""
     path: str = ""
+
+    def encode(self) -> str:
+        """``<preset>: <phase> marked on <path>``."""
+        return f"{self.preset}: {self.phase} marked on {self.path}"
 
 
 @dataclass(frozen=True)
@@ -200,8 +315,13 @@ class PresetMissing(Event):
         what: what is missing and its consequence.
     """
 
+    kind: EventKind | str = EventKind.PRESET_MISSING
     preset: str | None = None
     what: str = ""
+
+    def encode(self) -> str:
+        """``<preset>: <what>``, or ``<what>`` when no preset is named."""
+        return self.what if self.preset is None else f"{self.preset}: {self.what}"
 
 
 @dataclass(frozen=True)
@@ -213,8 +333,13 @@ class ProbeTrouble(Event):
         message: the error, or why it was turned off.
     """
 
+    kind: EventKind | str = EventKind.PROBE_ERROR
     probe: str = ""
     message: str = ""
+
+    def encode(self) -> str:
+        """``<probe>: <message>``."""
+        return f"{self.probe}: {self.message}"
 
     @property
     def off(self) -> bool:
@@ -230,7 +355,12 @@ class MemorySnapshot(Event):
         summary: the summary as recorded (segments, bytes, reason, ...).
     """
 
+    kind: EventKind | str = EventKind.MEMORY_SNAPSHOT
     summary: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    def encode(self) -> str:
+        """The summary as JSON."""
+        return json.dumps(self.summary)
 
 
 @dataclass(frozen=True)
@@ -241,7 +371,12 @@ class TargetExited(Event):
         pid: its pid.
     """
 
+    kind: EventKind | str = EventKind.TARGET_EXITED
     pid: int = -1
+
+    def encode(self) -> str:
+        """``pid <pid> exited``."""
+        return f"pid {self.pid} exited"
 
 
 #: Every typed event class of a ``sampler`` event (for ``isinstance``).
@@ -258,10 +393,70 @@ _STOPPED_RE = re.compile(
     r"windows=(?P<windows>-?\d+) errors=(?P<errors>-?\d+)\s*$",
     re.S,
 )
+_LOST_RE = re.compile(
+    r"py-spy killed by signal (?P<signal>-?\d+) while sampling pid (?P<pid>-?\d+); window lost\s*$"
+)
+#: The ``key=value`` settings of a ``started:`` detail (each value runs to the next space).
+_STARTED_KEYS = ("rate_hz", "window_s", "every_s", "blocking", "native")
+_STARTED_TARGETS_RE = re.compile(r"targets=\[(?P<targets>[^\]]*)\]")
+_STARTED_VERSION_RE = re.compile(r" py-spy (?P<version>.*)$", re.S)
+#: The counts of a ``patched`` detail, in their on-disk order.
+_PATCHED_COUNTS = ("api_names", "backend_methods", "backend_class_methods", "functional_ops")
 _PID_RE = re.compile(r"(?:target exited: )?pid (?P<pid>\d+)(?: exited)?\s*$")
 _PRESET_MARKED_RE = re.compile(r"(?P<preset>[^:\s]+): (?P<phase>\S+) marked on (?P<path>.+)$", re.S)
 #: A preset name as it starts a ``preset_missing`` detail (not ``WSPROF_PRESET=...``).
 _PRESET_NAME_RE = re.compile(r"[A-Za-z0-9_\-]+$")
+
+
+def _number(v: float | None) -> str:
+    """A number as a detail writes it: the shortest text that reads back equal, without a
+    trailing ``.0`` (``5``, ``2.5``)."""
+    if v is None:
+        return "None"
+    text = repr(float(v))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _started_value(detail: str, key: str) -> str | None:
+    m = re.search(rf"(?:^|\s){key}=(?P<v>\S+)", detail)
+    return None if m is None else m["v"]
+
+
+def _started(t_ns: int, detail: str) -> SamplerStarted:
+    m = _STARTED_TARGETS_RE.search(detail)
+    targets: tuple[int, ...] = ()
+    if m:
+        try:
+            targets = tuple(int(p) for p in m["targets"].split(",") if p.strip())
+        except ValueError:
+            targets = ()
+    raw = {key: _started_value(detail, key) for key in _STARTED_KEYS}
+
+    def integer(v: str | None) -> int | None:
+        return int(v) if v is not None and re.fullmatch(r"-?\d+", v) else None
+
+    def number(v: str | None) -> float | None:
+        try:
+            return None if v is None else float(v)
+        except ValueError:
+            return None
+
+    def flag(v: str | None) -> bool | None:
+        return {"True": True, "False": False}.get(v or "")
+
+    version = _STARTED_VERSION_RE.search(detail)
+    return SamplerStarted(
+        t_ns,
+        EventKind.SAMPLER,
+        detail,
+        targets=targets,
+        rate_hz=integer(raw["rate_hz"]),
+        window_s=integer(raw["window_s"]),
+        every_s=number(raw["every_s"]),
+        blocking=flag(raw["blocking"]),
+        native=flag(raw["native"]),
+        pyspy_version=None if version is None else version["version"],
+    )
 
 
 def _kind(raw: str) -> EventKind | str:
@@ -303,21 +498,21 @@ def _sampler(t_ns: int, detail: str) -> Event:
             )
         return SamplerStopped(t_ns, kind, detail, detail[len("stopped:") :].strip())
     if detail.startswith("started:"):
-        return SamplerStarted(t_ns, kind, detail)
+        return _started(t_ns, detail)
     if detail.startswith("window failed:"):
         return SamplerWindowFailed(t_ns, kind, detail, detail[len("window failed:") :].strip())
     if detail.startswith("target exited:"):
         m = _PID_RE.match(detail)
         return SamplerTargetExited(t_ns, kind, detail, int(m["pid"]) if m else -1)
     if detail.rstrip().endswith("window lost"):
+        m = _LOST_RE.match(detail)
+        if m:
+            return SamplerWindowLost(t_ns, kind, detail, int(m["signal"]), int(m["pid"]))
         return SamplerWindowLost(t_ns, kind, detail)
     return Event(t_ns, kind, detail)
 
 
-def _wrapper(t_ns: int, detail: str) -> Event:
-    d = _json_dict(detail)
-    if d is None:
-        return Event(t_ns, EventKind.WRAPPER, detail)
+def _wrapper_fields(t_ns: int, detail: str, d: Mapping[str, Any]) -> WrapperFound:
     wraps = d.get("wraps")
     return WrapperFound(
         t_ns,
@@ -329,9 +524,16 @@ def _wrapper(t_ns: int, detail: str) -> Event:
         module=_opt_str(d.get("module")),
         file=_opt_str(d.get("file")),
         line=_opt_int(d.get("line")),
-        wraps=tuple(str(w) for w in wraps) if isinstance(wraps, list) else (),
+        wraps=tuple(str(w) for w in wraps) if isinstance(wraps, (list, tuple)) else (),
         after_patch=bool(d.get("after_patch", False)),
     )
+
+
+def _wrapper(t_ns: int, detail: str) -> Event:
+    d = _json_dict(detail)
+    if d is None:
+        return Event(t_ns, EventKind.WRAPPER, detail)
+    return _wrapper_fields(t_ns, detail, d)
 
 
 def _patched(t_ns: int, detail: str) -> Event:
@@ -340,11 +542,8 @@ def _patched(t_ns: int, detail: str) -> Event:
         t_ns,
         EventKind.PATCHED,
         detail,
-        layers=str(d.get("layers", "both")),
-        api_names=_opt_int(d.get("api_names")),
-        backend_methods=_opt_int(d.get("backend_methods")),
-        backend_class_methods=_opt_int(d.get("backend_class_methods")),
-        functional_ops=_opt_int(d.get("functional_ops")),
+        str(d.get("layers", "both")),
+        *(_opt_int(d.get(key)) for key in _PATCHED_COUNTS),
     )
 
 

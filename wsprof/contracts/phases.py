@@ -7,11 +7,16 @@ is compared after :func:`phase_key` (lower case, runs of ``-`` and spaces as ``_
 (:data:`PHASE_ALIASES`) then becomes its canonical phase. Names that are neither stay as given:
 any name is a phase.
 
+A trace keeps a marker's name as the user gave it (``wsprof.phase("Rollout")`` is recorded as
+``Rollout``); analysis canonicalises when it reads (:func:`canonical_phase`,
+:func:`resolve_phase`), so a trace recorded before an alias was added reads as a new one.
+
 Pure data; standard library only.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -36,10 +41,16 @@ PHASE_ALIASES: Final[dict[str, str]] = {
     "sync": WEIGHT_SYNC,
     "weight_update": WEIGHT_SYNC,
     "weights_sync": WEIGHT_SYNC,
+    "update_weights": WEIGHT_SYNC,
+    "sync_weights": WEIGHT_SYNC,
     "refit": WEIGHT_SYNC,
+    "broadcast": WEIGHT_SYNC,
     "generate": ROLLOUT,
     "generation": ROLLOUT,
+    "gen": ROLLOUT,
     "training": TRAIN,
+    "update_actor": TRAIN,
+    "actor_update": TRAIN,
 }
 
 _SEPARATORS = re.compile(r"[\s-]+")
@@ -57,6 +68,7 @@ def phase_key(name: str) -> str:
     return _SEPARATORS.sub("_", name.strip().lower())
 
 
+@functools.lru_cache(maxsize=4096)  # analysis asks once per span; a trace has few names
 def canonical_phase(name: str) -> str | None:
     """The canonical phase a name means, or None when it is no canonical phase nor alias.
 
@@ -72,8 +84,8 @@ def canonical_phase(name: str) -> str | None:
 
 
 def resolve_phase(name: str) -> str:
-    """The name a phase is recorded under: its canonical phase when it has one, else the name
-    as given (a phase of the user's own, ``"checkpoint"``, keeps its spelling).
+    """The name analysis groups a phase under: its canonical phase when it has one, else the
+    name as given (a phase of the user's own, ``"checkpoint"``, keeps its spelling).
 
     Args:
         name: a phase name.

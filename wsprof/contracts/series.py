@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+# re-exported: a counter's unit (wsprof.contracts.counters decides it)
+from wsprof.contracts.counters import counter_unit as counter_unit
 from wsprof.contracts.units import Unit
 
 # ----------------------------------------------------------------------------- headline keys
@@ -101,16 +103,6 @@ def op_of(key: str) -> str | None:
     return k.name if k.family is KeyFamily.OP_MEDIAN else None
 
 
-def counter_unit(counter: str) -> Unit:
-    """The unit of a recorded counter, from its name: bytes when a part of the dotted name ends
-    in ``_bytes`` (``proc.rss_bytes``, ``cuda0.reserved_bytes.all.current``), else
-    :attr:`Unit.OTHER` (a count of objects, a percentage, a user counter)."""
-    parts = counter.split(".")
-    if any(p == "bytes" or p.endswith("_bytes") for p in parts):
-        return Unit.BYTES
-    return Unit.OTHER
-
-
 def implied_unit(key: str) -> Unit | None:
     """The unit a key itself implies, for an imported column without a unit suffix: a share
     for :data:`ROLLOUT_SHARE`, the counter's unit for ``counter:<name>`` (an exported trace's
@@ -126,6 +118,30 @@ def implied_unit(key: str) -> Unit | None:
 # ----------------------------------------------------------------------------- the series
 
 
+class SeriesKind(str, Enum):
+    """What a per-step series measures (judged by :func:`wsprof.analysis.kinds.series_kind`).
+
+    Only the first three (duration, bytes, resource count) can accumulate and get findings.
+    The values are the text of JSON output (``"kind": "resource_count"``).
+    """
+
+    DURATION = "duration"
+    BYTES = "bytes"
+    RESOURCE = "resource_count"
+    COUNTER = "monotonic_counter"
+    QUALITY = "quality"
+    LR_SCHEDULE = "lr_schedule"
+    RATE = "rate"
+    OTHER = "other"
+
+    def __str__(self) -> str:
+        """Its text (``duration``) wherever it is formatted, as in JSON."""
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
 @dataclass(frozen=True)
 class Series:
     """A per-step series: ``values[i]`` was measured at step ``steps[i]``, in ``unit``.
@@ -138,7 +154,7 @@ class Series:
         values: one value per step, in ``unit``.
         config: (optional, same length) the configuration each step ran with; a change of
             config splits the series before fitting.
-        kind: what it measures (one of ``wsprof.analysis.model.SERIES_KINDS``); None until
+        kind: what it measures (a :class:`SeriesKind`); None until
             :func:`wsprof.analysis.kinds.series_kind` judged it (or an importer that knows gave
             it).
         unit_text: the free unit text of a :attr:`Unit.OTHER` series (``""`` when unknown);
@@ -150,7 +166,7 @@ class Series:
     steps: tuple[int, ...]
     values: tuple[float, ...]
     config: tuple[str, ...] | None = None
-    kind: str | None = None
+    kind: SeriesKind | None = None
     unit_text: str = ""
 
     @property

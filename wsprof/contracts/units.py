@@ -3,7 +3,8 @@
 One :class:`Unit` is attached where a value is made (a per-step series, a counter track) and
 every renderer and finding formats through it: ``45.6 ms``, ``3 GiB``, ``53%``, and slopes as
 ``+1.2 MiB/step``. A column imported with a unit wsprof does not interpret (``tokens/s``,
-``GiB``, ``ms``) is :attr:`Unit.OTHER` with that text beside it (:func:`fmt_in` takes both).
+``GiB``, ``ms``) is :attr:`Unit.OTHER` with that text beside it; :func:`unit_family` gives
+any unit text's family and scale (``ms`` is seconds times 1e-3).
 Pure; stdlib only.
 """
 
@@ -91,34 +92,90 @@ class Unit(Enum):
         return f"{sign}{self.fmt(x, text)}/{per}"
 
 
-_ALIASES: dict[str, Unit] = {
-    "s": Unit.SECONDS,
-    "us": Unit.MICROSECONDS,
-    "µs": Unit.MICROSECONDS,
-    "ns": Unit.NANOSECONDS,
-    "bytes": Unit.BYTES,
-    "B": Unit.BYTES,
-    "share": Unit.SHARE,
-    "fraction": Unit.SHARE,
-    "count": Unit.COUNT,
+#: Every unit text wsprof knows, with its family (the canonical :class:`Unit` of its dimension:
+#: seconds, bytes, share or count) and its scale (family units per one of it: ``ms`` is
+#: ``(SECONDS, 1e-3)``, ``GiB`` ``(BYTES, 2**30)``, ``%`` ``(SHARE, 0.01)``). The one table of
+#: unit texts: :func:`unit_family` reads it, and :meth:`Unit.parse` names a :class:`Unit` only
+#: for the texts whose family and scale are that unit's own.
+UNIT_TEXTS: dict[str, tuple[Unit, float]] = {
+    "s": (Unit.SECONDS, 1.0),
+    "ms": (Unit.SECONDS, 1e-3),
+    "us": (Unit.SECONDS, 1e-6),
+    "µs": (Unit.SECONDS, 1e-6),
+    "ns": (Unit.SECONDS, 1e-9),
+    "min": (Unit.SECONDS, 60.0),
+    "h": (Unit.SECONDS, 3600.0),
+    "bytes": (Unit.BYTES, 1.0),
+    "B": (Unit.BYTES, 1.0),
+    "kB": (Unit.BYTES, 1e3),
+    "KiB": (Unit.BYTES, 2.0**10),
+    "MB": (Unit.BYTES, 1e6),
+    "MiB": (Unit.BYTES, 2.0**20),
+    "GB": (Unit.BYTES, 1e9),
+    "GiB": (Unit.BYTES, 2.0**30),
+    "TB": (Unit.BYTES, 1e12),
+    "TiB": (Unit.BYTES, 2.0**40),
+    "share": (Unit.SHARE, 1.0),
+    "fraction": (Unit.SHARE, 1.0),
+    "%": (Unit.SHARE, 0.01),
+    "count": (Unit.COUNT, 1.0),
+}
+
+#: Words that name a unit at the end of a name (``reserved_gib``, ``sync_time_s``: STYLE's
+#: units in names), lower-case, and the unit text of :data:`UNIT_TEXTS` each names.
+UNIT_WORDS: dict[str, str] = {
+    "s": "s",
+    "sec": "s",
+    "seconds": "s",
+    "ms": "ms",
+    "us": "us",
+    "µs": "µs",
+    "ns": "ns",
+    "min": "min",
+    "h": "h",
+    "bytes": "bytes",
+    "b": "B",
+    "kb": "kB",
+    "kib": "KiB",
+    "mb": "MB",
+    "mib": "MiB",
+    "gb": "GB",
+    "gib": "GiB",
+    "tb": "TB",
+    "tib": "TiB",
+    "pct": "%",
+    "percent": "%",
+    "count": "count",
 }
 
 
-def fmt_in(x: float | None, unit: Unit | str, text: str = "") -> str:
-    """``x`` in ``unit`` (a :class:`Unit`, or a unit text parsed by :meth:`Unit.parse`).
+def unit_family(text: str) -> tuple[Unit, float]:
+    """The family and scale of a unit text (see :data:`UNIT_TEXTS`).
 
     Args:
-        x: the value.
-        unit: its unit; a text (``s``, ``GiB``) stands for ``Unit.parse(text)`` with the text
-            kept for :attr:`Unit.OTHER`.
-        text: the free unit text when ``unit`` is :attr:`Unit.OTHER`.
+        text: a unit text (``ms``, ``GiB``, ``%``, ``tokens/s``).
 
     Returns:
-        The value as short human text (see :meth:`Unit.fmt`).
+        ``(family, scale)``: a value in ``text`` times ``scale`` is in ``family`` (seconds,
+        bytes, a share, a count); ``(Unit.OTHER, 1.0)`` for a text wsprof does not know.
     """
-    if isinstance(unit, str):
-        return Unit.parse(unit).fmt(x, unit)
-    return unit.fmt(x, text)
+    return UNIT_TEXTS.get(text.strip(), (Unit.OTHER, 1.0))
+
+
+def unit_of_word(word: str) -> str:
+    """The unit text a word names as a name's last part (``gib`` -> ``GiB``, ``sec`` -> ``s``,
+    ``pct`` -> ``%``; see :data:`UNIT_WORDS`), or ``""``."""
+    return UNIT_WORDS.get(word.strip().lower(), "")
+
+
+#: Texts that name a :class:`Unit` itself: those of :data:`UNIT_TEXTS` whose family and scale
+#: are the unit's own (``µs`` is MICROSECONDS; ``ms`` and ``GiB`` are :attr:`Unit.OTHER`).
+_ALIASES: dict[str, Unit] = {
+    text: unit
+    for text, family in UNIT_TEXTS.items()
+    for unit in Unit
+    if unit is not Unit.OTHER and UNIT_TEXTS[unit.value] == family
+}
 
 
 def fmt_duration(seconds: float | None) -> str:

@@ -3,6 +3,7 @@ data. Standard library and :mod:`wsprof.contracts` only."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -87,6 +88,18 @@ class PhasePattern:
         return frame_regex(self.function, self.file)
 
 
+def patterns_by_phase(patterns: Iterable[PhasePattern]) -> dict[str, list[str]]:
+    """Phase -> frame regexes of ``patterns`` (in their order), phases in
+    :data:`CANONICAL_PHASES` order; phases without a pattern left out."""
+    items = tuple(patterns)
+    out: dict[str, list[str]] = {}
+    for phase in CANONICAL_PHASES:
+        regexes = [p.regex for p in items if p.phase == phase]
+        if regexes:
+            out[phase] = regexes
+    return out
+
+
 class LineShape(Enum):
     """How a log's step line holds its metrics."""
 
@@ -154,6 +167,10 @@ class Framework:
         metric_keys: its keys of wsprof's headline series, first present wins per series.
         timer_keys: ``(prefix, suffix)`` of its metric keys that are times in seconds.
         step_time_keys: keys that are step times in seconds though their name has no unit.
+        per_token_prefixes: key prefixes of its per-token times, ms (a phase's time divided by
+            the batch's tokens: a rate that moves with the batch, not a duration).
+        quality_namespaces: key prefixes (``actor/``) of namespaces holding only
+            training-quality and data statistics (a learning rate among them is its schedule).
     """
 
     name: str
@@ -167,16 +184,33 @@ class Framework:
     metric_keys: tuple[MetricKey, ...] = ()
     timer_keys: tuple[tuple[str, str], ...] = ()
     step_time_keys: tuple[str, ...] = ()
+    per_token_prefixes: tuple[str, ...] = ()
+    quality_namespaces: tuple[str, ...] = ()
 
     def patterns(self) -> dict[str, list[str]]:
         """Phase -> frame regexes, phases in :data:`CANONICAL_PHASES` order."""
-        out: dict[str, list[str]] = {}
-        for phase in CANONICAL_PHASES:
-            regexes = [p.regex for p in self.phase_patterns if p.phase == phase]
-            if regexes:
-                out[phase] = regexes
-        return out
+        return patterns_by_phase(self.phase_patterns)
 
     def entry_point(self, phase: str) -> EntryPoint | None:
         """The first entry point marking ``phase``, if any."""
         return next((e for e in self.entry_points if e.phase == phase), None)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An inference or training engine any framework may run on (vLLM, SGLang, DeepSpeed, ...):
+    its sampled-phase patterns, tried after the framework's own.
+
+    Attributes:
+        name: lower-case name (``vllm``).
+        title: how it spells itself (``vLLM``).
+        phase_patterns: its sampled-phase patterns.
+    """
+
+    name: str
+    title: str
+    phase_patterns: tuple[PhasePattern, ...]
+
+    def patterns(self) -> dict[str, list[str]]:
+        """Phase -> frame regexes, phases in :data:`CANONICAL_PHASES` order."""
+        return patterns_by_phase(self.phase_patterns)

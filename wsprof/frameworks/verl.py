@@ -3,7 +3,8 @@
 Sources: ``verl/checkpoint_engine/*.py`` (weight sync since the checkpoint engine),
 ``verl/workers/{fsdp,megatron,engine}_workers.py`` (older: ``sharding_manager/*.py``),
 ``verl/experimental/agent_loop/agent_loop.py`` (rollout), ``verl/trainer/ppo/ray_trainer.py``
-(``timing_s/*``), ``verl/utils/logger/aggregate_logger.py`` (the ``step:N - ...`` line).
+(``timing_s/*``), ``verl/utils/logger/aggregate_logger.py`` (the ``step:N - ...`` line),
+``verl/trainer/ppo/metric_utils.py`` (``timing_per_token_ms/*``, the quality namespaces).
 """
 
 from __future__ import annotations
@@ -142,4 +143,21 @@ FRAMEWORK = Framework(
     timer_keys=(("timing_s/", ""),),
     # compute_throughout_metrics: perf/time_per_step is timing_raw["step"]
     step_time_keys=("perf/time_per_step",),
+    # compute_timing_metrics: timing_per_token_ms/<phase> = timing_s/<phase> * 1000 / tokens
+    per_token_prefixes=("timing_per_token_ms/",),
+    # verl/trainer/ppo/metric_utils.py compute_data_metrics, dp_actor.py, dp_critic.py
+    quality_namespaces=(
+        "actor/",
+        "critic/",
+        "val-core/",
+        "val-aux/",
+        "val/",
+        "reward_extra_info/",
+        "response_length/",
+        "response_length_non_aborted/",
+        "prompt_length/",
+        "response/",
+        "num_turns/",
+        "global_seqlen/",
+    ),
 )

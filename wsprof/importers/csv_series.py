@@ -24,6 +24,7 @@ import math
 import os
 
 from wsprof.contracts.series import Series, imported_series
+from wsprof.contracts.units import UNIT_WORDS, unit_of_word
 from wsprof.errors import InputError, quote
 
 #: Name of the step column (compared case-insensitively).
@@ -31,30 +32,9 @@ STEP_COLUMN = "step"
 #: Name of the optional text column naming each step's configuration.
 CONFIG_COLUMN = "config"
 
-#: Column-name suffix -> unit, longest suffixes checked first.
-UNIT_SUFFIXES: dict[str, str] = {
-    "_s": "s",
-    "_sec": "s",
-    "_seconds": "s",
-    "_ms": "ms",
-    "_us": "us",
-    "_ns": "ns",
-    "_min": "min",
-    "_h": "h",
-    "_bytes": "bytes",
-    "_b": "B",
-    "_kb": "kB",
-    "_kib": "KiB",
-    "_mb": "MB",
-    "_mib": "MiB",
-    "_gb": "GB",
-    "_gib": "GiB",
-    "_tb": "TB",
-    "_tib": "TiB",
-    "_pct": "%",
-    "_percent": "%",
-    "_count": "count",
-}
+#: Column-name suffix -> unit text (``_gib`` -> ``GiB``): ``_`` and each word of
+#: :data:`wsprof.contracts.units.UNIT_WORDS` (the unit texts and their families live there).
+UNIT_SUFFIXES: dict[str, str] = {"_" + word: text for word, text in UNIT_WORDS.items()}
 
 _FORMAT_HINT = "expected a header row 'step,<name>_<unit>,...' (see shared/cases/README.md)"
 
@@ -68,11 +48,8 @@ def unit_of(column: str) -> str:
     Returns:
         The unit, or an empty string when the name has no known unit suffix.
     """
-    name = column.strip().lower()
-    for suffix in sorted(UNIT_SUFFIXES, key=len, reverse=True):
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return UNIT_SUFFIXES[suffix]
-    return ""
+    head, sep, word = column.strip().rpartition("_")
+    return unit_of_word(word) if sep and head else ""
 
 
 def load_series_csv(path: str) -> list[Series]:

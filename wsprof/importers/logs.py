@@ -84,19 +84,11 @@ _METRIC_KEYS = [m for fw in frameworks.FRAMEWORKS for m in fw.metric_keys]
 SHIFTED_KEYS: dict[str, int] = {m.key: m.shift_steps for m in _METRIC_KEYS if m.shift_steps}
 _SHIFT_NOTES = {m.key: m.note for m in _METRIC_KEYS if m.shift_steps}
 
-#: ``(prefix, suffix)`` of the frameworks' timer keys, all in seconds (``timing_s/*``,
-#: ``perf/*_time``).
-TIMER_KEYS: tuple[tuple[str, str], ...] = tuple(
-    t for fw in frameworks.FRAMEWORKS for t in fw.timer_keys
-)
-#: Key prefixes of the frameworks' timers, all in seconds.
-SECONDS_PREFIXES = tuple(prefix for prefix, suffix in TIMER_KEYS if not suffix)
-
 #: Words of a metric's last name part that make it a rate or a ratio, never a time.
 _RATE_WORDS = ("ratio", "frac", "_per_", "tflops", "throughput", "mfu")
 #: Framework keys that are step times in seconds though their name has no unit (verl's
 #: ``compute_throughout_metrics``: ``perf/time_per_step`` is ``timing_raw["step"]``).
-STEP_TIME_KEYS = frozenset(k for fw in frameworks.FRAMEWORKS for k in fw.step_time_keys)
+STEP_TIME_KEYS = frameworks.step_time_keys()
 #: Unit suffixes a framework key never means: ``global_seqlen/balanced_min`` is a minimum, not
 #: minutes (verl), ``*_h`` a height; CSV columns keep them (:func:`unit_of`).
 _NOT_KEY_UNITS = frozenset({"min", "h"})
@@ -311,9 +303,9 @@ def metric_unit(key: str) -> str:
         return "s"
     if any(w in last for w in _RATE_WORDS):
         return ""  # a rate or ratio (tokens_per_s, wait_time_ratio, tflops), not a time
-    if low.startswith("timing_per_token_ms/"):
+    if frameworks.per_token_prefix(low) is not None:
         return "ms"
-    if any(low.startswith(prefix) and low.endswith(suffix) for prefix, suffix in TIMER_KEYS):
+    if frameworks.is_timer_key(low):  # timing_s/*, perf/*_time: seconds
         return "s"
     unit = unit_of(low)
     return "" if unit in _NOT_KEY_UNITS else unit

@@ -41,7 +41,14 @@ from wsprof.capture.pyspy.binary import PYSPY_INSTALL_HINT, find_pyspy
 from wsprof.capture.pyspy.parse import MAX_ERROR_CHARS, error_line, parse_raw, permission_denied
 from wsprof.capture.pyspy.ptrace import SYSCTL_FIX, ptrace_problem
 from wsprof.capture.recorder import identity_meta, new_trace_path
-from wsprof.contracts.events import EventKind
+from wsprof.contracts.events import (
+    EventKind,
+    SamplerStarted,
+    SamplerStopped,
+    SamplerTargetExited,
+    SamplerWindowFailed,
+    SamplerWindowLost,
+)
 from wsprof.errors import InputError, WsprofError
 from wsprof.trace.model import SampleWindow
 from wsprof.trace.writer import TraceWriter
@@ -329,11 +336,15 @@ class PySpySampler:
         }
 
     def _started_detail(self) -> str:
-        return (
-            f"started: targets={list(self.pids)} rate_hz={self.rate_hz} window_s={self.window_s} "
-            f"every_s={self.every_s:g} blocking={self.blocking} native={self.native} "
-            f"py-spy {self.binary.version_str}"
-        )
+        return SamplerStarted(
+            targets=tuple(self.pids),
+            rate_hz=self.rate_hz,
+            window_s=self.window_s,
+            every_s=self.every_s,
+            blocking=self.blocking,
+            native=self.native,
+            pyspy_version=self.binary.version_str,
+        ).encode()
 
     def _status(self) -> dict[str, Any]:
         return {
@@ -459,10 +470,7 @@ class PySpySampler:
                 # py-spy was killed (OOM killer, a stray kill): this window is lost, the next
                 # one starts a new py-spy; only repeated deaths end the sampling.
                 result.failed_runs += 1
-                result.lost.append(
-                    f"py-spy killed by signal {-proc.returncode} while sampling "
-                    f"pid {pid}; window lost"
-                )
+                result.lost.append(SamplerWindowLost(signal=-proc.returncode, pid=pid).encode())
                 continue
             with open(err, encoding="utf-8", errors="replace") as fh:
                 stderr = fh.read()
@@ -498,11 +506,11 @@ class PySpySampler:
                 new_stacks.append((sid, json.dumps(list(w.frames))))
             rows.append((w.t_start_ns, w.t_end_ns, w.pid, w.tid, sid, w.count))
         t = _now()
-        events = [(t, EVENT_KIND, f"target exited: pid {pid}") for pid in result.exited]
+        events = [(t, EVENT_KIND, SamplerTargetExited(pid=pid).encode()) for pid in result.exited]
         events += [(t, EVENT_KIND, detail) for detail in result.lost]
         self._lost_in_a_row = self._lost_in_a_row + 1 if result.lost else 0
         if result.failure is not None:
-            events.append((t, EVENT_KIND, f"window failed: {result.failure}"))
+            events.append((t, EVENT_KIND, SamplerWindowFailed(reason=result.failure).encode()))
         if rows or events:
             self._writer.write({"stacks": new_stacks, "samples": rows, "events": events})
         with self._cond:
@@ -522,10 +530,9 @@ class PySpySampler:
         writer, self._writer = self._writer, None
         if writer is not None:
             try:
-                detail = (
-                    f"stopped: {reason}; samples={self.samples} windows={self.windows} "
-                    f"errors={self.errors}"
-                )
+                detail = SamplerStopped(
+                    reason=reason, samples=self.samples, windows=self.windows, errors=self.errors
+                ).encode()
                 writer.write({"events": [(_now(), EVENT_KIND, detail)]})
                 writer.set_meta({"sampler": self._status()})
             except Exception as e:  # noqa: BLE001 - the data already written stays

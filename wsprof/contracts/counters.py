@@ -1,0 +1,324 @@
+"""Recorded counter names: the one place a counter's name is built, taken apart, and given its
+unit.
+
+The probes of :mod:`wsprof.capture` record counters as ``(t_ns, name, value)``; the name is the
+whole contract (the trace stores no unit). Every name wsprof records is built by a function
+here, from a table that also says its unit:
+
+* ``cuda<d>.<key>``: :func:`cuda_counter`, keys and units in :data:`CUDA_KEYS` (the
+  ``torch.cuda.memory_stats`` keys, ``mappings``, ``total_bytes``): bytes or counts;
+* ``nvml.gpu<i>.<key>``: :func:`nvml_gpu_counter`, :data:`NVML_GPU_KEYS` (``util_pct``,
+  ``mem_used_bytes``, ``mem_total_bytes``); ``nvml.process_gpu_bytes``
+  (:data:`NVML_PROCESS_GPU_BYTES`), bytes;
+* ``proc.<key>``: :func:`proc_counter`, :data:`PROC_KEYS` (``rss_bytes``, ``threads``,
+  ``cpu_pct``, ``open_fds``);
+* ``gc.gen<i>.<key>``: :func:`gc_gen_counter`, :data:`GC_GEN_KEYS` (``count``,
+  ``collections``), counts; ``gc.type.<qualified name>``: :func:`gc_type_counter`, a count;
+* ``wsprof.probe_us.<probe>``: :func:`probe_cost_counter`, µs.
+
+:func:`parse_counter` takes any name apart (the inverse of the builders); :func:`counter_unit`
+reads a name's unit from the same tables, and only for a name no builder makes (a user's
+``wsprof.counter()``, a key an older wsprof recorded) falls back to the name rule: bytes when
+a dotted part ends in ``_bytes``. Percentages (``*_pct``) are recorded as 0..100, so they are
+:attr:`Unit.OTHER` with the text ``%`` (:func:`counter_unit_text`), not a :attr:`Unit.SHARE`
+(a fraction). Pure; stdlib only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+from wsprof.contracts.units import Unit
+
+#: Unit text of a percentage counter (``proc.cpu_pct``, ``nvml.gpu0.util_pct``), 0..100.
+PERCENT_TEXT = "%"
+#: The unit of a recorded counter: a :class:`Unit` and, for :attr:`Unit.OTHER`, its text.
+CounterUnit = tuple[Unit, str]
+
+_BYTES: CounterUnit = (Unit.BYTES, "")
+_COUNT: CounterUnit = (Unit.COUNT, "")
+_PCT: CounterUnit = (Unit.OTHER, PERCENT_TEXT)
+
+
+class CounterSource(Enum):
+    """Which probe records a counter (its name's prefix)."""
+
+    CUDA = "cuda"
+    NVML_GPU = "nvml_gpu"
+    NVML_PROCESS = "nvml_process"
+    PROC = "proc"
+    GC_GEN = "gc_gen"
+    GC_TYPE = "gc_type"
+    GC = "gc"
+    PROBE_COST = "probe_cost"
+
+
+# ----------------------------------------------------------------------------- the tables
+
+#: ``torch.cuda.memory_stats()`` keys the allocator probe records, and their units.
+MEMORY_STATS_KEYS: dict[str, CounterUnit] = {
+    "segment.all.current": _COUNT,
+    "reserved_bytes.all.current": _BYTES,
+    "allocated_bytes.all.current": _BYTES,
+    "active_bytes.all.current": _BYTES,
+    "inactive_split.all.current": _COUNT,
+    "inactive_split_bytes.all.current": _BYTES,
+    "num_alloc_retries": _COUNT,
+    "num_device_alloc": _COUNT,
+    "num_device_free": _COUNT,
+    "num_sync_all_streams": _COUNT,
+    "oversize_segments.current": _COUNT,
+}
+#: Derived allocator counter: device allocations minus frees (cuMemMap mappings held).
+CUDA_MAPPINGS = "mappings"
+#: The device's total memory, recorded once with the allocator's counters.
+CUDA_TOTAL_BYTES = "total_bytes"
+#: Every ``cuda<d>.<key>`` key and its unit.
+CUDA_KEYS: dict[str, CounterUnit] = {
+    **MEMORY_STATS_KEYS,
+    CUDA_MAPPINGS: _COUNT,
+    CUDA_TOTAL_BYTES: _BYTES,
+}
+#: The ``cuda<d>.<key>`` counters of memory held on the device (bounded by ``total_bytes``).
+CUDA_HELD_BYTES_KEYS = (
+    "reserved_bytes.all.current",
+    "allocated_bytes.all.current",
+    "active_bytes.all.current",
+)
+
+#: NVML utilization of a GPU, percent.
+NVML_UTIL_PCT = "util_pct"
+#: NVML memory used on a GPU (every process), bytes.
+NVML_MEM_USED_BYTES = "mem_used_bytes"
+#: NVML memory of a GPU, bytes (recorded once).
+NVML_MEM_TOTAL_BYTES = "mem_total_bytes"
+#: Every ``nvml.gpu<i>.<key>`` key and its unit.
+NVML_GPU_KEYS: dict[str, CounterUnit] = {
+    NVML_UTIL_PCT: _PCT,
+    NVML_MEM_USED_BYTES: _BYTES,
+    NVML_MEM_TOTAL_BYTES: _BYTES,
+}
+#: A process's GPU memory summed over the GPUs NVML lists it on, bytes.
+NVML_PROCESS_GPU_BYTES = "nvml.process_gpu_bytes"
+_NVML_PROCESS_KEYS: dict[str, CounterUnit] = {"process_gpu_bytes": _BYTES}
+
+#: Every ``proc.<key>`` key (psutil) and its unit.
+PROC_KEYS: dict[str, CounterUnit] = {
+    "rss_bytes": _BYTES,
+    "threads": _COUNT,
+    "cpu_pct": _PCT,
+    "open_fds": _COUNT,
+}
+#: Every ``gc.gen<i>.<key>`` key and its unit: objects allocated less freed since the
+#: generation's last collection (``gc.get_count()``), collections so far (``gc.get_stats()``).
+GC_GEN_KEYS: dict[str, CounterUnit] = {"count": _COUNT, "collections": _COUNT}
+
+_CUDA_PREFIX = "cuda"
+_NVML_GPU_PREFIX = "nvml.gpu"
+_NVML_PREFIX = "nvml."
+_PROC_PREFIX = "proc."
+_GC_GEN_PREFIX = "gc.gen"
+_GC_TYPE_PREFIX = "gc.type."
+_GC_PREFIX = "gc."
+_PROBE_COST_PREFIX = "wsprof.probe_us."
+
+
+# ----------------------------------------------------------------------------- builders
+
+
+def _check(table: dict[str, CounterUnit], key: str, what: str) -> None:
+    if key not in table:
+        raise ValueError(f"{what} counter {key!r} is not one of {sorted(table)}")
+
+
+def cuda_counter(device: int, key: str) -> str:
+    """``cuda<device>.<key>`` for a key of :data:`CUDA_KEYS`.
+
+    Raises:
+        ValueError: ``key`` is not in :data:`CUDA_KEYS` (add it there, with its unit).
+    """
+    _check(CUDA_KEYS, key, "allocator")
+    return f"{_CUDA_PREFIX}{int(device)}.{key}"
+
+
+def nvml_gpu_counter(index: int, key: str) -> str:
+    """``nvml.gpu<index>.<key>`` for a key of :data:`NVML_GPU_KEYS`.
+
+    Raises:
+        ValueError: ``key`` is not in :data:`NVML_GPU_KEYS`.
+    """
+    _check(NVML_GPU_KEYS, key, "NVML")
+    return f"{_NVML_GPU_PREFIX}{int(index)}.{key}"
+
+
+def proc_counter(key: str) -> str:
+    """``proc.<key>`` for a key of :data:`PROC_KEYS`.
+
+    Raises:
+        ValueError: ``key`` is not in :data:`PROC_KEYS`.
+    """
+    _check(PROC_KEYS, key, "process")
+    return _PROC_PREFIX + key
+
+
+def gc_gen_counter(generation: int, key: str) -> str:
+    """``gc.gen<generation>.<key>`` for a key of :data:`GC_GEN_KEYS`.
+
+    Raises:
+        ValueError: ``key`` is not in :data:`GC_GEN_KEYS`.
+    """
+    _check(GC_GEN_KEYS, key, "gc")
+    return f"{_GC_GEN_PREFIX}{int(generation)}.{key}"
+
+
+def gc_type_counter(type_name: str) -> str:
+    """``gc.type.<type_name>``: objects of one type the collector tracks, a count."""
+    return _GC_TYPE_PREFIX + type_name
+
+
+def probe_cost_counter(probe: str) -> str:
+    """``wsprof.probe_us.<probe>``: one run's cost of a counter probe, µs."""
+    return _PROBE_COST_PREFIX + probe
+
+
+# ----------------------------------------------------------------------------- parsers
+
+
+@dataclass(frozen=True)
+class CounterName:
+    """A recorded counter's name taken apart.
+
+    Attributes:
+        source: the probe that records it.
+        index: the CUDA device, NVML GPU or gc generation; None for the others.
+        key: what follows the prefix (``reserved_bytes.all.current``, ``rss_bytes``, a type's
+            qualified name).
+    """
+
+    source: CounterSource
+    index: int | None
+    key: str
+
+
+_INDEXED = (
+    (CounterSource.CUDA, re.compile(r"cuda(\d+)\.(.+)", re.DOTALL)),
+    (CounterSource.NVML_GPU, re.compile(r"nvml\.gpu(\d+)\.(.+)", re.DOTALL)),
+    (CounterSource.GC_GEN, re.compile(r"gc\.gen(\d+)\.(.+)", re.DOTALL)),
+)
+_PREFIXED = (
+    (CounterSource.GC_TYPE, _GC_TYPE_PREFIX),
+    (CounterSource.PROBE_COST, _PROBE_COST_PREFIX),
+    (CounterSource.PROC, _PROC_PREFIX),
+    (CounterSource.NVML_PROCESS, _NVML_PREFIX),
+    (CounterSource.GC, _GC_PREFIX),
+)
+
+
+def parse_counter(name: str) -> CounterName | None:
+    """A counter name taken apart (the inverse of the builders of this module).
+
+    Args:
+        name: a recorded counter's name (no ``counter:`` series prefix).
+
+    Returns:
+        Its source, index and key; None for a name no wsprof probe makes (a user counter).
+    """
+    for source, rx in _INDEXED:
+        m = rx.fullmatch(name)
+        if m:
+            return CounterName(source, int(m.group(1)), m.group(2))
+    for source, prefix in _PREFIXED:
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return CounterName(source, None, name[len(prefix) :])
+    return None
+
+
+def format_counter(c: CounterName) -> str:
+    """The name of a parsed counter (``format_counter(parse_counter(n)) == n``)."""
+    if c.source is CounterSource.CUDA:
+        return f"{_CUDA_PREFIX}{c.index}.{c.key}"
+    if c.source is CounterSource.NVML_GPU:
+        return f"{_NVML_GPU_PREFIX}{c.index}.{c.key}"
+    if c.source is CounterSource.GC_GEN:
+        return f"{_GC_GEN_PREFIX}{c.index}.{c.key}"
+    prefix = dict(_PREFIXED)[c.source]
+    return prefix + c.key
+
+
+def is_gpu_counter(name: str) -> bool:
+    """Whether a counter comes from the CUDA allocator or NVML."""
+    c = parse_counter(name)
+    return c is not None and c.source in (
+        CounterSource.CUDA,
+        CounterSource.NVML_GPU,
+        CounterSource.NVML_PROCESS,
+    )
+
+
+def is_nvml_gpu(name: str, key: str) -> bool:
+    """Whether ``name`` is ``nvml.gpu<i>.<key>`` of some GPU ``i``."""
+    c = parse_counter(name)
+    return c is not None and c.source is CounterSource.NVML_GPU and c.key == key
+
+
+def total_bytes_of(counter: str) -> str | None:
+    """The recorded device total that bounds a GPU-memory counter: ``cuda<d>.total_bytes`` for
+    ``cuda<d>.{reserved,allocated,active}_bytes.all.current``, ``nvml.gpu<i>.mem_total_bytes``
+    for ``nvml.gpu<i>.mem_used_bytes``; None for any other counter (``nvml.process_gpu_bytes``
+    is bounded by every GPU's total: :func:`is_nvml_gpu` with :data:`NVML_MEM_TOTAL_BYTES`)."""
+    c = parse_counter(counter)
+    if c is None or c.index is None:
+        return None
+    if c.source is CounterSource.CUDA and c.key in CUDA_HELD_BYTES_KEYS:
+        return cuda_counter(c.index, CUDA_TOTAL_BYTES)
+    if c.source is CounterSource.NVML_GPU and c.key == NVML_MEM_USED_BYTES:
+        return nvml_gpu_counter(c.index, NVML_MEM_TOTAL_BYTES)
+    return None
+
+
+# ----------------------------------------------------------------------------- units
+
+
+def _name_rule(counter: str) -> CounterUnit:
+    """The fallback for names no builder makes: bytes when a dotted part ends in ``_bytes``."""
+    parts = counter.split(".")
+    if any(p == "bytes" or p.endswith("_bytes") for p in parts):
+        return _BYTES
+    return (Unit.OTHER, "")
+
+
+def _unit_of(counter: str) -> CounterUnit:
+    c = parse_counter(counter)
+    if c is None:
+        return _name_rule(counter)
+    table: dict[str, CounterUnit] | None = {
+        CounterSource.CUDA: CUDA_KEYS,
+        CounterSource.NVML_GPU: NVML_GPU_KEYS,
+        CounterSource.NVML_PROCESS: _NVML_PROCESS_KEYS,
+        CounterSource.PROC: PROC_KEYS,
+        CounterSource.GC_GEN: GC_GEN_KEYS,
+    }.get(c.source)
+    if table is not None and c.key in table:
+        return table[c.key]
+    if c.source is CounterSource.GC_TYPE:
+        return _COUNT
+    if c.source is CounterSource.PROBE_COST:
+        return (Unit.MICROSECONDS, "")
+    if c.source is CounterSource.CUDA and _name_rule(counter)[0] is Unit.OTHER:
+        return _COUNT  # every torch.cuda.memory_stats value is a count or bytes
+    return _name_rule(counter)  # a key an older wsprof recorded
+
+
+def counter_unit(counter: str) -> Unit:
+    """The unit of a recorded counter: from the table of its builder (see the module table);
+    for a name no builder makes, :attr:`Unit.BYTES` when a dotted part ends in ``_bytes``
+    (``my.pool_bytes``), else :attr:`Unit.OTHER`."""
+    return _unit_of(counter)[0]
+
+
+def counter_unit_text(counter: str) -> str:
+    """The free unit text of a counter whose unit is :attr:`Unit.OTHER` (``%`` for the
+    ``*_pct`` counters); ``""`` for every other."""
+    return _unit_of(counter)[1]
