@@ -36,7 +36,10 @@ CONFIG_COLUMN = "config"
 #: :data:`wsprof.contracts.units.UNIT_WORDS` (the unit texts and their families live there).
 UNIT_SUFFIXES: dict[str, str] = {"_" + word: text for word, text in UNIT_WORDS.items()}
 
-_FORMAT_HINT = "expected a header row 'step,<name>_<unit>,...' (see shared/cases/README.md)"
+_FORMAT_HINT = (
+    "expected a header row 'step,<name>_<unit>,...' and one row per step (a step column, "
+    "then a numeric column per series)"
+)
 
 
 def unit_of(column: str) -> str:

@@ -70,7 +70,7 @@ def find_traces(path: str) -> list[str]:
 
 
 #: What to do about a trace that cannot be read, said after every such error.
-_REREAD_HINT = "analyse the run folder (its other traces are still read) or re-record"
+_REREAD_HINT = "the other traces of its run folder are still read; re-record to get this one back"
 #: What to do about a file that is not a trace at all.
 _NOT_A_TRACE_HINT = "give a run folder written by wsprof, a .wsprof trace or a .csv series"
 
