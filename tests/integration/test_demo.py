@@ -78,24 +78,29 @@ def test_probe_fault_is_an_accumulating_weight_sync_slowdown(
 
 @pytest.mark.parametrize("markers", ["--markers", "--no-markers"])
 def test_healthy_run_has_no_slowdown(runs: dict[str, Path], markers: str) -> None:
+    """The healthy demo gets no warning of what the demo's fault changes: no weight-sync or
+    between-layers slowdown at warning or above (the verdict a user reads).
+
+    The demo runs 3 ranks on the machine's 2 shared cores, whose speed drifts: seen in
+    fresh-clone CI runs, the healthy weight sync rising 100 -> 131 ms over 12 steps (an ``info``
+    "watch" finding, verdict ``no_problem``: the severity rules judge 5 % of a step as not yet
+    a problem) and the CPU-bound step time 0.42 -> 0.58 s. That drift is in the data; step,
+    rollout and train time are left out here for that reason.
+    """
     doc = verdict(runs[f"none{markers}"])
-    sync = series(doc, "weight_sync_s")
-    assert sync["accumulating"] is False, (sync["shape"], sync["values"])
-    # What the demo's fault changes: the weight sync and the time between the name called and
-    # the backend. Step and rollout time are excluded: the healthy demo's rollout and training
-    # are CPU compute on the machine's shared cores, whose speed drifts by up to a quarter over
-    # 12 steps here (a fresh-clone CI run: step_s 0.42 s -> 0.58 s, weight sync flat), and
-    # that growth is in the data, not an error of the analysis.
     wrong = [
         f["title"]
         for f in doc["findings"]  # type: ignore[union-attr]
-        if f["kind"] == "between_layers"
-        or (
-            f["kind"] == "accumulating_slowdown"
-            and f["evidence"].get("series") not in ("step_s", "rollout_s", "train_s")
+        if f["severity"] in ("warning", "critical")
+        and (
+            f["kind"] == "between_layers"
+            or (
+                f["kind"] == "accumulating_slowdown"
+                and f["evidence"].get("series") not in ("step_s", "rollout_s", "train_s")
+            )
         )
     ]
-    assert not wrong, [f["title"] for f in doc["findings"]]  # type: ignore[index]
+    assert not wrong, [(f["severity"], f["title"]) for f in doc["findings"]]  # type: ignore[index]
 
 
 def test_markers_give_the_two_numbers(runs: dict[str, Path]) -> None:
