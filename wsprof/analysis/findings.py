@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -774,6 +774,7 @@ class HotFrame(Rule):
             if len(lines) > 1:
                 title += f", most at {top.frame}"
             evidence: dict[str, Any] = {
+                "process": pa.label,
                 "samples": samples,
                 "total": total,
                 "share": samples / total,
@@ -841,6 +842,7 @@ class EarlyLateShift(Rule):
                 )
             severity = "warning" if top.late_share >= FRAME_SHIFT_WARN_LATE_SHARE else "info"
             evidence: dict[str, Any] = {
+                "process": pa.label,
                 "frame": top.frame,
                 "early_share": top.early_share,
                 "late_share": top.late_share,
@@ -1446,4 +1448,5 @@ def run_rules(facts: Facts, rules: Sequence[Rule] = RULES) -> list[Finding]:
     for rule in rules:
         found.extend(rule.match(facts))
     order = {s: i for i, s in enumerate(SEVERITIES)}
-    return sorted(found, key=lambda f: -order.get(f.severity, 0))
+    ranked = sorted(found, key=lambda f: -order.get(f.severity, 0))
+    return [replace(f, id=f"F{i}") for i, f in enumerate(ranked, 1)]

@@ -366,8 +366,10 @@ class _Out:
         with np.errstate(all="ignore"):
             return tuple(float(v) for v in predict(self.x_all))
 
-    def projection(self, predict: Predict) -> Projection:
-        return _projection(predict, self.last, self.horizon)
+    def projection(self, fit: _Fit, d: _Data) -> Projection:
+        """The model ``fit`` (fitted to ``d``'s points) at ``horizon`` steps after the last."""
+        p = _projection(fit.predict, self.last, self.horizon)
+        return replace(p, model=fit.name, fit_first_step=int(d.x[0]), fit_last_step=int(d.x[-1]))
 
     def budget_step(self, predict: Predict) -> int | None:
         if self.budget is None:
@@ -1319,7 +1321,7 @@ def _classify_short(
             growth_factor_per_step=_growth_factor_last(x, y),
             change_point=None,
             fitted=out.samples(fit.predict),
-            projection=out.projection(fit.predict),
+            projection=out.projection(fit, d),
             budget_step=out.budget_step(fit.predict),
             evidence=ev,
         )
@@ -1336,7 +1338,7 @@ def _classify_short(
         growth_factor_per_step=_growth_factor_last(x, y),
         change_point=out.position(change_point),
         fitted=out.samples(fit.predict),
-        projection=out.projection(fit.predict) if growing else None,
+        projection=out.projection(fit, d) if growing else None,
         evidence=ev,
     )
 
@@ -1485,7 +1487,7 @@ def _classify_full(
         growth_factor_per_step=None if rate is None else math.exp(min(rate, 700.0)),
         change_point=out.position(change_point),
         fitted=out.samples(chosen.predict),
-        projection=out.projection(chosen.predict) if growing else None,
+        projection=out.projection(chosen, d) if growing else None,
         budget_step=out.budget_step(chosen.predict) if growing else None,
         evidence=ev,
     )

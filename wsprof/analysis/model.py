@@ -34,12 +34,41 @@ GROWING_SHAPES = frozenset({"linear", "superlinear", "exponential"})
 SEVERITIES = ("info", "warning", "critical")
 
 
+#: What each fitted model is called in a sentence (``projected ... by the linear fit``).
+MODEL_WORDS = {
+    "linear": "straight-line",
+    "config_linear": "per-configuration straight-line",
+    "quadratic": "quadratic",
+    "exponential": "exponential",
+}
+
+
 @dataclass(frozen=True)
 class Projection:
-    """The fitted model's value at a future step."""
+    """The fitted model's value at a future step.
+
+    Attributes:
+        step: the step number projected to.
+        value: the model's value there, series unit.
+        model: the fitted model (``linear``, ``quadratic``, ``exponential``,
+            ``config_linear``): weighted least squares of :mod:`wsprof.analysis.growth`, which
+            is not the Theil-Sen slope of the verdict (the two differ when the curve bends).
+        fit_first_step: first step number of the points the model was fitted to.
+        fit_last_step: last step number of those points.
+    """
 
     step: int
     value: float
+    model: str = ""
+    fit_first_step: int | None = None
+    fit_last_step: int | None = None
+
+    def basis(self) -> str:
+        """``the straight-line fit of steps 0-7``: where the projection comes from."""
+        word = MODEL_WORDS.get(self.model, self.model or "fitted")
+        if self.fit_first_step is None or self.fit_last_step is None:
+            return f"the {word} fit"
+        return f"the {word} fit of steps {self.fit_first_step}-{self.fit_last_step}"
 
 
 @dataclass(frozen=True)
@@ -97,6 +126,8 @@ class Finding:
         evidence: the numbers behind it.
         where: a place (``file:line``, a function, a rank) or None.
         next_step: what to do about it.
+        id: ``F1``, ``F2``, ... in the analysis's order (most severe first), set by
+            :func:`wsprof.analysis.findings.run_rules`; diagnoses link to findings by it.
     """
 
     kind: str
@@ -105,6 +136,7 @@ class Finding:
     evidence: dict[str, Any]
     where: str | None
     next_step: str
+    id: str = ""
 
 
 @dataclass(frozen=True)
@@ -578,6 +610,96 @@ def _list(steps: Sequence[int]) -> str:
     return ", ".join(str(s) for s in steps)
 
 
+#: What a diagnosis can name as its cause (:attr:`Diagnosis.cause`; see
+#: :mod:`wsprof.analysis.diagnoses`).
+CAUSES = (
+    "wrapper",  # a wrapper on the collective names: time between the API and the backend grows
+    "call_count",  # more collective calls every step
+    "per_call",  # each call slower, with no wrapper time growing: the backend or communication
+    "gaps",  # time in the weight sync outside any collective grows
+    "outlier_rank",  # one rank apart from the others
+    "sampled",  # no steps: the weight-sync share of py-spy samples rises
+    "unexplained",  # a per-step time grows and no recorded fact says where
+    "finding",  # one finding of its own (memory growth, idle GPUs, wsprof's own losses)
+)
+#: Roles of the links of a chain, in reading order.
+LINK_ROLES = ("symptom", "where", "why")
+
+
+@dataclass(frozen=True)
+class Link:
+    """One link of a diagnosis chain.
+
+    Attributes:
+        role: one of :data:`LINK_ROLES`.
+        text: one line with its numbers and units.
+        finding_ids: ids of the findings behind it (:attr:`Finding.id`).
+        rows: its evidence as ``(label, value)`` pairs, each value formatted in its unit
+            (ms, MiB, %), for tables.
+    """
+
+    role: str
+    text: str
+    finding_ids: tuple[str, ...] = ()
+    rows: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """One cause and the chain from its symptom to its culprit
+    (:func:`wsprof.analysis.diagnoses.diagnose`).
+
+    Attributes:
+        id: ``D1``, ``D2``, ... most severe first.
+        cause: one of :data:`CAUSES`.
+        severity: the most severe of its findings ('info' | 'warning' | 'critical').
+        confidence: 0..1 (:func:`wsprof.analysis.diagnoses.confidence_of`).
+        title: one line naming the cause and how much it costs.
+        symptom: what grows: a per-step time, a share of samples, a counter.
+        where: where the added time goes (the wrapper and every name it sits on, per-call
+            against call-count growth, gaps outside the collectives); None when no recorded
+            fact says (see ``missing``).
+        why: what explains it: the frame that gained share of the samples, the counter that
+            tracks the slowdown with its fitted cost per unit; empty when nothing does.
+        next_step: what to do, in the terms of this chain.
+        missing: one line per missing link: which, and how to get it.
+        finding_ids: every finding grouped into it, in the analysis's order.
+        symptom_series: series key of the symptom's growth curve (``weight_sync_s``), None
+            when the symptom is not a per-step series.
+        culprit_frame: the why link's frame (``function (file)``), None without one.
+        culprit_counter: the why link's counter name, None without one.
+        process: label of the process the chain was read from, None for a series input.
+    """
+
+    id: str
+    cause: str
+    severity: str
+    confidence: float
+    title: str
+    symptom: Link
+    where: Link | None
+    why: tuple[Link, ...]
+    next_step: str
+    missing: tuple[str, ...] = ()
+    finding_ids: tuple[str, ...] = ()
+    symptom_series: str | None = None
+    culprit_frame: str | None = None
+    culprit_counter: str | None = None
+    process: str | None = None
+
+    @property
+    def links(self) -> tuple[Link, ...]:
+        """The chain in reading order: symptom, where (when known), why."""
+        return (self.symptom, *((self.where,) if self.where is not None else ()), *self.why)
+
+    @property
+    def confidence_word(self) -> str:
+        """``high`` (>= 0.7), ``medium`` (>= 0.4) or ``low``."""
+        if self.confidence >= 0.7:
+            return "high"
+        return "medium" if self.confidence >= 0.4 else "low"
+
+
 #: Verdict statuses: problems found, none while the data supports a verdict, or not enough data.
 VERDICT_STATUSES = ("problems", "no_problem", "inconclusive")
 
@@ -589,7 +711,7 @@ class Verdict:
     Attributes:
         status: one of :data:`VERDICT_STATUSES`. ``no_problem`` only when the data can show a
             problem (steps, enough of them, every issued collective recorded).
-        n_problems: findings at warning or above.
+        n_problems: causes found: diagnoses at warning or above.
         reasons: why the data cannot support a verdict (``inconclusive``), or what limits a
             ``problems`` verdict; each ends with what to do.
     """
@@ -597,6 +719,8 @@ class Verdict:
     status: str
     n_problems: int = 0
     reasons: tuple[str, ...] = ()
+    #: Findings at warning or above (the evidence behind the ``n_problems`` diagnoses).
+    n_findings: int = 0
 
 
 @dataclass(frozen=True)
@@ -604,7 +728,8 @@ class Analysis:
     """The whole result of ``wsprof analyze``: what every renderer reads.
 
     ``series`` are the headline per-step series (from the primary process, or from a CSV/log);
-    ``findings`` are sorted most severe first.
+    ``findings`` are sorted most severe first; ``diagnoses`` group them by cause, most severe
+    first (what renderers lead with).
     """
 
     source: str
@@ -627,6 +752,8 @@ class Analysis:
     #: Rollout share and weight-sync time, computed once
     #: (:func:`wsprof.analysis.headline.headline_of`); None on an analysis made by hand.
     headline: Headline | None = None
+    #: The findings grouped by cause (:func:`wsprof.analysis.diagnoses.diagnose`).
+    diagnoses: tuple[Diagnosis, ...] = ()
 
     @property
     def primary(self) -> ProcessAnalysis | None:

@@ -9,6 +9,7 @@ import numpy as np
 
 from wsprof.analysis.align import ClockInput, RunClock, align, anchor_of
 from wsprof.analysis.coverage import audit_run
+from wsprof.analysis.diagnoses import diagnose
 from wsprof.analysis.ending import end_notes
 from wsprof.analysis.findings import TIME_BUDGETS_S, Facts, run_rules
 from wsprof.analysis.growth import classify
@@ -502,13 +503,15 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
             "no CUDA allocator or NVML counters (CUDA not in use, or NVML unavailable, "
             "in the traced processes)"
         )
+    findings = run_rules(facts)
     return with_verdict(
         Analysis(
             source=source,
             kind="run",
             processes=tuple(analyses),
             series=tuple(results),
-            findings=tuple(run_rules(facts)),
+            findings=tuple(findings),
+            diagnoses=diagnose(findings, facts),
             notes=tuple(notes),
             wrappers=tuple(wrappers),
             ranks=tuple(ranks),
@@ -594,13 +597,15 @@ def analyze_series(series: Sequence[Series], source: str) -> Analysis:
         counter_series=tuple(r.series.name for r in results if kinds[r.series.name] in HELD_KINDS),
     )
     note = kinds_note(kinds)
+    findings = run_rules(facts)
     return with_verdict(
         Analysis(
             source=source,
             kind="series",
             processes=(),
             series=tuple(results),
-            findings=tuple(run_rules(facts)),
+            findings=tuple(findings),
+            diagnoses=diagnose(findings, facts),
             notes=(*notes, *([note] if note else [])),
             headline=head,
         )

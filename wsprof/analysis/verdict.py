@@ -82,10 +82,13 @@ def _reasons(a: Analysis) -> list[str]:
 
 def judge(a: Analysis) -> Verdict:
     """The verdict of ``a`` from its findings, steps, series and coverage."""
-    n = sum(1 for f in a.findings if f.severity != "info")
+    n_findings = sum(1 for f in a.findings if f.severity != "info")
+    # A problem is a cause: the diagnoses at warning or above (one bug trips several
+    # findings). An analysis built by hand without diagnoses counts its findings.
+    n = sum(1 for d in a.diagnoses if d.severity != "info") if a.diagnoses else n_findings
     reasons = tuple(_reasons(a))
-    if n:
-        return Verdict("problems", n, reasons)
+    if n_findings:
+        return Verdict("problems", max(n, 1), reasons, n_findings)
     return Verdict("inconclusive" if reasons else "no_problem", 0, reasons)
 
 

@@ -229,6 +229,8 @@ def fmt_num(x: Any) -> str:
     if isinstance(x, float):
         if not math.isfinite(x):
             return str(x)
+        if 1e4 <= abs(x) < 1e15:  # 201,000 rather than 2.01e+05, to 4 significant digits
+            return f"{float(f'{x:.4g}'):,.0f}"
         return f"{x:.4g}"
     return str(x)
 
