@@ -137,3 +137,58 @@ def test_demo_report_opens_offline_in_chromium(runs: dict[str, Path]) -> None:
     requests, errors = offline_check(runs["probe--markers"] / "report.html", look)
     assert requests == [] and errors == []
     assert seen == {"verdict": True, "names_slowdown": True}
+
+
+def _text(run: Path) -> str:
+    res = wsprof("analyze", str(run / "run"))
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def test_probe_fault_is_one_diagnosis_naming_wrapper_frame_and_counter(
+    runs: dict[str, Path],
+) -> None:
+    """One bug, one diagnosis: the wrapper and every name it sits on, the hot frame that gained
+    share (under the wrapper in its stacks), the counter with its cost per 1,000 segments."""
+    doc = verdict(runs["probe--markers"])
+    diagnoses = doc["diagnoses"]
+    assert diagnoses, doc["findings"]
+    d = diagnoses[0]  # type: ignore[index]
+    assert d["cause"] == "wrapper", [x["title"] for x in diagnoses]  # type: ignore[union-attr]
+    where = d["where"]["text"]
+    assert "with_memory_probe" in where and "framework.py" in where
+    assert all(name in where for name in ("dist.broadcast", "dist.all_gather"))
+    assert d["culprit_frame"].startswith("SegmentPool.free_bytes")
+    assert d["culprit_counter"] == "demo.allocator_segments"
+    assert "called from with_memory_probe" in " ".join(w["text"] for w in d["why"])
+    assert "per 1,000 demo.allocator_segments" in d["next_step"]
+    assert d["missing"] == [] and d["confidence_word"] == "high"
+    # The findings of the one cause are in it, not beside it.
+    same_cause = [x for x in diagnoses if x["severity"] != "info"]  # type: ignore[union-attr]
+    assert len(same_cause) == 1, [x["title"] for x in same_cause]
+    assert doc["verdict"]["n_problems"] == 1  # type: ignore[index]
+    kinds = {f["id"]: f["kind"] for f in doc["findings"]}  # type: ignore[union-attr]
+    grouped = {kinds[i] for i in d["finding_ids"]}
+    assert {"accumulating_slowdown", "between_layers", "frame_shift"} <= grouped
+    assert {"counter_correlation", "memory_growth"} <= grouped
+    # The terminal shows the cause once: at most two warning-or-worse items.
+    text = _text(runs["probe--markers"])
+    tagged = [line for line in text.splitlines() if "[critical]" in line or "[warning]" in line]
+    assert 1 <= len(tagged) <= 2, tagged
+    assert text.splitlines()[1] == "VERDICT: 1 problem found" or text.splitlines()[1].startswith(
+        "VERDICT: 1 problem found ("
+    )
+
+
+@pytest.mark.parametrize("markers", ["--markers", "--no-markers"])
+def test_healthy_run_has_no_weight_sync_diagnosis(runs: dict[str, Path], markers: str) -> None:
+    """No cause on the collectives and no weight-sync symptom (step, rollout and train time
+    drift with the shared cores: see test_healthy_run_has_no_slowdown)."""
+    doc = verdict(runs[f"none{markers}"])
+    wrong = [
+        d["title"]
+        for d in doc["diagnoses"]  # type: ignore[union-attr]
+        if d["cause"] in ("wrapper", "call_count", "per_call", "gaps")
+        or d["symptom_series"] == "weight_sync_s"
+    ]
+    assert not wrong, wrong

@@ -20,10 +20,14 @@ PRESETS = str(REPO / "tests" / "standins" / "presets")
 
 
 def wsprof_run(
-    out: Path, *cmd: str, env: dict[str, str] | None = None, python: str = sys.executable
+    out: Path,
+    *cmd: str,
+    env: dict[str, str] | None = None,
+    python: str = sys.executable,
+    opts: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [python, "-m", "wsprof", "run", "--out", str(out), "--", *cmd],
+        [python, "-m", "wsprof", "run", "--out", str(out), *opts, "--", *cmd],
         capture_output=True,
         text=True,
         timeout=180,
@@ -53,12 +57,19 @@ def test_torchrun_job_every_rank_patched_launcher_not(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr[-3000:]
     assert _calls_by_rank(out) == {0: 60, 1: 60}  # two traces: the launcher wrote none
     assert f"wsprof: run folder {out}" in res.stderr
+    # It ends with the verdict lines of `wsprof analyze` and the report, kept in the folder.
+    lines = res.stderr.splitlines()
+    assert any(line.startswith("VERDICT:") for line in lines), res.stderr[-2000:]
+    report = next(line for line in lines if line.startswith("wsprof: report "))
+    path = Path(report.removeprefix("wsprof: report "))
+    assert path.parent == out and path.suffix == ".html" and path.stat().st_size > 10_000
 
 
 def test_multiprocessing_spawn_children_are_patched(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    res = wsprof_run(out, sys.executable, JOB, "spawn", str(free_port()))
+    res = wsprof_run(out, sys.executable, JOB, "spawn", str(free_port()), opts=("--no-report",))
     assert res.returncode == 0, res.stderr[-3000:]
+    assert "VERDICT" not in res.stderr and not list(out.glob("*.html"))
     # 60 broadcasts and a barrier each (the parent imports torch too: a trace without calls)
     assert sorted(len(t.calls) for t in read_run(str(out))) == [0, 61, 61]
 

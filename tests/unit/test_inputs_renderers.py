@@ -173,7 +173,7 @@ def test_json_has_the_schema_version(tmp_path: Path, capsys: pytest.CaptureFixtu
     run = _run(tmp_path)
     assert main(["analyze", str(run), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["schema_version"] == jsonout.SCHEMA_VERSION == 1
+    assert doc["schema_version"] == jsonout.SCHEMA_VERSION == 2
     assert list(doc)[0] == "schema_version"
     assert main(["diff", str(run), str(run), "--format", "json"]) == 0
     diff = json.loads(capsys.readouterr().out)

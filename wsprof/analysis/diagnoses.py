@@ -66,6 +66,13 @@ CAUSE_KINDS = {
     "gaps": "gaps",
     "outlier_rank": "outlier_rank",
 }
+#: What each reason of an outlier_rank finding says in a diagnosis title.
+OUTLIER_REASONS = {
+    "sync_growth": "its weight sync grows while the other ranks' stays flat",
+    "own_growth": "its own time in the collectives grows",
+    "gap_growth": "its own work between its collectives grows",
+    "level": "its weight sync is far slower than the other ranks'",
+}
 #: A gained frame is a candidate culprit when it gained at least this share of the samples
 #: (the frame_shift finding's own materiality).
 CULPRIT_MIN_CHANGE = FRAME_SHIFT_MIN_CHANGE
@@ -94,6 +101,9 @@ class _Draft:
     explains: float = 0.0
     #: The why counter's fitted cost: ``+8.53 ms per 1,000 demo.allocator_segments``.
     counter_cost: str = ""
+    #: Findings it shares with the chain before it (the run's slowdown): left out of its
+    #: severity, which is its own cause's.
+    shared: set[str] = field(default_factory=set)
 
 
 def confidence_of(symptom_confidence: float, has_where: bool, has_why: bool) -> float:
@@ -168,7 +178,9 @@ def _symptom_link(
         ("slope (Theil-Sen)", s.fmt_slope(v.slope_per_step)),
         ("confidence of the curve", f"{v.confidence:.2f}"),
     ]
-    others = [f for n, f in by_series.items() if n != lead_name]
+    # The other per-step times ride along (step time grows with the sync); a slowdown of
+    # another duration (a series input's between_layers_s) is its cause's, not the symptom's.
+    others = [f for n, f in by_series.items() if n != lead_name and n in SYMPTOM_SERIES]
     for f in others:
         name = str(f.evidence.get("series"))
         other = series.get(name)
@@ -386,8 +398,9 @@ def _wrapper_draft(
             flat = sorted(count.series.values)[len(count.series.values) // 2]
             text += f", calls per step flat at {flat:.0f}"
             rows.append(("calls per step", f"{flat:.0f} (flat)"))
+    named = f", {short}," if top is not None else ""
     title = (
-        f"a wrapper on the collective names, {short}, makes every call slower: time between "
+        f"a wrapper on the collective names{named} makes every call slower: time between "
         f"the API and the backend grows {slope_txt}"
     )
     if isinstance(share, (int, float)):
@@ -513,9 +526,11 @@ def _outlier_draft(f: Finding) -> _Draft:
         ("other ranks' median", fmt_duration(ev.get("others_median_weight_sync_s"))),
         ("robust z", fmt_num(ev.get("robust_z"))),
     )
+    why = [str(r) for r in ev.get("reasons", ())]
+    said = [OUTLIER_REASONS[r] for r in why if r in OUTLIER_REASONS] or ["differs from them"]
     return _Draft(
         "outlier_rank",
-        f"{ev.get('label')} differs from the other ranks",
+        f"{ev.get('label')} alone among {ev.get('ranks')} ranks: " + " and ".join(said),
         [f],
         symptom=Link("symptom", f.title, (f.id,), rows),
         where=Link("where", str(f.where), (f.id,), (("process", str(f.where)),)),
@@ -530,17 +545,19 @@ def _outlier_draft(f: Finding) -> _Draft:
 def _wrapper_next(d: _Draft, facts: Facts, wrappers: Sequence[WrapperFact]) -> str:
     top = next((w for w in wrappers if w.kind == "name"), None)
     if top is None:
-        return d.findings[0].next_step
-    names = _wrapper_names(top, wrappers)
+        return next(f.next_step for f in d.findings if f.kind == "between_layers")
+    n = len(_wrapper_names(top, wrappers))
     short = _short(top.qualname)
-    text = f"`{short}` ({top.file}:{top.line}) runs on every call of {', '.join(names)}"
+    on = f"on all {n} names it sits on" if n > 1 else f"on {top.api}"
     if d.culprit_frame is not None:
-        text += f" and calls `{_function(d.culprit_frame)}`"
+        text = f"`{short}` calls `{_function(d.culprit_frame)}` before every collective ({on})"
+    else:
+        text = f"`{short}` ({top.file}:{top.line}) runs before every collective ({on})"
     if d.counter_cost:
         text += f"; its cost grows {d.counter_cost}"
     return (
-        text + ": take it off the per-call path (run it once per sync, or cache its result) "
-        "for every name it sits on, then measure again: overhead moves to the next slowest place"
+        text + ": run it once per sync instead, or cache its result, on every one of those "
+        "names; then measure again: overhead moves to the next slowest place"
     )
 
 
@@ -655,8 +672,9 @@ def diagnose(findings: Sequence[Finding], facts: Facts) -> tuple[Diagnosis, ...]
                 d.symptom_series, d.symptom_confidence = name, conf
                 if i == 0:
                     d.findings = [*slowdowns, *d.findings]
-                else:
-                    d.findings = [slowdowns[0], *d.findings] if slowdowns else d.findings
+                elif slowdowns:
+                    d.findings = [slowdowns[0], *d.findings]
+                    d.shared.add(slowdowns[0].id)
         else:
             unexplained = _Draft(
                 "unexplained",
@@ -847,7 +865,8 @@ def _plain_rows(f: Finding) -> tuple[tuple[str, str], ...]:
 def _finish(d: _Draft, findings: Sequence[Finding]) -> Diagnosis:
     ids = {f.id for f in d.findings}
     ordered = [f for f in findings if f.id in ids]
-    severity = max(ordered, key=_severity_index).severity if ordered else "info"
+    own = [f for f in ordered if f.id not in d.shared] or ordered
+    severity = max(own, key=_severity_index).severity if own else "info"
     symptom = d.symptom
     if symptom is None:  # a chain that starts at its place (diagnose drops those without)
         assert d.where is not None

@@ -239,7 +239,11 @@ class AccumulatingSlowdown(Rule):
             first, last = s.values[0], s.values[-1]
             ratio = last / first if first > 0 else float("inf")
             proj = v.projection
-            proj_txt = f"; projected {s.fmt(proj.value)} at step {proj.step}" if proj else ""
+            proj_txt = (
+                f"; projected {s.fmt(proj.value)} at step {proj.step} ({proj.basis()})"
+                if proj
+                else ""
+            )
             title = (
                 f"{LABELS.get(name, name)} grows ({v.shape}): {s.fmt(first)} -> "
                 f"{s.fmt(last)} over {len(s.values)} steps "
@@ -272,11 +276,17 @@ class AccumulatingSlowdown(Rule):
                 "confidence": v.confidence,
             }
             if proj:
-                evidence["projection"] = {"step": proj.step, "value": proj.value}
+                evidence["projection"] = {
+                    "step": proj.step,
+                    "value": proj.value,
+                    "model": proj.model,
+                    "fit_first_step": proj.fit_first_step,
+                    "fit_last_step": proj.fit_last_step,
+                }
             if v.budget_step is not None and s.steps:
                 at = v.budget_step  # a step number, as logged
                 budget = s.fmt(TIME_BUDGETS_S.get(name))
-                title += f"; at this rate it reaches {budget} at step {at}"
+                title += f"; by the same fit it reaches {budget} at step {at}"
                 evidence["budget_step"] = at
             out.append(
                 Finding(

@@ -14,7 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from wsprof.analysis.model import Analysis, ProcessAnalysis, SeriesResult
-from wsprof.contracts.series import ROLLOUT_SHARE, WEIGHT_SYNC_S
+from wsprof.contracts.series import ROLLOUT_S, ROLLOUT_SHARE, STEP_S, WEIGHT_SYNC_S
+from wsprof.contracts.units import fmt_duration
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Headline:
             X``, ``no steps``).
         process: label of the primary process whose steps were read; None otherwise.
         step_source: where its steps came from (``markers``, ``bursts``, ...); None otherwise.
-        n_steps: the primary's steps (0 for a series file).
+        n_steps: the primary's steps (a series file: the points of its ``step_s``).
         step_median_s: median step time over its steps, s.
         rollout_share_median: median rollout share of a step, 0..1.
         rollout_share_first: the first representative share (the second of 3 or more: step 0
@@ -47,6 +48,9 @@ class Headline:
         weight_sync_share_median: median share of a step spent in its own weight sync, 0..1.
         sync_wait_median_s: median wait for slower ranks to join the sync, s.
         weight_sync_result: the ``weight_sync_s`` series and its verdict, when judged.
+        rollout_source: where the rollout share comes from when not from the primary's steps
+            (``steps of rank 1``: the rollout ranks marked it; ``sampling windows of rank 0``;
+            ``rollout_s / step_s of X``); None when from the primary's steps or unknown.
     """
 
     source: str
@@ -66,6 +70,27 @@ class Headline:
     weight_sync_share_median: float | None = None
     sync_wait_median_s: float | None = None
     weight_sync_result: SeriesResult | None = None
+    rollout_source: str | None = None
+
+    def summary(self) -> str | None:
+        """``rollout 18% of each step (median); weight sync 1.06 s median, 1.73 s last step
+        (steps of rank 0, from markers)``: the two numbers in one line; None without either."""
+        parts: list[str] = []
+        if self.rollout_share_median is not None:
+            of = f" ({self.rollout_source})" if self.rollout_source else ""
+            parts.append(f"rollout {self.rollout_share_median:.0%} of each step (median){of}")
+        sync = self.own_sync_median_s if self.own_sync_median_s is not None else None
+        sync = sync if sync is not None else self.weight_sync_median_s
+        last = self.own_sync_last_s if self.own_sync_last_s is not None else None
+        last = last if last is not None else self.weight_sync_last_s
+        if sync is not None:
+            parts.append(f"weight sync {fmt_duration(sync)} median, {fmt_duration(last)} last step")
+        if not parts:
+            return None
+        src = self.source
+        if self.step_source:
+            src += f", from {self.step_source}"
+        return "; ".join(parts) + f" ({src})"
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -76,8 +101,26 @@ def _find(series: Iterable[SeriesResult], name: str) -> SeriesResult | None:
     return next((r for r in series if r.series.name == name), None)
 
 
+def _rollout_elsewhere(others: Sequence[ProcessAnalysis]) -> tuple[list[float], str | None]:
+    """Rollout shares from the first other process whose steps have them (the rollout ranks
+    mark rollout, the trainer marks training), else from the first one whose sampling windows
+    saw rollout frames."""
+    for p in others:
+        shares = [s for s in (r.rollout_share for r in p.steps) if s is not None]
+        if shares:
+            return shares, f"steps of {p.label}"
+    for p in others:
+        shares = [w.rollout_share for w in p.windows if w.rollout_share is not None]
+        if any(shares):
+            return [float(x) for x in shares], f"sampling windows of {p.label}"
+    return [], None
+
+
 def headline_of(
-    primary: ProcessAnalysis | None, series: Sequence[SeriesResult], source: str
+    primary: ProcessAnalysis | None,
+    series: Sequence[SeriesResult],
+    source: str,
+    others: Sequence[ProcessAnalysis] = (),
 ) -> Headline:
     """The headline of an analysis.
 
@@ -85,6 +128,8 @@ def headline_of(
         primary: the process the headline series come from (None for a series file).
         series: the judged per-step series.
         source: the path analysed (names a series file's numbers).
+        others: the run's other processes: the rollout share comes from the first of them
+            that marks (or samples) rollout when the primary does not.
 
     Returns:
         The two numbers and what stands beside them.
@@ -98,11 +143,26 @@ def headline_of(
         shares = [s for s in (r.rollout_share for r in rows) if s is not None]
         syncs = [r.weight_sync_s for r in rows if r.weight_sync_s is not None]
         where = f"steps of {primary.label}"
+    rollout_source = None
+    if not shares:
+        shares, rollout_source = _rollout_elsewhere([p for p in others if p is not primary])
     if not shares:
         rs = _find(series, ROLLOUT_SHARE)
         if rs is not None:
             shares = list(rs.series.values)
             where = f"the per-step series of {source}"
+    roll, step = _find(series, ROLLOUT_S), _find(series, STEP_S)
+    if not shares and not rows and roll is not None and step is not None:
+        # A log with rollout and step times but no share column: the share per step.
+        by_step = dict(zip(step.series.steps, step.series.values))
+        shares = [
+            min(v / by_step[s], 1.0)
+            for s, v in zip(roll.series.steps, roll.series.values)
+            if by_step.get(s, 0) > 0
+        ]
+        if shares:
+            rollout_source = f"rollout_s / step_s of {source}"
+    step_times = [r.step_s for r in rows] or (list(step.series.values) if step else [])
     if ws is not None and not syncs:
         syncs = list(ws.series.values)
         if where == "no steps":
@@ -114,8 +174,8 @@ def headline_of(
         source=where,
         process=primary.label if primary is not None and rows else None,
         step_source=primary.step_source if primary is not None and rows else None,
-        n_steps=len(rows),
-        step_median_s=_median([r.step_s for r in rows]),
+        n_steps=len(rows) or len(step_times),
+        step_median_s=_median(step_times),
         rollout_share_median=_median(shares),
         # Step 0 often waits on start-up (its rollout share is not representative).
         rollout_share_first=(shares[1] if len(shares) >= 3 else shares[0]) if shares else None,
@@ -129,6 +189,7 @@ def headline_of(
         weight_sync_share_median=_median(own_share),
         sync_wait_median_s=_median(waits),
         weight_sync_result=ws,
+        rollout_source=rollout_source,
     )
 
 
@@ -137,4 +198,4 @@ def headline(analysis: Analysis) -> Headline:
     it was built without one (an :class:`Analysis` made by hand)."""
     if analysis.headline is not None:
         return analysis.headline
-    return headline_of(analysis.primary, analysis.series, analysis.source)
+    return headline_of(analysis.primary, analysis.series, analysis.source, analysis.processes)

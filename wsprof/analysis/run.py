@@ -448,7 +448,7 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
         notes.append(unattributed)
     ranks = _rank_rows(procs, analyses, clock, notes)
     errors = [e.detail for d in procs for e in d.trace.events if e.kind is EventKind.INTERNAL_ERROR]
-    head = headline_of(analyses[0] if analyses else None, results, source)
+    head = headline_of(analyses[0] if analyses else None, results, source, analyses)
     facts = Facts(
         {r.series.name: r for r in results}, analyses, wrappers, errors, ranks=ranks, headline=head
     )

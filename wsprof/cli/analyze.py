@@ -29,7 +29,12 @@ from wsprof.report.renderers import ANALYZE_RENDERERS, choices_help
     help="exit 1 when a finding at or above this severity exists; 'inconclusive' "
     "also when the data cannot support a verdict",
 )
-@click.option("--all", "show_all", is_flag=True, help="list every finding (text lists 10)")
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="after the diagnoses, list every finding behind them (with where and next step)",
+)
 def analyze(path: str, fmt: str, fail_on: str | None, show_all: bool) -> int:
     """Analyse PATH: a run folder, a .wsprof trace, a CSV series (a step column and numeric
     columns, W&B exports too) or a training log (slime, verl, OpenRLHF, AReaL)."""
@@ -37,7 +42,7 @@ def analyze(path: str, fmt: str, fail_on: str | None, show_all: bool) -> int:
     from wsprof.inputs import load
 
     analysis = analyze_input(load(path))
-    limit = len(analysis.findings) if show_all else 10
+    limit = len(analysis.findings) if show_all else None
     click.echo(
         ANALYZE_RENDERERS[fmt].render(analysis, colour=sys.stdout.isatty(), max_findings=limit),
         nl=False,

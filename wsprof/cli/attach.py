@@ -250,7 +250,7 @@ def _analyse(out: str, want_report: bool) -> None:
     from wsprof.report.text import render_text
 
     analysis = analyze(load(out))
-    click.echo(render_text(analysis, colour=sys.stdout.isatty(), max_findings=8), nl=False)
+    click.echo(render_text(analysis, colour=sys.stdout.isatty()), nl=False)
     if want_report:
         from wsprof.cli.options import report_path_in
         from wsprof.report.html import write_html

@@ -36,11 +36,12 @@ from wsprof.errors import EXIT_OK
 )
 @click.option(
     "--fault",
-    type=click.Choice(["probe", "none"]),
+    type=click.Choice(["probe", "calls", "probe+calls", "none"]),
     default="probe",
     show_default=True,
     help="probe: a wrapper probes free memory by walking a growing segment pool "
-    "before every collective (the motivating bug); none: healthy",
+    "before every collective (the motivating bug); calls: the sync sends more small buffers "
+    "every step, one collective each; probe+calls: both (two causes); none: healthy",
 )
 @click.option(
     "--markers/--no-markers",
@@ -99,7 +100,7 @@ def demo(
         REPORT_RENDERERS["html"].render(analysis),
         "the report",
     )
-    click.echo(ANALYZE_RENDERERS["text"].render(analysis, max_findings=8), nl=False)
+    click.echo(ANALYZE_RENDERERS["text"].render(analysis), nl=False)
     click.echo(f"report: {os.path.abspath(path)}")
     click.echo(f"trace:  {os.path.abspath(out)}  (wsprof analyze {out})")
     return EXIT_OK

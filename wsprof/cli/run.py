@@ -36,9 +36,18 @@ def hooks_dir() -> str:
     help="mark this framework's weight-sync and rollout entry points as phases "
     "(default: whichever framework the processes import)",
 )
+@click.option(
+    "--report/--no-report",
+    "want_report",
+    default=True,
+    show_default=True,
+    help="when CMD ends, analyse the run folder: print the verdict and diagnoses (on stderr) "
+    "and write the HTML report into the folder",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(out: str | None, preset: str | None, cmd: tuple[str, ...]) -> int:
-    """Run CMD (after `--`) with wsprof patched into every Python process it starts."""
+def run(out: str | None, preset: str | None, want_report: bool, cmd: tuple[str, ...]) -> int:
+    """Run CMD (after `--`) with wsprof patched into every Python process it starts; CMD's
+    exit code is returned whatever the analysis finds."""
     from wsprof.capture import settings as cfg
     from wsprof.capture.recorder import default_out_dir
 
@@ -75,5 +84,40 @@ def run(out: str | None, preset: str | None, cmd: tuple[str, ...]) -> int:
                 continue  # the child got it too; wait for it to finish
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if want_report:
+        _report(folder)
     sys.stderr.write(f"wsprof: run folder {folder} (wsprof analyze {folder})\n")
     return rc if rc >= 0 else 128 - rc
+
+
+def _report(folder: str) -> None:
+    """The verdict lines and the report of what the run recorded, on stderr (CMD's stdout
+    stays its own); a failure is one line and never changes CMD's exit code."""
+    from wsprof.trace.model import TRACE_SUFFIX
+
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    if not any(n.endswith(TRACE_SUFFIX) for n in names):
+        sys.stderr.write(
+            f"wsprof: no trace in {folder}: no Python process of CMD called a collective "
+            "or wsprof.step()\n"
+        )
+        return
+    try:
+        from wsprof.analysis.run import analyze
+        from wsprof.cli.options import report_path_in
+        from wsprof.inputs import load
+        from wsprof.report.html import write_html
+        from wsprof.report.text import render_summary
+
+        analysis = analyze(load(folder))
+        sys.stderr.write(render_summary(analysis, colour=sys.stderr.isatty()))
+        path = write_html(analysis, report_path_in(folder))
+        sys.stderr.write(f"wsprof: report {os.path.abspath(path)}\n")
+    except Exception as e:  # noqa: BLE001 - the job ran; its exit code is what matters
+        sys.stderr.write(
+            f"wsprof: could not analyse {folder} ({type(e).__name__}: {e}); run "
+            f"`wsprof analyze {folder}` to see why\n"
+        )

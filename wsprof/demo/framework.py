@@ -32,6 +32,7 @@ class SegmentPool:
 
     def __init__(self, fault: str) -> None:
         self.fault = fault
+        self.probes = "probe" in faults(fault)
         self.segments: list[tuple[int, bool]] = [(2 << 20, False)] * 1_000
         self.total_free_bytes = sum(s for s, used in self.segments if not used)
 
@@ -42,7 +43,7 @@ class SegmentPool:
 
     def free_bytes(self) -> int:
         """The probe. ``fault="probe"``: walk every segment (cost grows with the pool)."""
-        if self.fault != "probe":
+        if not self.probes:
             return self.total_free_bytes
         free = 0
         for size, used in self.segments:
@@ -56,6 +57,18 @@ class SegmentPool:
 
 
 POOL: SegmentPool | None = None
+
+#: The demo's faults: ``probe`` (the probe walks a growing pool: time between the collective
+#: API and the backend grows), ``calls`` (the weight sync sends one more small buffer per
+#: step, one collective each: the call count grows); ``none`` is healthy. ``probe+calls`` runs
+#: both, two independent causes in one run.
+FAULTS = ("probe", "calls", "probe+calls", "none")
+
+
+def faults(fault: str) -> frozenset[str]:
+    """The faults a ``--fault`` value names (``probe+calls`` -> {probe, calls})."""
+    return frozenset(f for f in fault.split("+") if f and f != "none")
+
 
 #: The names such frameworks wrap: every one the installed torch has (the bug hid under all).
 WRAPPED = ("broadcast", "all_gather", "all_gather_into_tensor", "_all_gather_base", "all_reduce")
@@ -77,7 +90,8 @@ def install(fault: str) -> SegmentPool:
     import time) and return the pool.
 
     Args:
-        fault: 'probe' (the probe walks the growing pool) or 'none' (cached total, healthy).
+        fault: one of :data:`FAULTS`; with ``probe`` the probe walks the growing pool, else it
+            reads a cached total (healthy).
     """
     global POOL
     import torch.distributed as dist

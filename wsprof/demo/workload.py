@@ -86,8 +86,16 @@ def generate(model: Any, batch: int, length: int, seed: int) -> Any:
     return tokens
 
 
-def sync_weights(model: Any, step: int, rank: int, world_size: int, shard: Any) -> None:
-    """Push rank 0's weights to every rank, one collective per parameter (as RL frameworks do).
+#: Buffers the ``calls`` fault adds to every weight sync per step (a list of per-step
+#: statistics the sync sends and nobody clears): one more broadcast each, every step.
+EXTRA_BUFFERS_PER_STEP = 16
+
+
+def sync_weights(
+    model: Any, step: int, rank: int, world_size: int, shard: Any, extra: Any = ()
+) -> None:
+    """Push rank 0's weights to every rank, one collective per parameter (as RL frameworks do),
+    then each tensor of ``extra`` (the ``calls`` fault's growing list), one collective each.
 
     Looks up collectives on the ``torch.distributed`` module at call time, as framework code
     does, so that wrappers installed on the module (the framework's, then wsprof's) apply.
@@ -101,6 +109,8 @@ def sync_weights(model: Any, step: int, rank: int, world_size: int, shard: Any) 
     with torch.no_grad():
         for p in model.parameters():
             dist.broadcast(p.data, src=0)
+        for t in extra:
+            dist.broadcast(t, src=0)
     full = torch.empty(shard.numel() * world_size, dtype=shard.dtype)
     dist.all_gather_into_tensor(full, shard)
     dist.barrier()  # the engines acknowledge the new weights before rollout resumes
@@ -128,6 +138,12 @@ def rank_main(rank: int, cfg: DemoConfig, rollouts: Any, ready: Any) -> None:
     model = build_model(cfg.params)
     shard = torch.full((256,), float(rank))
     step_marker = wsprof.step if cfg.markers else (lambda: None)
+    probe = "probe" in framework.faults(cfg.fault)
+    extra: list[Any] = []  # the calls fault: grows every step on every rank alike
+
+    def grow_extra() -> None:
+        if "calls" in framework.faults(cfg.fault):
+            extra.extend(torch.zeros(64) for _ in range(EXTRA_BUFFERS_PER_STEP))
 
     def phase(name: str) -> Any:
         return wsprof.phase(name) if cfg.markers else contextlib.nullcontext()
@@ -151,18 +167,20 @@ def rank_main(rank: int, cfg: DemoConfig, rollouts: Any, ready: Any) -> None:
                     opt.zero_grad()
                     loss.backward()  # type: ignore[no-untyped-call]
                     opt.step()
-                pool.grow(framework.SEGMENTS_PER_STEP if cfg.fault == "probe" else 0)
+                pool.grow(framework.SEGMENTS_PER_STEP if probe else 0)
                 wsprof.counter("demo.allocator_segments", len(pool.segments))
+                grow_extra()
             with phase("weight_sync"):
-                sync_weights(model, step, rank, cfg.world_size, shard)
+                sync_weights(model, step, rank, cfg.world_size, shard, extra)
     else:
         for step in range(cfg.steps):
             step_marker()
             with phase("rollout"):
                 rollouts.put(generate(model, BATCH, SEQ, seed=cfg.seed + 1000 * step + rank))
-            pool.grow(framework.SEGMENTS_PER_STEP if cfg.fault == "probe" else 0)
+            pool.grow(framework.SEGMENTS_PER_STEP if probe else 0)
+            grow_extra()
             with phase("weight_sync"):
-                sync_weights(model, step, rank, cfg.world_size, shard)
+                sync_weights(model, step, rank, cfg.world_size, shard, extra)
     dist.barrier()
     wsprof.unpatch()
     dist.destroy_process_group()

@@ -9,11 +9,20 @@ from typing import Any
 
 from wsprof.analysis.headline import Headline, headline
 from wsprof.analysis.kinds import ACCUMULATING_KINDS
-from wsprof.analysis.model import Analysis, Coverage, GrowthVerdict, RankSeries
+from wsprof.analysis.model import (
+    Analysis,
+    Coverage,
+    Diagnosis,
+    GrowthVerdict,
+    Link,
+    RankSeries,
+)
 
 #: Version of the ``wsprof analyze --format json`` document: bumped when a field is removed or
-#: changes meaning (added fields keep it). Read it before anything else.
-SCHEMA_VERSION = 1
+#: changes meaning (added fields keep it). Read it before anything else. 2: ``diagnoses``;
+#: ``verdict.n_problems`` counts causes (diagnoses at warning or above), ``verdict.n_findings``
+#: the findings at warning or above (what ``n_problems`` counted in 1); findings have an ``id``.
+SCHEMA_VERSION = 2
 
 
 def json_safe(v: Any) -> Any:
@@ -75,12 +84,19 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
     step_source, n_steps, step_median_s, rollout_share_median/first/last (0..1),
     weight_sync_median_s/first_s/last_s, own_sync_median_s, own_sync_last_s,
     own_sync_last_step_s, sync_wait_median_s (s), weight_sync_share_median (0..1)),
-    ``verdict`` {status problems | no_problem | inconclusive, n_problems,
-    reasons}, ``series`` (name, unit, kind (duration, bytes, resource_count, monotonic_counter,
-    quality, lr_schedule, rate, other; null when not classified), judged (its kind can
+    ``verdict`` {status problems | no_problem | inconclusive, n_problems (causes: diagnoses at
+    warning or above), n_findings (findings at warning or above), reasons}, ``diagnoses``
+    (most severe first: id D1.., cause (wrapper, call_count, per_call, gaps, outlier_rank,
+    sampled, unexplained, finding), severity, confidence 0..1, confidence_word, title, symptom,
+    where (or null), why [...]: links {role, text, finding_ids, rows [{label, value}]},
+    next_step, missing (one line per missing link), finding_ids, symptom_series,
+    culprit_frame, culprit_counter, process), ``series`` (name, unit, kind (duration, bytes,
+    resource_count, monotonic_counter, quality, lr_schedule, rate, other; null when not
+    classified), judged (its kind can
     accumulate), shape, accumulating, confidence, slope_per_step (per logged step),
     growth_factor_per_step, change_point (a position in steps/values), change_point_step,
-    outlier_steps, projection {step, value}, steps, values), ``findings`` (kind, severity,
+    outlier_steps, projection {step, value, model, fit_first_step, fit_last_step}, steps,
+    values), ``findings`` (id F1.., kind, severity,
     title, evidence, where, next_step), ``steps`` of the primary process (with sync_wait_s:
     waiting for slower ranks, and own_sync_s: weight sync less that wait), ``notes``,
     ``wrappers`` (the wrapper audit: api, kind, qualname, module, file, line, wraps,
@@ -119,13 +135,20 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
                 "outlier_steps": list(v.outlier_steps),
                 "projection": None
                 if v.projection is None
-                else {"step": v.projection.step, "value": v.projection.value},
+                else {
+                    "step": v.projection.step,
+                    "value": v.projection.value,
+                    "model": v.projection.model,
+                    "fit_first_step": v.projection.fit_first_step,
+                    "fit_last_step": v.projection.fit_last_step,
+                },
                 "steps": list(r.series.steps),
                 "values": list(r.series.values),
             }
         )
     findings = [
         {
+            "id": f.id,
             "kind": f.kind,
             "severity": f.severity,
             "title": f.title,
@@ -213,8 +236,10 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             "verdict": {
                 "status": analysis.verdict.status,
                 "n_problems": analysis.verdict.n_problems,
+                "n_findings": analysis.verdict.n_findings,
                 "reasons": list(analysis.verdict.reasons),
             },
+            "diagnoses": [_diagnosis(d) for d in analysis.diagnoses],
             "primary": None if pa is None else pa.label,
             "step_source": None if pa is None else pa.step_source,
             "series": series,
@@ -230,6 +255,38 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
         }
     )
     return doc
+
+
+def _link(link: Link | None) -> dict[str, Any] | None:
+    if link is None:
+        return None
+    return {
+        "role": link.role,
+        "text": link.text,
+        "finding_ids": list(link.finding_ids),
+        "rows": [{"label": k, "value": v} for k, v in link.rows],
+    }
+
+
+def _diagnosis(d: Diagnosis) -> dict[str, Any]:
+    return {
+        "id": d.id,
+        "cause": d.cause,
+        "severity": d.severity,
+        "confidence": d.confidence,
+        "confidence_word": d.confidence_word,
+        "title": d.title,
+        "symptom": _link(d.symptom),
+        "where": _link(d.where),
+        "why": [_link(w) for w in d.why],
+        "next_step": d.next_step,
+        "missing": list(d.missing),
+        "finding_ids": list(d.finding_ids),
+        "symptom_series": d.symptom_series,
+        "culprit_frame": d.culprit_frame,
+        "culprit_counter": d.culprit_counter,
+        "process": d.process,
+    }
 
 
 def _coverage(c: Coverage | None) -> dict[str, Any] | None:

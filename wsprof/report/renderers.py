@@ -83,7 +83,8 @@ class Exporter(Protocol):
 
 
 class AnalysisText:
-    """``wsprof analyze``: the verdict first, 80 columns (opts ``colour``, ``max_findings``)."""
+    """``wsprof analyze``: the verdict and the diagnoses first, 80 columns (opts ``colour``;
+    ``max_findings``: also list that many findings, as ``--all`` does)."""
 
     name = "text"
     suffix = ".txt"
@@ -94,10 +95,11 @@ class AnalysisText:
         """The text report (:func:`wsprof.report.text.render_text`)."""
         from wsprof.report.text import render_text
 
+        limit = opts.get("max_findings")
         return render_text(
             result,
             colour=bool(opts.get("colour", False)),
-            max_findings=int(opts.get("max_findings", 10)),
+            max_findings=int(limit) if limit is not None else None,
         )
 
 

@@ -1,13 +1,15 @@
-"""Terminal text: verdict first, readable in 80 columns, no colour when not a TTY."""
+"""Terminal text: verdict first, then the diagnoses, readable in 80 columns, no colour when not
+a TTY."""
 
 from __future__ import annotations
 
 import textwrap
 from collections import Counter
 
-from wsprof.analysis.findings import OutlierRank
+from wsprof.analysis.findings import OutlierRank, RolloutShare
+from wsprof.analysis.headline import headline
 from wsprof.analysis.kinds import ACCUMULATING_KINDS
-from wsprof.analysis.model import Analysis, ProcessAnalysis, RankSeries
+from wsprof.analysis.model import Analysis, Diagnosis, Finding, ProcessAnalysis, RankSeries
 from wsprof.contracts.units import fmt_duration
 
 WIDTH = 80
@@ -148,17 +150,9 @@ _COLOURS = {"critical": "\033[31m", "warning": "\033[33m", "info": "\033[36m"}
 _RESET = "\033[0m"
 
 
-def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10) -> str:
-    """The summary a user reads first.
-
-    Args:
-        analysis: what to render.
-        colour: ANSI colours for severities (only when writing to a TTY).
-        max_findings: most findings listed.
-    """
-    lines: list[str] = []
-    crit = [f for f in analysis.findings if f.severity != "info"]
-    lines.append(f"wsprof: {analysis.source}")
+def _verdict_lines(analysis: Analysis) -> list[str]:
+    """Coverage (when short), the verdict line and its reasons, and the two numbers."""
+    lines: list[str] = [f"wsprof: {analysis.source}"]
     cov = analysis.coverage
     if cov is not None and cov.lines():
         # Said before the verdict: a verdict on part of the collectives must not read whole.
@@ -173,29 +167,123 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int = 10
         for reason in verdict.reasons[1:]:
             lines += _wrap(f"also: {reason}", WIDTH, initial_indent="  ", subsequent_indent="    ")
     else:
-        lines.append(
-            f"VERDICT: {len(crit)} problem(s) found" if crit else "VERDICT: no accumulating problem"
-        )
+        if verdict.status == "problems":
+            n = verdict.n_problems
+            head = f"VERDICT: {n} problem{'s' if n != 1 else ''} found"
+            if verdict.n_findings > n:
+                head += f" ({verdict.n_findings} findings behind {'it' if n == 1 else 'them'})"
+        else:
+            head = "VERDICT: no accumulating problem"
+        lines.append(head)
         for reason in verdict.reasons:
             lines += _wrap(f"limit: {reason}", WIDTH, initial_indent="  ", subsequent_indent="    ")
-    lines.append("")
-    for f in analysis.findings[:max_findings]:
-        tag = f"[{f.severity}]"
-        if colour:
-            tag = f"{_COLOURS.get(f.severity, '')}{tag}{_RESET}"
-        lines += _wrap(f"{tag} {f.title}", WIDTH, subsequent_indent="    ")
-        if f.where:
-            lines += _wrap(
-                f"where: {f.where}", WIDTH, initial_indent="    ", subsequent_indent="      "
-            )
+    summary = headline(analysis).summary()
+    if summary:
+        lines += _wrap(summary, WIDTH, initial_indent="  ", subsequent_indent="    ")
+    return lines
+
+
+#: Label width of a chain's links (``symptom:``, ``where:``, ``why:``, ``next:``).
+_LINK_WIDTH = 9
+
+
+def _tag(ident: str, severity: str, colour: bool) -> str:
+    """``D1 [critical]``, the severity coloured on a terminal."""
+    tag = f"[{severity}]"
+    if colour:
+        tag = f"{_COLOURS.get(severity, '')}{tag}{_RESET}"
+    return f"{ident} {tag}".strip()
+
+
+def diagnosis_lines(d: Diagnosis, colour: bool = False) -> list[str]:
+    """One diagnosis: its title, then the chain, one wrapped paragraph per link."""
+    lines = _wrap(f"{_tag(d.id, d.severity, colour)} {d.title}", WIDTH, subsequent_indent="    ")
+    lines += _wrap(
+        f"confidence {d.confidence_word} ({d.confidence:.2f}); findings {' '.join(d.finding_ids)}",
+        WIDTH,
+        initial_indent="    ",
+        subsequent_indent="    ",
+    )
+    pad = " " * (4 + _LINK_WIDTH)
+
+    def para(label: str, text: str) -> list[str]:
+        return _wrap(
+            text, WIDTH, initial_indent=f"    {label + ':':<{_LINK_WIDTH}}", subsequent_indent=pad
+        )
+
+    for link in d.links:
+        lines += para(link.role, link.text)
+    for m in d.missing:
+        lines += para("missing", m)
+    lines += para("next", d.next_step)
+    return lines
+
+
+def _finding_lines(f: Finding, colour: bool) -> list[str]:
+    lines = _wrap(f"{_tag(f.id, f.severity, colour)} {f.title}", WIDTH, subsequent_indent="    ")
+    if f.where:
         lines += _wrap(
-            f"next: {f.next_step}", WIDTH, initial_indent="    ", subsequent_indent="      "
+            f"where: {f.where}", WIDTH, initial_indent="    ", subsequent_indent="      "
         )
-    if len(analysis.findings) > max_findings:
-        lines.append(
-            f"(+{len(analysis.findings) - max_findings} more: wsprof analyze "
-            f"{analysis.source} --all)"
-        )
+    lines += _wrap(f"next: {f.next_step}", WIDTH, initial_indent="    ", subsequent_indent="      ")
+    return lines
+
+
+def _leftover(analysis: Analysis) -> list[Finding]:
+    """Findings in no diagnosis (info ones), the headline's own finding left out."""
+    used = {i for d in analysis.diagnoses for i in d.finding_ids}
+    return [f for f in analysis.findings if f.id not in used and f.kind != RolloutShare.kind]
+
+
+def render_summary(analysis: Analysis, colour: bool = False) -> str:
+    """The verdict, the two numbers and the diagnoses: what ``wsprof run`` ends with.
+
+    Args:
+        analysis: what to render.
+        colour: ANSI colours for severities.
+    """
+    lines = _verdict_lines(analysis)
+    for d in analysis.diagnoses:
+        lines += diagnosis_lines(d, colour)
+    return "\n".join(lines) + "\n"
+
+
+def render_text(analysis: Analysis, colour: bool = False, max_findings: int | None = None) -> str:
+    """The summary a user reads first: the verdict, the two numbers, the diagnoses (each
+    cause with its chain), then the tables.
+
+    Args:
+        analysis: what to render.
+        colour: ANSI colours for severities (only when writing to a TTY).
+        max_findings: with a number, also list that many findings (``analyze --all`` lists
+            every one, with its id); None lists only the findings in no diagnosis, one line
+            each.
+    """
+    lines = _verdict_lines(analysis)
+    lines.append("")
+    for d in analysis.diagnoses:
+        lines += diagnosis_lines(d, colour)
+        lines.append("")
+    if max_findings is not None:
+        lines.append(f"findings ({len(analysis.findings)}):")
+        for f in analysis.findings[:max_findings]:
+            lines += _finding_lines(f, colour)
+        if len(analysis.findings) > max_findings:
+            lines.append(f"(+{len(analysis.findings) - max_findings} more: --format json)")
+    else:
+        rest = _leftover(analysis)
+        for f in rest:
+            lines += _wrap(
+                f"{_tag(f.id, f.severity, colour)} {f.title}", WIDTH, subsequent_indent="    "
+            )
+        if analysis.findings:
+            n = len(analysis.findings)
+            lines += _wrap(
+                f"({n} finding{'s' if n != 1 else ''} with where and next step: wsprof "
+                f"analyze {analysis.source} --all)",
+                WIDTH,
+                subsequent_indent="  ",
+            )
     lines.append("")
     lines.append(f"{'series':<30} {'shape':<17} {'accum':<5} {'slope/step':>12} {'last':>11}")
     for r in analysis.series:
