@@ -110,6 +110,27 @@ def test_warmup_spike_is_not_accumulating(seed: int) -> None:
     assert v.change_point == 1
 
 
+def test_growth_after_a_slow_first_step_is_accumulating() -> None:
+    """A first step slower than any after it (start-up) does not hide the rise that follows:
+    the weight sync a new user reported, 3.09 s, then 0.68 -> 2.62 s, read ``linear`` and not
+    accumulating before; a 1.0 -> 2.55 s ramp starting at 3.5 s read ``warmup_then_flat``."""
+    v = classify([3.09, 0.68, 0.93, 1.1, 1.4, 1.6, 1.9, 2.1, 2.4, 2.62])
+    assert v.accumulating and v.shape == "linear", (v.shape, v.evidence)
+    assert v.evidence["warmup_points"] == 1 and v.evidence["judged_from_step"] == 1
+    assert v.projection is not None and v.projection.fit_first_step == 1
+    ramp = list(np.linspace(1.0, 2.55, 9))
+    for first in (1.0, 2.0, 3.5):
+        assert classify([first, *ramp[1:]]).accumulating, first
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_slow_start_then_noisy_flat_stays_flat(seed: int) -> None:
+    f = np.full(20, 10.0)
+    f[:2] = (40.0, 18.0)  # two slow start-up steps, then flat
+    v = classify(_noisy(f, 0.05, seed))
+    assert not v.accumulating, v.evidence
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_one_time_step_is_not_accumulating(seed: int) -> None:
     f = np.where(np.arange(30) < 12, 300.0, 350.0)

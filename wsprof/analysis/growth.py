@@ -436,7 +436,7 @@ def classify(
         verdict = _classify_points(x_all, y_all, finite, labels, horizon, budget)
         if verdict.accumulating:
             return _without_outlier(verdict, x_all, y_all, finite, labels, horizon, budget)
-        return verdict
+        return _after_warmup(verdict, x_all, y_all, finite, labels, horizon, budget)
 
 
 def _step_numbers(steps: Sequence[int] | None, n_in: int) -> FloatArray:
@@ -1209,6 +1209,51 @@ def _without_outlier(
     ev = dict(alt.evidence)
     ev.update(n_outliers=1.0, outlier_robust_z=float(z[j]))
     return replace(alt, evidence=ev, outlier_steps=(int(x_all[idx[j]]),))
+
+
+#: Most leading points a slow start may hold (the warm-up model's own 1-3 points).
+WARMUP_MAX_POINTS = 3
+#: Fewest points after a slow start for them to be judged on their own: the full classifier's
+#: least (above the short-series rules), as a curve of their own needs.
+WARMUP_MIN_TAIL = SHORT_MAX_POINTS + 1
+
+
+def _after_warmup(
+    verdict: GrowthVerdict,
+    x_all: FloatArray,
+    y_all: FloatArray,
+    finite: npt.NDArray[np.bool_],
+    labels: list[str] | None,
+    horizon: int,
+    budget: float | None,
+) -> GrowthVerdict:
+    """Growth after a slow start: the points after the first 1-3 judged as a series of their own.
+
+    A first step that waits on start-up (compilation, loading, connecting) can be slower than
+    every step after it; a rise that follows then reads as noise around a high start (3.09,
+    0.68, 0.93 ... 2.62 s) or as a warm-up that settled. When the first ``k`` points (``k <=``
+    :data:`WARMUP_MAX_POINTS`) are each above every later point and at least
+    :data:`WARMUP_MIN_TAIL` points follow, the later points are classified alone; when they
+    accumulate, that verdict is returned with ``evidence['warmup_points'] = k`` (their
+    ``fitted`` and projection are the later points' model, at every step). Otherwise the first
+    verdict stands. Only a start above everything after it qualifies: a start inside the range
+    of the rest is part of the curve.
+    """
+    idx = np.flatnonzero(finite)
+    for k in range(1, WARMUP_MAX_POINTS + 1):
+        if idx.size - k < WARMUP_MIN_TAIL:
+            break
+        head, tail = y_all[idx[:k]], y_all[idx[k:]]
+        if float(head.min()) <= float(tail.max()):
+            continue
+        keep = finite.copy()
+        keep[idx[:k]] = False
+        alt = _classify_points(x_all, y_all, keep, labels, horizon, budget)
+        if alt.accumulating:
+            ev = dict(alt.evidence)
+            ev.update(warmup_points=float(k), judged_from_step=float(x_all[idx[k]]))
+            return replace(alt, evidence=ev)
+    return verdict
 
 
 # --- the three regimes -------------------------------------------------------------------------
