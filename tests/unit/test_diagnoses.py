@@ -130,3 +130,12 @@ def test_json_carries_diagnoses_linked_to_finding_ids(
     assert doc["verdict"]["n_problems"] == 1
     proj = next(s for s in doc["series"] if s["name"] == "weight_sync_s")["projection"]
     assert proj["model"] == "linear" and (proj["fit_first_step"], proj["fit_last_step"]) == (0, 9)
+
+
+def test_rollout_share_advice_is_worded_for_the_share() -> None:
+    from wsprof.analysis.findings import _share_advice
+
+    assert "wait on" in _share_advice(0.05, 0.6)
+    high = _share_advice(0.9, 0.05)
+    assert "generation dominates" in high and "wait on" not in high
+    assert "mark rollout" in _share_advice(None, 0.3)

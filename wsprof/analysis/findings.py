@@ -750,10 +750,40 @@ class RolloutShare(Rule):
                 "; ".join(parts) + f" ({pa.label}, steps from {pa.step_source})",
                 ev,
                 pa.label,
-                "a low rollout share with a large weight-sync share means the GPUs that generate "
-                "wait on the sync",
+                _share_advice(h.rollout_share_median, h.weight_sync_share_median),
             )
         ]
+
+
+#: Rollout share at or below which the generating GPUs are said to wait on something else
+#: (in the motivating case rollout was 68 s of a 57-minute step, 2%); at or above
+#: :data:`HIGH_ROLLOUT_SHARE` generation is what the step is made of.
+LOW_ROLLOUT_SHARE = 0.3
+HIGH_ROLLOUT_SHARE = 0.7
+
+
+def _share_advice(rollout: float | None, sync: float | None) -> str:
+    """What the two numbers say, worded for the share there is."""
+    sync_txt = f" and weight sync {sync:.0%} of it" if sync is not None else ""
+    if rollout is None:
+        return (
+            "mark rollout (wsprof.phase('rollout') or a preset) to get the rollout share; "
+            "weight sync against step time is the other number to watch"
+        )
+    if rollout <= LOW_ROLLOUT_SHARE:
+        return (
+            f"rollout is {rollout:.0%} of the step{sync_txt}: the GPUs that generate wait on "
+            "the rest of the step (weight sync, training); a growing weight sync makes it worse"
+        )
+    if rollout >= HIGH_ROLLOUT_SHARE:
+        return (
+            f"rollout is {rollout:.0%} of the step{sync_txt}: generation dominates, as it "
+            "should; watch that the weight sync does not grow into it"
+        )
+    return (
+        f"rollout is {rollout:.0%} of the step{sync_txt}: the rest of the step is training "
+        "and weight sync; watch which of them grows"
+    )
 
 
 class HotFrame(Rule):
