@@ -303,6 +303,12 @@ def test_run_folder_mixing_traces_and_other_files(
         (note,) = [n for n in skipped if f"{name}.wsprof:" in n]
         assert why in note and ";" in note and "\n" not in note
     assert not any(x in n for n in notes for x in ("notes.txt", "metrics.csv", "-wal", "logs"))
+    # What could not be read was not judged: never a whole "no problem", never "complete".
+    doc = json.loads(out)
+    assert doc["verdict"]["status"] != "no_problem", doc["verdict"]
+    assert any("4 traces of the run could not be read" in r for r in doc["verdict"]["reasons"])
+    assert doc["coverage"]["status"] != "complete"
+    assert sum("unreadable trace" in n for n in doc["coverage"]["not_audited"]) == 4
     rc, out, err = run_cli(["analyze", str(run)], capsys)
     assert rc == 0 and "skipped" in out and "Traceback" not in out + err
 

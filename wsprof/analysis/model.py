@@ -577,10 +577,11 @@ class Coverage:
 
     @property
     def status(self) -> str:
-        """``incomplete`` | ``unknown`` | ``complete`` | ``not_audited``."""
+        """``incomplete`` | ``unknown`` | ``complete`` | ``not_audited``: ``unknown`` also when
+        some processes were audited and others not (an older trace, an unreadable one)."""
         if self.incomplete:
             return "incomplete"
-        if self.unknown:
+        if self.unknown or (self.groups and self.not_audited):
             return "unknown"
         if self.groups:
             return "complete"
@@ -591,7 +592,9 @@ class Coverage:
         nothing when every audited collective was recorded."""
         out = [g.statement for g in (*self.incomplete, *self.unknown)]
         out += [
-            f"{label}: coverage not audited (trace written by a wsprof without the audit)"
+            label
+            if label.startswith("unreadable trace")
+            else f"{label}: coverage not audited (trace written by a wsprof without the audit)"
             for label in self.not_audited
         ]
         if len(out) > limit:
@@ -754,6 +757,9 @@ class Analysis:
     headline: Headline | None = None
     #: The findings grouped by cause (:func:`wsprof.analysis.diagnoses.diagnose`).
     diagnoses: tuple[Diagnosis, ...] = ()
+    #: One line per trace of the run that could not be read (``skipped <path>: <why>``): not
+    #: judged, so the verdict says so (:mod:`wsprof.analysis.verdict`).
+    unread: tuple[str, ...] = ()
 
     @property
     def primary(self) -> ProcessAnalysis | None:

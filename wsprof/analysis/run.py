@@ -16,6 +16,7 @@ from wsprof.analysis.growth import classify
 from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import (
     Analysis,
+    Coverage,
     GrowthVerdict,
     ProcessAnalysis,
     RankSeries,
@@ -425,6 +426,9 @@ def _rank_rows(
 
 
 def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> Analysis:
+    # The lines of traces that could not be read (the notes a run starts with) are kept for
+    # the verdict and the coverage: what was not read was not judged.
+    unread = tuple(n for n in notes if n.startswith("skipped "))
     samples = _samples_by_pid([d.trace for d in digests])
     procs = [d for d in digests if not d.sampler_only] or list(digests)
     procs.sort(key=_Digest.key)
@@ -515,11 +519,28 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
             notes=tuple(notes),
             wrappers=tuple(wrappers),
             ranks=tuple(ranks),
-            coverage=audit_run(
-                [(pa.label, d.trace) for d, pa in zip(procs, analyses) if not d.sampler_only]
+            coverage=_with_unread(
+                audit_run(
+                    [(pa.label, d.trace) for d, pa in zip(procs, analyses) if not d.sampler_only]
+                ),
+                unread,
             ),
+            unread=unread,
             headline=head,
         )
+    )
+
+
+def _with_unread(cov: Coverage, unread: Sequence[str]) -> Coverage:
+    """The audit with each trace that could not be read named as not audited."""
+    if not unread:
+        return cov
+    return replace(
+        cov,
+        not_audited=(
+            *cov.not_audited,
+            *(f"unreadable trace ({u.removeprefix('skipped ')})" for u in unread),
+        ),
     )
 
 

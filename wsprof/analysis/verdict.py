@@ -9,6 +9,7 @@ have shown one. :func:`judge` returns ``inconclusive`` (with the reason and what
 - the coverage audit found collectives that were issued but not recorded;
 - a process lost records at its end (a damaged capture buffer) or a full capture buffer
   dropped calls (:mod:`wsprof.analysis.ending`);
+- a trace of the run could not be read (corrupt or truncated);
 - a series input has no series that can accumulate.
 
 With problems found, the same limits are kept as ``reasons``: a problem seen on part of the
@@ -70,6 +71,13 @@ def _reasons(a: Analysis) -> list[str]:
         )
     for p in a.processes:
         out += end_limits(p.meta, p.self_overhead, p.label)
+    if a.unread:
+        n = len(a.unread)
+        out.append(
+            f"{n} trace{'s' if n != 1 else ''} of the run could not be read "
+            f"({a.unread[0].removeprefix('skipped ')}): what they recorded was not judged; "
+            "repair or remove the file, or analyse the readable traces alone"
+        )
     cov = a.coverage
     if cov is not None and cov.incomplete:
         missing = sum(g.missing or 0 for g in cov.incomplete)
