@@ -33,6 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from wsprof.analysis.evidence import evidence_rows
 from wsprof.analysis.findings import FRAME_SHIFT_MIN_CHANGE, LABELS, TIME_BUDGETS_S, Facts
 from wsprof.analysis.model import (
     SEVERITIES,
@@ -386,7 +387,7 @@ def _wrapper_draft(
     if per_call is not None:
         found.append(per_call)
         parts = [
-            f"{op} {fmt_us_ms(d.get('first_us'))} -> {fmt_us_ms(d.get('last_us'))}"
+            f"{op} {_fmt_call(d.get('first_us'))} -> {_fmt_call(d.get('last_us'))}"
             for op, d in per_call.evidence.items()
             if isinstance(d, dict) and "first_us" in d
         ]
@@ -416,7 +417,7 @@ def _wrapper_draft(
     )
 
 
-def fmt_us_ms(us: Any) -> str:
+def _fmt_call(us: Any) -> str:
     """A per-call latency given in µs, in ms from 1 ms on (``2.58 ms``), else µs."""
     if not isinstance(us, (int, float)):
         return "-"
@@ -436,8 +437,8 @@ def _call_count_draft(f: Finding, facts: Facts) -> _Draft:
     fixed = ev.get("fixed_us_per_call")
     per_call_s = 0.0
     if isinstance(fixed, (int, float)):
-        text += f", each paying about {fmt_us_ms(fixed)} whatever its size"
-        rows.append(("fixed cost per call", fmt_us_ms(fixed)))
+        text += f", each paying about {_fmt_call(fixed)} whatever its size"
+        rows.append(("fixed cost per call", _fmt_call(fixed)))
         per_call_s = float(fixed) / 1e6
     bucket = ev.get("bucketing")
     if isinstance(bucket, dict):
@@ -471,14 +472,14 @@ def _per_call_draft(f: Finding, facts: Facts) -> _Draft:
     parts = [(op, d) for op, d in f.evidence.items() if isinstance(d, dict) and "first_us" in d]
     text = "each collective call gets slower while the time between layers does not grow: " + (
         ", ".join(
-            f"{op} {fmt_us_ms(d.get('first_us'))} -> {fmt_us_ms(d.get('last_us'))} per call"
+            f"{op} {_fmt_call(d.get('first_us'))} -> {_fmt_call(d.get('last_us'))} per call"
             for op, d in parts
         )
     )
     rows = tuple(
         (
             f"{op} per call (median)",
-            f"{fmt_us_ms(d.get('first_us'))} -> {fmt_us_ms(d.get('last_us'))}",
+            f"{_fmt_call(d.get('first_us'))} -> {_fmt_call(d.get('last_us'))}",
         )
         for op, d in parts
     )
@@ -567,7 +568,10 @@ def _call_count_next(d: _Draft) -> str:
     text = "more tensors are sent one collective each, every step"
     if d.culprit_frame is not None:
         text += f" (the added time goes into `{_function(d.culprit_frame)}`)"
-    text += ": find who adds them (a growing list of parameters or buffers) and bucket the "
+    caller = f" to what `{d.places[0]}` sends" if d.places else ""
+    text += (
+        f": find who adds them{caller} (a growing list of parameters or buffers) and bucket the "
+    )
     text += "tensors into fewer, larger collectives"
     if isinstance(bucket, dict):
         text += f" (about {fmt_duration(bucket.get('saved_s'))} per step saved)"
@@ -629,183 +633,211 @@ def diagnose(findings: Sequence[Finding], facts: Facts) -> tuple[Diagnosis, ...]
 
     Returns:
         The diagnoses, most severe first, then by the growth they explain; ids ``D1``, ...
-        Every finding at warning or above is in exactly one diagnosis.
+        Every finding at warning or above is in at least one diagnosis; only a run's shared
+        slowdown is in more than one (each cause names it as its symptom).
     """
     by_kind: dict[str, list[Finding]] = {}
     for f in findings:
         by_kind.setdefault(f.kind, []).append(f)
-    series = facts.series
     wrappers = sorted(facts.wrappers, key=lambda w: -(w.between_s or 0.0))
-    pa = facts.primary
-    used: set[str] = set()
+    drafts = _cause_drafts(by_kind, facts, wrappers)
+    _add_symptoms(drafts, by_kind, facts)
+    frame_owner = _add_frame(drafts, by_kind, facts)
+    _add_counters(drafts, by_kind, facts.series)
+    drafts += [_outlier_draft(f) for f in by_kind.get("outlier_rank", [])]
+    for d in drafts:
+        d.next_step = d.next_step or _next_step(d, facts, wrappers)
+        d.missing += _missing_links(d, facts, frame_owner)
+    used = {f.id for d in drafts for f in d.findings}
+    drafts += [_single(f) for f in findings if f.id not in used and f.severity != "info"]
+    out = [_finish(d, findings) for d in drafts if d.symptom is not None or d.where is not None]
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    out.sort(key=lambda d: -order.get(d.severity, 0))  # stable: causes before the rest
+    return tuple(replace(d, id=f"D{i}") for i, d in enumerate(out, 1))
 
-    slowdowns = [f for f in by_kind.get("accumulating_slowdown", []) if f.severity != "info"]
+
+def _cause_drafts(
+    by_kind: dict[str, list[Finding]], facts: Facts, wrappers: Sequence[WrapperFact]
+) -> list[_Draft]:
+    """One draft per cause finding (step 1 of the module docstring), most growth first."""
     per_call = next(iter(by_kind.get("per_call_growth", [])), None)
     per_call = per_call if per_call is not None and per_call.severity != "info" else None
-
-    drafts: list[_Draft] = []
-    for f in by_kind.get("between_layers", []):
-        drafts.append(_wrapper_draft(f, per_call, facts, wrappers))
-    if drafts and per_call is not None:
+    drafts = [
+        _wrapper_draft(f, per_call, facts, wrappers) for f in by_kind.get("between_layers", [])
+    ]
+    if drafts:
         per_call = None  # the wrapper makes each call slower: its where link says so
-    for f in by_kind.get("call_count_growth", []):
-        drafts.append(_call_count_draft(f, facts))
+    drafts += [_call_count_draft(f, facts) for f in by_kind.get("call_count_growth", [])]
     if per_call is not None:
         drafts.append(_per_call_draft(per_call, facts))
-    for f in by_kind.get("gaps", []):
-        if f.severity != "info":
-            drafts.append(_gaps_draft(f, facts))
+    drafts += [_gaps_draft(f, facts) for f in by_kind.get("gaps", []) if f.severity != "info"]
     drafts.sort(key=lambda d: -d.explains)
+    return drafts
 
-    # The symptom: the slowdowns every cause of the run shares; the first cause carries the
-    # others (step, rollout) along.
-    symptom = _symptom_link(slowdowns, series)
+
+def _add_symptoms(drafts: list[_Draft], by_kind: dict[str, list[Finding]], facts: Facts) -> None:
+    """The run's slowdown as each cause's symptom (the first cause carries the step and
+    rollout slowdowns along); an ``unexplained`` draft when no cause explains it; without
+    steps, a ``sampled`` draft from a rising weight-sync share of samples (step 2 and 4)."""
+    pa = facts.primary
+    slowdowns = [f for f in by_kind.get("accumulating_slowdown", []) if f.severity != "info"]
+    symptom = _symptom_link(slowdowns, facts.series)
     if symptom is not None:
         link, name, conf = symptom
-        if drafts:
-            for i, d in enumerate(drafts):
-                d.symptom = (
-                    link
-                    if i == 0
-                    else Link("symptom", link.text.split("; ")[0], link.finding_ids[:1], link.rows)
+        for i, d in enumerate(drafts):
+            d.symptom_series, d.symptom_confidence = name, conf
+            if i == 0:
+                d.symptom = link
+                d.findings = [*slowdowns, *d.findings]
+            else:  # the same slowdown, its lead alone; its severity stays the first's
+                d.symptom = Link(
+                    "symptom", link.text.split("; ")[0], link.finding_ids[:1], link.rows
                 )
-                d.symptom_series, d.symptom_confidence = name, conf
-                if i == 0:
-                    d.findings = [*slowdowns, *d.findings]
-                elif slowdowns:
-                    d.findings = [slowdowns[0], *d.findings]
-                    d.shared.add(slowdowns[0].id)
-        else:
-            unexplained = _Draft(
-                "unexplained",
-                f"{LABELS.get(name, name)} grows and no recorded fact says where",
-                list(slowdowns),
-                symptom=link,
-                symptom_series=name,
-                symptom_confidence=conf,
-                places=(_short(_function(pa.sync_site)),)
-                if pa is not None and pa.sync_site
-                else (),
-                process=pa.label if pa is not None else None,
+                d.findings = [slowdowns[0], *d.findings]
+                d.shared.add(slowdowns[0].id)
+        if not drafts:
+            drafts.append(
+                _Draft(
+                    "unexplained",
+                    f"{LABELS.get(name, name)} grows and no recorded fact says where",
+                    list(slowdowns),
+                    symptom=link,
+                    symptom_series=name,
+                    symptom_confidence=conf,
+                    places=(_short(_function(pa.sync_site)),)
+                    if pa is not None and pa.sync_site
+                    else (),
+                    process=pa.label if pa is not None else None,
+                )
             )
-            drafts.append(unexplained)
-
-    # Without steps: a rising weight-sync share of samples is the symptom.
     sampled = [f for f in by_kind.get("sampled_phase_share", []) if f.evidence.get("grows")]
-    if sampled and not drafts:
-        f = sampled[0]
-        drafts.append(
-            _Draft(
-                "sampled",
-                f"the weight sync takes a growing share of {f.where}'s time",
-                [f],
-                symptom=Link("symptom", f.title, (f.id,), _share_rows(f)),
-                symptom_confidence=1.0,
-                process=str(f.where),
-            )
-        )
-    elif sampled and drafts:
-        drafts[0].findings.append(sampled[0])
+    if not sampled:
+        return
+    f = sampled[0]
+    if drafts:
+        drafts[0].findings.append(f)
         if drafts[0].symptom is not None:
             s = drafts[0].symptom
-            drafts[0].symptom = replace(s, finding_ids=(*s.finding_ids, sampled[0].id))
-
-    # Why: the frame that gained share, the counters that track the slowdown.
-    shifts = {f.where: f for f in by_kind.get("frame_shift", [])}
-    hots = by_kind.get("hot_frame", [])
-    if pa is not None and drafts and shifts:
-        shift = next(iter(shifts.values()))
-        target_pa = next(
-            (p for p in facts.processes if p.label == shift.evidence.get("process")), pa
+            drafts[0].symptom = replace(s, finding_ids=(*s.finding_ids, f.id))
+        return
+    drafts.append(
+        _Draft(
+            "sampled",
+            f"the weight sync takes a growing share of {f.where}'s time",
+            [f],
+            symptom=Link("symptom", f.title, (f.id,), _share_rows(f)),
+            symptom_confidence=1.0,
+            process=str(f.where),
         )
-        hot = next((h for h in hots if h.evidence.get("process") == target_pa.label), None)
-        picked: tuple[Link, str, str | None] | None = None
-        holder: _Draft | None = None
-        for d in drafts:
-            got = _frame_link(target_pa, shift, hot, d.places)
-            if got is None:
-                break
-            if got[2] is not None:
-                picked, holder = got, d
-                break
-        if holder is None:
-            picked = _frame_link(target_pa, shift, hot, drafts[0].places)
-            holder = drafts[0]
-        if picked is not None:
-            owner = holder
-            frame_link, frame, _place = picked
-            owner.why.append(frame_link)
-            owner.culprit_frame = frame
-            owner.findings += [
-                f for f in (shift, hot) if f is not None and f.id in frame_link.finding_ids
-            ]
-            if owner.where is None:  # an unexplained or sampled chain: the frame is where
-                owner.where = replace(frame_link, role="where")
-                owner.why.remove(frame_link)
+    )
 
+
+def _add_frame(
+    drafts: list[_Draft], by_kind: dict[str, list[Finding]], facts: Facts
+) -> _Draft | None:
+    """The frame that gained share, to the chain whose place its stacks run through (else the
+    first); for a chain without a where (unexplained, sampled) it is the where. Returns the
+    draft that got it (None when no frame gained share)."""
+    shifts = by_kind.get("frame_shift", [])
+    if not drafts or not shifts or facts.primary is None:
+        return None
+    shift = shifts[0]
+    pa = next(
+        (p for p in facts.processes if p.label == shift.evidence.get("process")), facts.primary
+    )
+    hot = next(
+        (h for h in by_kind.get("hot_frame", []) if h.evidence.get("process") == pa.label), None
+    )
+    picked, owner = None, drafts[0]
+    for d in drafts:
+        got = _frame_link(pa, shift, hot, d.places)
+        if got is None:
+            return None  # no frame gained enough share
+        if got[2] is not None:  # its stacks run through this chain's place
+            picked, owner = got, d
+            break
+    if picked is None:
+        picked = _frame_link(pa, shift, hot, owner.places)
+    if picked is None:
+        return None
+    link, frame, _place = picked
+    owner.culprit_frame = frame
+    owner.findings += [f for f in (shift, hot) if f is not None and f.id in link.finding_ids]
+    if owner.where is None:
+        owner.where = replace(link, role="where")
+    else:
+        owner.why.append(link)
+    return owner
+
+
+def _add_counters(
+    drafts: list[_Draft], by_kind: dict[str, list[Finding]], series: dict[str, SeriesResult]
+) -> None:
+    """Each counter that tracks the slowdown to the chain whose series it tracks (between
+    layers or per-call latency: the wrapper or the per-call cause; else the first), one
+    counter per chain, with the ``memory_growth`` of the same counter (step 3)."""
     growths = {str(f.evidence.get("counter")): f for f in by_kind.get("memory_growth", [])}
     for corr in by_kind.get("counter_correlation", []):
         if not drafts:
-            break
+            return
         target = str(corr.evidence.get("series"))
         owner = drafts[0]
         if target == BETWEEN_LAYERS_S:
             owner = next((d for d in drafts if d.cause == "wrapper"), owner)
         elif op_of(target) is not None:
             owner = next((d for d in drafts if d.cause in ("wrapper", "per_call")), owner)
-        if any(lk.rows and lk.rows[0][0] == "counter" for lk in owner.why):
-            continue  # one counter per chain: the strongest (findings are ranked so)
+        if owner.culprit_counter is not None:
+            continue  # one counter per chain: the strongest (the rule ranks them so)
         cname = str(corr.evidence.get("counter"))
         growth = growths.pop(cname, None)
-        counter_link, owner.counter_cost = _counter_link(corr, growth, series)
-        owner.why.append(counter_link)
+        link, owner.counter_cost = _counter_link(corr, growth, series)
+        owner.why.append(link)
         owner.culprit_counter = cname
         owner.findings += [corr] + ([growth] if growth is not None else [])
 
-    # Outlier ranks: a cause of their own.
-    for f in by_kind.get("outlier_rank", []):
-        drafts.append(_outlier_draft(f))
 
-    # Next steps and missing links.
-    for d in drafts:
-        if not d.next_step:
-            d.next_step = _next_step(d, facts, wrappers)
-        if d.where is None:
-            d.missing.append(
-                "where: no wrapper time, per-call cost, call count or gap outside the "
-                "collectives grows: call wsprof.patch() in the job (or `wsprof run`) for "
-                "per-call times, and mark the weight sync with wsprof.phase('weight_sync')"
-            )
-        if not d.why and d.cause not in ("outlier_rank",):
-            d.missing += _missing_why(facts, pa) or [
-                "why: no frame gained share of the samples and no counter tracks the "
-                "slowdown: sample the slow phase (`py-spy dump --pid PID`) while it runs"
-            ]
-
-    for d in drafts:
-        used.update(f.id for f in d.findings)
-    # Every other finding at warning or above: a diagnosis of its own.
-    for f in findings:
-        if f.id in used or f.severity == "info":
-            continue
-        used.add(f.id)
-        drafts.append(
-            _Draft(
-                "finding",
-                f.title,
-                [f],
-                symptom=Link("symptom", f.title, (f.id,), _plain_rows(f)),
-                where=Link("where", f.where, (f.id,)) if f.where else None,
-                next_step=f.next_step,
-                process=f.where,
-                symptom_confidence=1.0,
-            )
+def _missing_links(d: _Draft, facts: Facts, frame_owner: _Draft | None) -> list[str]:
+    """One line per link the chain lacks: which, and how to get it."""
+    out: list[str] = []
+    if d.cause in ("outlier_rank", "finding"):
+        return out
+    if d.where is None:
+        out.append(
+            "where: no wrapper time, per-call cost, call count or gap outside the "
+            "collectives grows: call wsprof.patch() in the job (or `wsprof run`) for "
+            "per-call times, and mark the weight sync with wsprof.phase('weight_sync')"
         )
+    if d.why:
+        return out
+    if frame_owner is not None and frame_owner is not d:
+        out.append(
+            "why: the frame that gained share of the samples runs under the other cause; "
+            "nothing else gained share or tracks this one: sample longer "
+            "(`wsprof attach PID --every S`) once the other cause is fixed"
+        )
+        return out
+    found = _missing_why(facts, facts.primary)
+    return out + (
+        found
+        or [
+            "why: no frame gained share of the samples and no counter tracks the "
+            "slowdown: sample the slow phase (`py-spy dump --pid PID`) while it runs"
+        ]
+    )
 
-    out = [_finish(d, findings) for d in drafts if d.symptom is not None or d.where is not None]
-    order = {s: i for i, s in enumerate(SEVERITIES)}
-    out.sort(key=lambda d: -order.get(d.severity, 0))  # stable: causes before the rest
-    return tuple(replace(d, id=f"D{i}") for i, d in enumerate(out, 1))
+
+def _single(f: Finding) -> _Draft:
+    """A finding at warning or above that no chain holds: a diagnosis of its own (step 5)."""
+    return _Draft(
+        "finding",
+        f.title,
+        [f],
+        symptom=Link("symptom", f.title, (f.id,), _plain_rows(f)),
+        where=Link("where", f.where, (f.id,)) if f.where else None,
+        next_step=f.next_step,
+        process=f.where,
+        symptom_confidence=1.0,
+    )
 
 
 def _next_step(d: _Draft, facts: Facts, wrappers: Sequence[WrapperFact]) -> str:
@@ -857,8 +889,6 @@ def _share_rows(f: Finding) -> tuple[tuple[str, str], ...]:
 
 
 def _plain_rows(f: Finding) -> tuple[tuple[str, str], ...]:
-    from wsprof.analysis.evidence import evidence_rows
-
     return tuple(evidence_rows(f.evidence))
 
 
