@@ -12,11 +12,25 @@ import pytest
 from matplotlib.figure import Figure
 
 from tests.report_fixtures import call_points, make_run_analysis, make_series_analysis
-from wsprof.analysis.model import Analysis, CallPoints, CounterTrack, SeriesResult
+from wsprof.analysis.headline import headline
+from wsprof.analysis.model import (
+    Analysis,
+    CallPoints,
+    CounterTrack,
+    Diagnosis,
+    Finding,
+    FrameShift,
+    Link,
+    SeriesResult,
+    Verdict,
+    WindowShift,
+    WindowSummary,
+)
 from wsprof.report import figures
 from wsprof.report.html import (
     SECTIONS,
     counter_steps,
+    finding_rows,
     fmt_bytes,
     fmt_duration,
     fmt_pct,
@@ -84,14 +98,121 @@ def _assert_self_contained(html: str) -> None:
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", lowered)
 
 
+CULPRIT_FRAME = "_record_tensor_meta (verl/utils/tensor_registry.py)"
+
+
+def with_diagnoses(a: Analysis, payload: str = "") -> Analysis:
+    """``a`` as analysis leaves it: finding ids, and two diagnoses grouping its findings (a
+    wrapper with every link, given second; a slowdown nothing explains, with missing links)."""
+    findings = tuple(dataclasses.replace(f, id=f"F{i + 1}") for i, f in enumerate(a.findings))
+    p0 = a.processes[0]
+    windows = tuple(
+        WindowSummary(
+            t_start_ns=i,
+            t_end_ns=i + 1,
+            n_samples=100,
+            n_active=90,
+            top_frame=None,
+            common_frame=None,
+            phase_shares={},
+            rollout_share=0.1,
+            weight_sync_share=0.1 + 0.15 * i,
+        )
+        for i in range(6)
+    )
+    shift = WindowShift(
+        k=2,
+        n_windows=6,
+        early_total=180,
+        late_total=180,
+        gained=(FrameShift(CULPRIT_FRAME, 0.13, 0.71, 23, 128),),
+        lost=(),
+    )
+    p0 = dataclasses.replace(p0, windows=windows, shift=shift)
+    wrapper = Diagnosis(
+        id="D1",
+        cause="wrapper",
+        severity="critical",
+        confidence=0.9,
+        title=f"a wrapper on the collective names makes every call slower{payload}",
+        symptom=Link(
+            "symptom",
+            f"weight-sync time grows (superlinear): 800 ms -> 4.7 s over 8 steps{payload}",
+            ("F1",),
+            (
+                ("first step (0)", "800 ms"),
+                ("slope (Theil-Sen)", "+440 ms/step"),
+                (payload, payload),
+            ),
+        ),
+        where=Link(
+            "where",
+            f"_all_gather_wrapper{payload} (fsdp_workers.py:412) sits on dist.all_gather",
+            ("F2",),
+            (("between layers per step", "120 ms -> 1.01 s"), ("share of the growth", "62%")),
+        ),
+        why=(
+            Link(
+                "why",
+                f"{CULPRIT_FRAME}: 13% of the samples in the first 2 windows -> 71% in the last 2",
+                ("F2",),
+                (("share of samples, late", "71% (128)"),),
+            ),
+            Link(
+                "why",
+                f"cuda.segment.all.current{payload} grows +12/step",
+                ("F3",),
+                (("counter growth", "+12/step"),),
+            ),
+        ),
+        next_step=f"take _all_gather_wrapper off the per-call path{payload}",
+        finding_ids=("F1", "F2", "F3"),
+        symptom_series="weight_sync_s",
+        culprit_frame=CULPRIT_FRAME,
+        culprit_counter=f"cuda.segment.all.current{payload}",
+        process=p0.label,
+    )
+    unexplained = Diagnosis(
+        id="D2",
+        cause="unexplained",
+        severity="warning",
+        confidence=0.29,
+        title="step time grows and no recorded fact says where",
+        symptom=Link("symptom", "step time grows (linear): +450 ms/step", ("F1",)),
+        where=None,
+        why=(),
+        next_step="sample the slow phase with py-spy, then analyse again",
+        missing=(
+            "where: no wrapper, per-call or call-count growth explains it; record calls "
+            "with wsprof.patch()",
+            "why: no py-spy samples; run with --pyspy to see which frame gains share",
+        ),
+        finding_ids=("F1", "F4"),
+        symptom_series="step_s",
+        process=p0.label,
+    )
+    return dataclasses.replace(
+        a,
+        processes=(p0, *a.processes[1:]),
+        findings=findings,
+        diagnoses=(unexplained, wrapper),  # given out of order: the report sorts by severity
+        verdict=Verdict("problems", 2, (), 3),
+    )
+
+
 @pytest.fixture(scope="module")
 def run_html() -> str:
     return render_html(make_run_analysis())
 
 
 @pytest.fixture(scope="module")
+def diag_html() -> str:
+    return render_html(with_diagnoses(make_run_analysis()))
+
+
+@pytest.fixture(scope="module")
 def hostile_html() -> str:
-    return render_html(make_run_analysis(payload=PAYLOAD))
+    return render_html(with_diagnoses(make_run_analysis(payload=PAYLOAD), PAYLOAD))
 
 
 def test_run_report_has_every_section_in_order(run_html: str) -> None:
@@ -101,15 +222,28 @@ def test_run_report_has_every_section_in_order(run_html: str) -> None:
 
 
 def test_verdict_comes_first_with_findings(run_html: str) -> None:
+    assert run_html.index('id="diagnoses"') < run_html.index('id="verdict"')
     verdict = run_html.index('id="verdict"')
     assert verdict < run_html.index('id="two-numbers"')
     title = "Weight sync grows 0.44 s per step"
     assert verdict < run_html.index(title) < run_html.index('id="two-numbers"')
-    for text in ("accumulating_slowdown", "critical", "fsdp_vllm.py:160", "slope_s_per_step"):
+    for text in ("accumulating_slowdown", "critical", "fsdp_vllm.py:160"):
         assert text in run_html
+    # Evidence is a table with units, not the raw key and value.
+    findings = _section(run_html, "verdict")
+    assert '<th scope="row">slope per step</th><td>440 ms/step</td>' in findings
+    assert "slope_s_per_step" not in findings and "0.44<" not in findings
     # Most severe first.
     assert run_html.index('class="finding critical"') < run_html.index('class="finding warning"')
     assert run_html.index('class="finding warning"') < run_html.index('class="finding info"')
+
+
+def test_the_verdict_of_a_hand_made_analysis_counts_its_findings(run_html: str) -> None:
+    # No diagnoses and the default verdict: judged from the findings, never "no problem".
+    lead = _section(run_html, "diagnoses")
+    assert "Verdict:" in lead and "no accumulating problem" not in lead
+    assert "problems found" in lead or "problem found" in lead
+    assert "No diagnosis grouped the findings" in lead
 
 
 def test_run_report_content(run_html: str) -> None:
@@ -419,3 +553,337 @@ def test_a_large_run_draws_figures_for_the_first_ranks_and_the_named_ones() -> N
     ops = _section(html, "ops")
     assert ops.count('aria-label="per-call collective latency over call index"') == 5  # 0-3, 6
     assert ops.count("Figures are drawn for the first ranks") == 2  # ranks 4 and 5
+
+
+# --------------------------------------------------------------------------- diagnoses
+
+
+def _hrefs_and_ids(html: str) -> tuple[set[str], set[str]]:
+    tags = _parse(html).tags
+    hrefs = {str(dict(a)["href"])[1:] for t, a in tags if t == "a" and dict(a).get("href")}
+    ids = {str(dict(a)["id"]) for _, a in tags if dict(a).get("id")}
+    return hrefs, ids
+
+
+def test_diagnoses_section_comes_first_and_is_in_sections(diag_html: str) -> None:
+    assert SECTIONS[0] == "diagnoses" and "verdict" in SECTIONS
+    assert _section_ids(diag_html) == list(SECTIONS)
+    lead = _section(diag_html, "diagnoses")
+    assert "Verdict:" in lead and "2 problems found" in lead
+    assert "2 diagnoses from 3 findings at warning or above" in lead
+
+
+def test_two_diagnoses_render_most_severe_first_with_their_chains(diag_html: str) -> None:
+    lead = _section(diag_html, "diagnoses")
+    d1, d2 = lead.index('id="diag-D1"'), lead.index('id="diag-D2"')
+    assert d1 < d2  # the analysis gave D2 first; critical comes before warning
+    first, second = lead[d1:d2], lead[d2:]
+    # D1: title, severity, confidence, symptom -> where -> why -> next step, in that order.
+    order = [
+        "a wrapper on the collective names makes every call slower",
+        "high confidence",
+        "weight-sync time grows (superlinear)",
+        "_all_gather_wrapper (fsdp_workers.py:412) sits on dist.all_gather",
+        "13% of the samples in the first 2 windows",
+        "cuda.segment.all.current grows +12/step",
+        "take _all_gather_wrapper off the per-call path",
+    ]
+    at = [first.index(text) for text in order]
+    assert at == sorted(at), at
+    assert 'class="badge critical"' in first and 'class="badge warning"' in second
+    assert "step time grows and no recorded fact says where" in second
+    assert "low confidence" in second and "29%" in second
+    # Figures beside each chain: the symptom's growth curve; the culprit frame's share of
+    # samples and the counter against the symptom.
+    assert first.count("<svg") == 3
+    assert 'aria-label="weight_sync_s per step with fitted superlinear curve"' in first
+    assert f'aria-label="share of samples in {CULPRIT_FRAME} per sampling window"' in first
+    assert 'aria-label="counter cuda.segment.all.current against weight_sync_s per step"' in first
+    assert second.count("<svg") == 1
+    assert 'aria-label="step_s per step with fitted linear curve"' in second
+
+
+def test_a_diagnosis_with_missing_links_renders_them(diag_html: str) -> None:
+    lead = _section(diag_html, "diagnoses")
+    second = lead[lead.index('id="diag-D2"') :]
+    assert "Missing links" in second
+    assert "where: no wrapper, per-call or call-count growth explains it" in second
+    assert "why: no py-spy samples; run with --pyspy" in second
+    # The chain still reads symptom -> where -> next step: the where says it was not found.
+    assert "not found in what was recorded (see the missing links)" in second
+    first = lead[lead.index('id="diag-D1"') : lead.index('id="diag-D2"')]
+    assert "Missing links" not in first and "not found in what was recorded" not in first
+
+
+def test_diagnoses_and_findings_link_to_each_other(diag_html: str) -> None:
+    hrefs, ids = _hrefs_and_ids(diag_html)
+    assert hrefs <= ids, hrefs - ids  # every in-page link lands somewhere
+    for fid in ("F1", "F2", "F3", "F4"):
+        assert f"finding-{fid}" in hrefs and f"finding-{fid}" in ids
+    assert {"diag-D1", "diag-D2"} <= hrefs
+    findings = _section(diag_html, "verdict")
+    # Each finding shows its id and the diagnoses it belongs to; F1 is in both.
+    f1 = findings[findings.index('id="finding-F1"') : findings.index('id="finding-F2"')]
+    assert '<span class="fid-label">F1</span>' in f1
+    assert 'href="#diag-D1">D1</a>' in f1 and 'href="#diag-D2">D2</a>' in f1
+    f4 = findings[findings.index('id="finding-F4"') :]
+    assert 'href="#diag-D2">D2</a>' in f4.split("</summary>")[0]
+    assert 'href="#diag-D1"' not in f4.split("</summary>")[0]
+
+
+def test_link_rows_are_tables_with_units(diag_html: str) -> None:
+    lead = _section(diag_html, "diagnoses")
+    assert '<th scope="row">slope (Theil-Sen)</th><td>+440 ms/step</td>' in lead
+    assert '<th scope="row">between layers per step</th><td>120 ms -&gt; 1.01 s</td>' in lead
+    assert "{" not in re.sub(r"<svg\b.*?</svg>|<style.*?</style>", "", lead, flags=re.S)
+
+
+def test_evidence_rows_show_units_not_raw_floats_or_json() -> None:
+    a = make_run_analysis(n_processes=1)
+    series = {r.series.name: r.series for r in a.series}
+    growth = Finding(
+        kind="accumulating_slowdown",
+        severity="critical",
+        title="weight-sync time grows",
+        evidence={
+            "series": "weight_sync_s",
+            "first": 0.384469578,
+            "last": 1.562459598,
+            "slope_per_step": 0.15130394687499998,
+            "projection": {"step": 15, "value": 2.9243456741663447, "model": "linear"},
+            "added_s": 1.059127628125,
+            "share_of_sync_growth": 0.8473033104505959,
+            "gpu_total_bytes": 64 * 2**20,
+            "broadcast": {"first_us": 2601.182, "last_us": 11752.729},
+            "gone": None,
+        },
+        where=None,
+        next_step="-",
+        id="F1",
+    )
+    rows = dict(finding_rows(growth, series))
+    assert rows == {
+        "series": "weight_sync_s",
+        "first": "384 ms",
+        "last": "1.56 s",
+        "slope per step": "+151 ms/step",
+        "projection": "2.92 s at step 15",
+        "added": "1.06 s",
+        "share of sync growth": "85%",
+        "gpu total": "64 MiB",
+        "broadcast": "first 2.6 ms, last 11.8 ms",
+    }
+    corr = Finding(
+        kind="counter_correlation",
+        severity="warning",
+        title="between layers tracks a counter",
+        evidence={
+            "counter": "demo.allocator_segments",
+            "series": "between_layers_s",
+            "slope_per_unit": 5.303452908095239e-06,
+            "unit": "1,000",
+        },
+        where=None,
+        next_step="-",
+        id="F2",
+    )
+    rows = dict(finding_rows(corr, series))
+    assert rows["slope per unit"] == "5.3 ms per 1,000 demo.allocator_segments"
+    assert "unit" not in rows
+    memory = Finding(
+        kind="memory_growth",
+        severity="warning",
+        title="rss grows",
+        evidence={"counter": "proc.rss_bytes", "first": 2**30, "last": 3 * 2**30},
+        where=None,
+        next_step="-",
+        id="F3",
+    )
+    rows = dict(finding_rows(memory, series))
+    assert rows["first"] == "1 GiB" and rows["last"] == "3 GiB"
+    html = render_html(dataclasses.replace(a, findings=(growth, corr, memory)))
+    findings = _section(html, "verdict")
+    table = re.sub(r"<svg\b.*?</svg>", "", findings, flags=re.S)
+    for raw in ("0.3845", "1.562", "0.1513", "5.303e-06", "{", "}", "2.924"):
+        assert raw not in table, raw
+    assert "2.92 s at step 15" in table and "64 MiB" in table
+
+
+def test_healthy_analysis_shows_no_diagnosis() -> None:
+    a = make_run_analysis(n_processes=1)
+    quiet = tuple(
+        dataclasses.replace(f, severity="info", id=f"F{i}") for i, f in enumerate(a.findings)
+    )
+    html = render_html(dataclasses.replace(a, findings=quiet, verdict=Verdict("no_problem")))
+    lead = _section(html, "diagnoses")
+    assert "no accumulating problem" in lead
+    assert "No diagnosis" in lead and 'class="diag ' not in lead
+
+
+def test_headline_line_and_rollout_card_say_where_the_number_comes_from() -> None:
+    a = make_run_analysis()
+    head = headline(a)
+    html = render_html(a)
+    lead = _section(html, "diagnoses")
+    assert (
+        "Rollout share" in lead
+        and "53%" in lead
+        and "steps of rank 0 (node-0, pid 4100), markers" in lead
+    )
+    assert "Weight sync" in lead and fmt_duration(head.weight_sync_median_s) in lead
+    tiles = _section(html, "two-numbers")
+    assert "no rollout phase was marked" not in tiles and "from steps of rank 0" in tiles
+    none = dataclasses.replace(
+        head, rollout_share_median=None, rollout_share_first=None, rollout_share_last=None
+    )
+    html = render_html(dataclasses.replace(a, headline=none))
+    assert "no rollout phase was marked or sampled on any rank" in _section(html, "two-numbers")
+
+
+def test_rollout_share_from_another_rank_is_named() -> None:
+    """The trainer (rank 0) marks no rollout; the rollout ranks do: the card says whose."""
+    a = make_run_analysis()
+    other = dataclasses.replace(
+        headline(a), rollout_share_median=0.61, rollout_source="steps of rank 1"
+    )
+    html = render_html(dataclasses.replace(a, headline=other))
+    assert "61%" in _section(html, "two-numbers")
+    assert "from steps of rank 1" in _section(html, "two-numbers")
+    assert "from steps of rank 1" in _section(html, "diagnoses")
+
+
+def test_many_diagnoses_fold_after_the_first_ones() -> None:
+    a = with_diagnoses(make_run_analysis(n_processes=1))
+    base = a.diagnoses[1]
+    many = tuple(dataclasses.replace(base, id=f"D{i + 1}") for i in range(5))
+    html = render_html(dataclasses.replace(a, diagnoses=many))
+    lead = _section(html, "diagnoses")
+    fold = lead.index("2 more diagnoses")
+    assert lead.index('id="diag-D3"') < fold < lead.index('id="diag-D4"')
+
+
+def test_sections_after_the_first_screen_are_folded(diag_html: str) -> None:
+    for sid in SECTIONS[2:]:
+        body = _section(diag_html, sid)
+        if "<svg" in body:  # every figure below the first screen is inside a closed <details>
+            before = body[: body.index("<svg")]
+            assert before.count("<details") > before.count("</details>"), sid
+    assert not re.search(r"<details[^>]*\bopen\b", diag_html)
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _geometry(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
+    """Record every figure's layout as it is rendered: titles, legends, axes, colour bars."""
+    seen: list[dict[str, object]] = []
+    to_svg = figures._to_svg
+
+    def spy(fig: Figure, label: str) -> str:
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        cbars = [ax for ax in fig.axes if getattr(ax, "_colorbar", None) is not None]
+        data = [ax for ax in fig.axes if ax not in cbars]
+        titles = [
+            t.get_window_extent(r)
+            for ax in data
+            for t in (ax.title, ax._left_title, ax._right_title)
+            if t.get_text()
+        ]
+        legends = [lg.get_window_extent(r) for lg in fig.legends]
+        legends += [ax.get_legend().get_window_extent(r) for ax in data if ax.get_legend()]
+        seen.append(
+            {
+                "label": label,
+                "titles": titles,
+                "legends": legends,
+                "axes": [ax.get_window_extent(r) for ax in data],
+                "cbar_ticks": [list(ax.get_yticks()) for ax in cbars if ax.get_ylabel() == "step"],
+                "step_ticks": [
+                    [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+                    for ax in data
+                    if ax.get_xlabel() in ("step", "sampling window")
+                ],
+            }
+        )
+        return to_svg(fig, label)
+
+    monkeypatch.setattr(figures, "_to_svg", spy)
+    return seen
+
+
+def test_no_figure_has_a_legend_over_its_title_or_its_axes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen = _geometry(monkeypatch)
+    a = with_diagnoses(make_run_analysis())
+    # Calls outside any step (step -1), and caller sites with long names.
+    p0 = a.processes[0]
+    calls = p0.calls
+    steps = (-1,) * 30 + calls.step[30:]
+    sites = tuple(f"a_rather_long_function_name_{i % 7} (some/module.py:{i % 7})" for i in steps)
+    p0 = dataclasses.replace(p0, calls=dataclasses.replace(calls, step=steps, site=sites))
+    render_html(dataclasses.replace(a, processes=(p0, *a.processes[1:])))
+    assert len(seen) >= 15
+    for fig in seen:
+        for lg in fig["legends"]:  # type: ignore[attr-defined]
+            for t in fig["titles"]:  # type: ignore[attr-defined]
+                assert not lg.overlaps(t), f"legend over the title in {fig['label']}"
+            for ax in fig["axes"]:  # type: ignore[attr-defined]
+                assert not lg.overlaps(ax), f"legend over the axes in {fig['label']}"
+
+
+def test_colour_bars_and_step_axes_are_over_real_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _geometry(monkeypatch)
+    a = make_run_analysis(n_processes=1)
+    p0 = a.processes[0]
+    calls = p0.calls
+    # The first calls are outside any step (step -1); the steps present are 0..7.
+    p0 = dataclasses.replace(
+        p0, calls=dataclasses.replace(calls, step=(-1,) * 50 + calls.step[50:])
+    )
+    render_html(dataclasses.replace(a, processes=(p0,)))
+    ticks = [t for fig in seen for bar in fig["cbar_ticks"] for t in bar]  # type: ignore[attr-defined]
+    assert ticks and min(ticks) >= 0 and max(ticks) <= 7
+    assert all(float(t).is_integer() for t in ticks)
+    steps = [t for fig in seen for ax in fig["step_ticks"] for t in ax]  # type: ignore[attr-defined]
+    assert steps and all(float(t).is_integer() for t in steps)
+    svg = figures.op_latency_figure(p0.calls)
+    assert svg is not None and "outside any step" in svg
+
+
+def test_ranks_heatmap_columns_are_the_real_steps() -> None:
+    svg = figures.ranks_figure(["rank 0", "rank 1"], [0, 5, 10], [[1.0, 2.0, 3.0], [1.0, 2.5, 3.5]])
+    assert svg is not None
+    xticks = re.findall(r'<g id="xtick_\d+">.*?<text[^>]*>([^<]*)</text>', svg, flags=re.S)
+    assert xticks == ["0", "5", "10"]
+
+
+def test_frame_share_figure_draws_windows_when_known() -> None:
+    shift = FrameShift(CULPRIT_FRAME, 0.13, 0.71, 23, 128)
+    bare = figures.frame_share_figure(CULPRIT_FRAME, shift, 2, 6)
+    full = figures.frame_share_figure(
+        CULPRIT_FRAME, shift, 2, 6, per_window=[0.1, 0.15, 0.3, 0.5, 0.7, 0.72]
+    )
+    assert bare is not None and "share per window" not in bare and "13% (first 2)" in bare
+    assert full is not None and "share per window" in full and "71% (last 2)" in full
+    assert figures.frame_share_figure(CULPRIT_FRAME, shift, 0, 0) is None
+
+
+def test_an_outlier_rank_diagnosis_draws_that_rank_against_the_others() -> None:
+    a = make_run_analysis()
+    outlier = Diagnosis(
+        id="D1",
+        cause="outlier_rank",
+        severity="warning",
+        confidence=0.67,
+        title="rank 1 differs from the other ranks",
+        symptom=Link("symptom", "rank 1: weight sync 2.9 s median, others 2.4 s"),
+        where=Link("where", "rank 1", (), (("process", "rank 1"),)),
+        why=(),
+        next_step="look at what rank 1 does that the others do not",
+        process="rank 1",
+    )
+    lead = _section(render_html(dataclasses.replace(a, diagnoses=(outlier,))), "diagnoses")
+    assert 'aria-label="weight-sync time per step of rank 1 against the other ranks"' in lead
+    assert "rank 1 differs from the other ranks" in lead

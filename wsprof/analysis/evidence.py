@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from wsprof.contracts.units import fmt_bytes, fmt_duration, fmt_num, fmt_pct
+from wsprof.contracts.counters import counter_unit, counter_unit_text
+from wsprof.contracts.series import Series, implied_unit
+from wsprof.contracts.units import Unit, fmt_bytes, fmt_duration, fmt_num, fmt_pct
 
 #: Most items of a list or mapping shown in one value; the rest are counted.
 MAX_ITEMS = 5
@@ -18,9 +20,20 @@ MAX_ITEMS = 5
 
 def label_of(key: str) -> str:
     """``median_weight_sync_s`` -> ``median weight sync``: the key without its unit suffix."""
-    for suffix in ("_s_per_step", "_us_per_step", "_per_step", "_bytes", "_s", "_us", "_ns"):
+    for suffix in (
+        "_s_per_step",
+        "_us_per_step",
+        "_per_step",
+        "_ns_per_call",
+        "_bytes",
+        "_s",
+        "_us",
+        "_ns",
+    ):
         if key.endswith(suffix) and len(key) > len(suffix):
-            key = key[: -len(suffix)] + (" per step" if "per_step" in suffix else "")
+            key = key[: -len(suffix)] + (
+                " per step" if "per_step" in suffix else " per call" if "per_call" in suffix else ""
+            )
             break
     return key.replace("_", " ")
 
@@ -52,7 +65,7 @@ def fmt_evidence(key: str, value: Any) -> str:
         return fmt_duration(x) + ("/step" if key.endswith("_per_step") else "")
     if key.endswith(("_us", "_us_per_step", "_us_per_call")):
         return fmt_duration(x / 1e6) + ("/step" if key.endswith("_per_step") else "")
-    if key.endswith("_ns"):
+    if key.endswith(("_ns", "_ns_per_call")):
         return fmt_duration(x / 1e9)
     if key.endswith("_bytes"):
         return fmt_bytes(x)
@@ -65,7 +78,71 @@ def fmt_evidence(key: str, value: Any) -> str:
     return fmt_num(x)
 
 
-def evidence_rows(evidence: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Every evidence item as ``(label, value)``, values formatted by :func:`fmt_evidence`;
-    None values are left out."""
-    return [(label_of(k), fmt_evidence(k, v)) for k, v in evidence.items() if v is not None]
+def _series_unit(name: str, series: Mapping[str, Series]) -> tuple[Unit, str] | None:
+    """The unit of a series key an evidence names: from the judged series when there, else
+    from the key."""
+    known = series.get(name)
+    if known is not None:
+        return known.unit, known.unit_text
+    unit = implied_unit(name)
+    return (unit, "") if unit is not None else None
+
+
+def _per_scale(per: str) -> float:
+    """Counter units in one ``unit`` of a correlation: ``GiB`` is 2**30 bytes, ``1,000`` is
+    1000."""
+    if per == "GiB":
+        return 2.0**30
+    try:
+        return float(per.replace(",", "").replace("_", ""))
+    except ValueError:
+        return 1.0
+
+
+def evidence_rows(
+    evidence: Mapping[str, Any], series: Mapping[str, Series] | None = None
+) -> list[tuple[str, str]]:
+    """Every evidence item as ``(label, value)``, None values left out.
+
+    Values are formatted by :func:`fmt_evidence` (their key's unit suffix); the keys without
+    one take the unit of the series the evidence names (``series``: ``weight_sync_s``), else
+    of its counter (``counter``): ``first``, ``last``, ``slope_per_step`` and ``projection``
+    of a growth, and ``slope_per_unit`` of a correlation, in the tracked series' unit per
+    ``unit`` counter units (``+5.3 ms per 1,000 demo.allocator_segments``).
+
+    Args:
+        evidence: a finding's evidence.
+        series: the analysis's judged series by key (their units); None: units from keys.
+    """
+    known = series or {}
+    unit: tuple[Unit, str] | None = None
+    tracks = isinstance(evidence.get("series"), str)
+    if tracks:
+        unit = _series_unit(str(evidence["series"]), known)
+    elif isinstance(evidence.get("counter"), str):
+        name = str(evidence["counter"])
+        unit = (counter_unit(name), counter_unit_text(name))
+    rows: list[tuple[str, str]] = []
+    for key, value in evidence.items():
+        if value is None:
+            continue
+        x = None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
+        text: str | None = None
+        if unit is not None and key in ("first", "last") and x is not None:
+            text = unit[0].fmt(x, unit[1])
+        elif unit is not None and key == "slope_per_step" and x is not None:
+            text = unit[0].fmt_slope(x, unit[1])
+        elif unit is not None and key == "projection" and isinstance(value, Mapping):
+            level = value.get("value")
+            if isinstance(level, (int, float)):
+                text = f"{unit[0].fmt(float(level), unit[1])} at step {value.get('step')}"
+        elif key == "slope_per_unit" and x is not None and tracks and unit is not None:
+            per = str(evidence.get("unit") or "1")
+            text = (
+                f"{unit[0].fmt(x * _per_scale(per), unit[1])} per {per} "
+                f"{evidence.get('counter', '')}".rstrip()
+            )
+        elif key == "unit" and "slope_per_unit" in evidence and tracks and unit is not None:
+            continue  # said by the slope's row
+        rows.append((label_of(key), text if text is not None else fmt_evidence(key, value)))
+    return rows

@@ -356,6 +356,9 @@ class WindowShift:
     late_total: int
     gained: tuple[FrameShift, ...]
     lost: tuple[FrameShift, ...]
+    #: Each gained frame's inclusive share of every window's active samples, in window order
+    #: (0..1; one value per window with active samples): the curve behind early and late.
+    per_window: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

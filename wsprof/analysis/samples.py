@@ -365,14 +365,28 @@ def early_late_shift(windows: Iterable[SampleWindow], k: int | None = None) -> W
         (p for p in shifts if p[0].change < 0),
         key=lambda p: (round(p[0].change, 9), -p[1], p[0].frame),
     )
+    kept = tuple(p[0] for p in gained[:MAX_SHIFT_FRAMES])
     return WindowShift(
         k=k,
         n_windows=n,
         early_total=e_total,
         late_total=l_total,
-        gained=tuple(p[0] for p in gained[:MAX_SHIFT_FRAMES]),
+        gained=kept,
         lost=tuple(p[0] for p in lost[:MAX_SHIFT_FRAMES]),
+        per_window=_per_window(windows, [g.frame for g in kept]),
     )
+
+
+def _per_window(windows: Iterable[SampleWindow], frames: list[str]) -> dict[str, tuple[float, ...]]:
+    """Each frame's inclusive share of every window's active samples, in window order (the
+    windows with active samples, as :func:`early_late_shift` counts them)."""
+    groups = [g for _, _, g in group_windows(windows) if any(True for _ in _active(g, False))]
+    shares: dict[str, list[float]] = {f: [] for f in frames}
+    for g in groups:
+        counts, _, total = _inclusive(g)
+        for f in frames:
+            shares[f].append(counts.get(f, 0) / total if total else 0.0)
+    return {f: tuple(v) for f, v in shares.items()}
 
 
 #: Most stacks kept per side by :func:`early_late_stacks` (enough for a flame chart: smaller

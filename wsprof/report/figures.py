@@ -26,20 +26,22 @@ import numpy as np
 import numpy.typing as npt
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.colors import Normalize
+from matplotlib.colors import BoundaryNorm, Normalize
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from wsprof.analysis.model import (
     CallPoints,
     CounterTrack,
+    FrameShift,
     HotFrame,
     SeriesResult,
     StepRow,
 )
-from wsprof.contracts.units import Unit, fmt_bytes
+from wsprof.contracts.series import Series
+from wsprof.contracts.units import Unit, fmt_bytes, fmt_pct
 
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType  # matplotlib >= 3.9; only for the type checker
@@ -61,6 +63,13 @@ MAX_ANNOTATED_BARS = 40
 WIDTH_IN = 9.0
 #: Width of figures shown two per row.
 HALF_WIDTH_IN = 6.0
+#: Width of a diagnosis's symptom figure (beside its chain on the first screen).
+SYMPTOM_WIDTH_IN = 7.2
+#: Width of a diagnosis's culprit figure (two fit under the symptom figure).
+CULPRIT_WIDTH_IN = 4.2
+#: Up to this many steps the step colour scale has one colour per step; above, a continuous
+#: scale (still over the real step numbers only).
+MAX_DISCRETE_STEPS = 40
 
 # Colours shared with the HTML template (report.html.j2).
 _C_ROLLOUT = "#4e79a7"
@@ -70,6 +79,8 @@ _C_OTHER = "#bab0ac"
 _C_POINTS = "#4e79a7"
 _C_FIT = "#e15759"
 _C_PROJ = "#f28e2b"
+_C_OUTSIDE = "#9a9a9a"  # calls outside any step (step -1)
+_C_COUNTER = "#76b7b2"
 
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 
@@ -186,23 +197,68 @@ def _bytes_axis(ax: Axes, axis: str = "y") -> None:
     (ax.yaxis if axis == "y" else ax.xaxis).set_major_formatter(fmt)
 
 
-def _legend_above(ax: Axes, handles: Sequence[object] | None = None, ncols: int = 4) -> None:
-    """A legend above the axes, right-aligned (the title sits on the left)."""
-    kwargs: dict[str, object] = {
-        "loc": "lower right",
-        "bbox_to_anchor": (1.0, 1.0),
-        "ncols": ncols,
-        "borderaxespad": 0.2,
-        "handletextpad": 0.4,
-        "columnspacing": 1.2,
-    }
-    if handles is not None:
-        kwargs["handles"] = handles
-    ax.legend(**kwargs)
+def _legend_below(
+    fig: Figure,
+    ax: Axes,
+    handles: Sequence[Any] | None = None,
+    ncols: int = 4,
+) -> None:
+    """A legend under the axes, outside them: it never covers the title or the data.
+
+    A figure-level legend with ``loc="outside lower center"`` gets its own row in the
+    constrained layout, below the x label.
+    """
+    if handles is None:
+        handles, _labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    fig.legend(
+        handles=list(handles),
+        loc="outside lower center",
+        ncols=max(1, min(ncols, len(handles))),
+        borderaxespad=0.2,
+        handletextpad=0.4,
+        columnspacing=1.2,
+    )
+
+
+def _integer_axis(ax: Axes, axis: str = "x") -> None:
+    """Ticks on whole numbers only (steps, windows): no step 2.5."""
+    (ax.xaxis if axis == "x" else ax.yaxis).set_major_locator(MaxNLocator(integer=True))
+
+
+def step_norm(steps: npt.NDArray[np.int64]) -> tuple[Normalize, list[int]]:
+    """The colour scale of step numbers: over the real steps present (never down to step -1,
+    which marks calls outside any step), one colour per step up to
+    :data:`MAX_DISCRETE_STEPS` steps.
+
+    Args:
+        steps: step numbers, all >= 0 (callers leave calls outside any step out).
+
+    Returns:
+        The norm and the colour-bar ticks (whole step numbers between the first and the last).
+    """
+    lo, hi = int(steps.min()), int(steps.max())
+    if hi - lo <= MAX_DISCRETE_STEPS:
+        norm: Normalize = BoundaryNorm(np.arange(lo - 0.5, hi + 1.0), ncolors=256)
+    else:
+        norm = Normalize(vmin=lo - 0.5, vmax=hi + 0.5)
+    ticks = [int(t) for t in MaxNLocator(nbins=8, integer=True).tick_values(lo, hi)]
+    return norm, [t for t in ticks if lo <= t <= hi] or [lo]
+
+
+def _step_colorbar(fig: Figure, mappable: Any, ax: Axes, ticks: Sequence[int]) -> None:
+    cbar = fig.colorbar(mappable, ax=ax, pad=0.01, aspect=30, ticks=list(ticks))
+    cbar.set_label("step")
+    cbar.minorticks_off()
 
 
 def growth_figure(
-    result: SeriesResult, *, title: str | None = None, width_in: float = WIDTH_IN
+    result: SeriesResult,
+    *,
+    title: str | None = None,
+    width_in: float = WIDTH_IN,
+    height_in: float = 3.2,
 ) -> str | None:
     """One per-step series: measured points, the fitted model with its band, and the projection.
 
@@ -215,6 +271,7 @@ def growth_figure(
         result: the series and its verdict (``verdict.fitted`` has one value per point).
         title: figure title; default the series name with its shape.
         width_in: figure width in inches (:data:`HALF_WIDTH_IN` for two per row).
+        height_in: figure height in inches (the legend takes a row under the axes).
 
     Returns:
         An inline SVG, or None when the series is empty.
@@ -229,7 +286,7 @@ def growth_figure(
     name = plain(s.name)
     # Series of a process without steps are per sampling window (wsprof.analysis.run).
     point = "window" if s.name.startswith("window_") else "step"
-    with _figure(3.2, width_in) as fig:
+    with _figure(height_in, width_in) as fig:
         ax = fig.add_subplot()
         ax.plot(
             x,
@@ -303,7 +360,8 @@ def growth_figure(
         if s.unit is Unit.BYTES:
             _bytes_axis(ax)
         ax.set_title(plain(title) if title is not None else f"{name}: {v.shape}", loc="left")
-        ax.legend(loc="upper left")
+        _integer_axis(ax)
+        _legend_below(fig, ax)
         return _to_svg(fig, f"{s.name} per {point} with fitted {v.shape} curve")
 
 
@@ -353,7 +411,8 @@ def step_breakdown_figure(steps: Sequence[StepRow]) -> str | None:
         ax.set_xlabel("step")
         ax.set_ylabel("time (s)")
         ax.set_title("Time per step by phase (label: rollout share)", loc="left")
-        _legend_above(ax)
+        _integer_axis(ax)
+        _legend_below(fig, ax)
         ax.grid(axis="x", visible=False)
         return _to_svg(fig, "stacked time per step: rollout, train, weight sync, other")
 
@@ -371,6 +430,13 @@ def _call_arrays(
     return x, y[keep], step, ops
 
 
+def legend_columns(labels: Sequence[str], width_in: float = WIDTH_IN) -> int:
+    """How many legend columns of these labels fit across a figure ``width_in`` wide (at the
+    legend's 8 pt, about 4.6 pt per character plus the marker)."""
+    longest = max((len(x) for x in labels), default=1)
+    return max(1, min(len(labels), int((width_in * 72 - 30) // (longest * 4.6 + 26))))
+
+
 def _scatter_by_op(
     fig: Figure,
     calls: CallPoints,
@@ -381,42 +447,54 @@ def _scatter_by_op(
     groups: Sequence[str] | None = None,
 ) -> bool:
     """Scatter ``values`` over call index: colour by step, one marker per op (or per entry of
-    ``groups``, one per point). False if empty."""
+    ``groups``, one per point). Calls outside any step (step -1) are grey and stay out of the
+    colour scale, which runs over the real steps only. False if empty."""
     x, y, step, ops = _call_arrays(calls, values, groups)
     if len(x) == 0:
         return False
     ax = fig.add_subplot()
-    norm = Normalize(vmin=float(step.min()), vmax=float(max(step.max(), step.min() + 1)))
+    in_step = step >= 0
+    norm, ticks = step_norm(step[in_step]) if in_step.any() else (None, [])
     names = sorted(set(ops))
     op_arr = np.asarray(ops, dtype=object)
     rasterize = len(x) > RASTERIZE_ABOVE
     size = 14.0 if len(x) < 500 else 5.0
     mappable = None
-    handles = []
+    handles: list[Any] = []
     for i, name in enumerate(names):
         sel = op_arr == name
         marker = _MARKERS[i % len(_MARKERS)]
-        mappable = ax.scatter(
-            x[sel],
-            y[sel],
-            c=step[sel],
-            cmap="viridis",
-            norm=norm,
-            marker=marker,
-            s=size,
-            linewidths=0,
-            alpha=0.85,
-            rasterized=rasterize,
-        )
-        handles.append(
-            Line2D(
-                [],
-                [],
-                linestyle="none",
+        inside, outside = sel & in_step, sel & ~in_step
+        if inside.any():
+            mappable = ax.scatter(
+                x[inside],
+                y[inside],
+                c=step[inside],
+                cmap="viridis",
+                norm=norm,
                 marker=marker,
-                color="#555555",
-                label=plain(name, 40),
+                s=size,
+                linewidths=0,
+                alpha=0.85,
+                rasterized=rasterize,
             )
+        if outside.any():
+            ax.scatter(
+                x[outside],
+                y[outside],
+                color=_C_OUTSIDE,
+                marker=marker,
+                s=size,
+                linewidths=0,
+                alpha=0.85,
+                rasterized=rasterize,
+            )
+        handles.append(
+            Line2D([], [], linestyle="none", marker=marker, color="#555555", label=plain(name, 40))
+        )
+    if (~in_step).any():
+        handles.append(
+            Line2D([], [], linestyle="none", marker="o", color=_C_OUTSIDE, label="outside any step")
         )
     positive = y[y > 0]
     if len(positive) == len(y):
@@ -426,10 +504,9 @@ def _scatter_by_op(
     ax.set_xlabel("call index")
     ax.set_ylabel(ylabel)
     ax.set_title(title, loc="left")
-    _legend_above(ax, handles, ncols=min(len(handles), 4))
     if mappable is not None:
-        cbar = fig.colorbar(mappable, ax=ax, pad=0.01, aspect=30)
-        cbar.set_label("step")
+        _step_colorbar(fig, mappable, ax, ticks)
+    _legend_below(fig, ax, handles, ncols=legend_columns([h.get_label() for h in handles]))
     return True
 
 
@@ -571,11 +648,14 @@ def counter_figure(
         if is_bytes:
             _bytes_axis(ax_t)
         if ax_s is not None:
+            pair_steps = np.asarray([p[0] for p in pairs], dtype=np.int64)
+            norm, ticks = step_norm(pair_steps)
             sc = ax_s.scatter(
                 [p[1] for p in pairs],
                 [p[2] for p in pairs],
-                c=np.asarray([p[0] for p in pairs], dtype=np.float64),
+                c=pair_steps,
                 cmap="viridis",
+                norm=norm,
                 s=22,
                 linewidths=0,
                 rasterized=len(pairs) > RASTERIZE_ABOVE,
@@ -585,8 +665,7 @@ def counter_figure(
             ax_s.set_title("per step: counter vs latency", loc="left")
             if is_bytes:
                 _bytes_axis(ax_s, "x")
-            cbar = fig.colorbar(sc, ax=ax_s, pad=0.01, aspect=30)
-            cbar.set_label("step")
+            _step_colorbar(fig, sc, ax_s, ticks)
         return _to_svg(fig, f"counter {track.name}")
 
 
@@ -729,13 +808,18 @@ def ranks_figure(
         return None
     with _figure(1.2 + 0.22 * min(len(labels), 64)) as fig:
         ax = fig.add_subplot()
+        # One column per step present, labelled by its real step number: steps need not be
+        # contiguous (a log every few steps, a rank that missed one).
         im = ax.imshow(
             m,
             aspect="auto",
             interpolation="nearest",
             cmap="magma_r",
-            extent=(steps[0] - 0.5, steps[-1] + 0.5, len(labels) - 0.5, -0.5),
+            extent=(-0.5, len(steps) - 0.5, len(labels) - 0.5, -0.5),
         )
+        cols = [int(c) for c in MaxNLocator(nbins=12, integer=True).tick_values(0, len(steps) - 1)]
+        cols = [c for c in cols if 0 <= c < len(steps)]
+        ax.set_xticks(cols, [str(steps[c]) for c in cols])
         fig.colorbar(im, ax=ax, label="weight sync (s)", shrink=0.9)
         every = max(1, len(labels) // 32)
         ticks = list(range(0, len(labels), every))
@@ -749,3 +833,212 @@ def ranks_figure(
         ax.grid(visible=False)
         ax.set_title("Weight-sync time per rank and step", loc="left")
         return _to_svg(fig, "weight-sync time per rank and step")
+
+
+def _unit_axis(ax: Axes, series: Series, axis: str = "y") -> None:
+    """Tick labels of ``axis`` in the series' unit (``384 ms``, ``1.5 GiB``, ``25,000``)."""
+
+    def fmt(x: float, _pos: object = None) -> str:
+        return plain(series.fmt(x), 20)
+
+    (ax.yaxis if axis == "y" else ax.xaxis).set_major_formatter(FuncFormatter(fmt))
+
+
+def frame_share_figure(
+    frame: str,
+    shift: FrameShift,
+    k: int,
+    n_windows: int,
+    *,
+    per_window: Sequence[float | None] = (),
+    sync_share: Sequence[float | None] = (),
+    width_in: float = CULPRIT_WIDTH_IN,
+) -> str | None:
+    """The share of py-spy samples whose stack holds ``frame``, over the sampling windows.
+
+    The first ``k`` and the last ``k`` windows are drawn as the pooled shares analysis compared
+    (:class:`~wsprof.analysis.model.FrameShift`); with ``per_window`` (one share per window
+    with active samples) each window is a point as well. ``sync_share`` (the weight-sync share
+    of each window's samples) is drawn grey behind, for the time the frame's growth goes with.
+
+    Args:
+        frame: ``function (file)``.
+        shift: the frame's early and late shares.
+        k: windows on each side of the comparison.
+        n_windows: windows with active samples.
+        per_window: the frame's share of each window's active samples, 0..1 (None: unknown).
+        sync_share: the weight-sync share of each window's active samples, 0..1.
+        width_in: figure width in inches.
+
+    Returns:
+        An inline SVG, or None without windows.
+    """
+    if n_windows <= 0 or k <= 0:
+        return None
+    function = frame.split(" (", 1)[0]
+    with _figure(3.0, width_in) as fig:
+        ax = fig.add_subplot()
+        windows = np.arange(n_windows, dtype=np.float64)
+        if len(sync_share) == n_windows:
+            ys = np.asarray([np.nan if v is None else v for v in sync_share], dtype=np.float64)
+            ax.plot(
+                windows,
+                ys * 100.0,
+                color=_C_OUTSIDE,
+                linestyle="--",
+                linewidth=1.0,
+                marker=".",
+                label="weight-sync share of samples",
+            )
+        if len(per_window) == n_windows:
+            yf = np.asarray([np.nan if v is None else v for v in per_window], dtype=np.float64)
+            ax.plot(
+                windows,
+                yf * 100.0,
+                color=_C_POINTS,
+                linewidth=1.2,
+                marker="o",
+                markersize=4,
+                label="share per window",
+            )
+        late_from = max(n_windows - k, 0)
+        for lo, hi, share, side in (
+            (0, k - 1, shift.early_share, f"first {k}"),
+            (late_from, n_windows - 1, shift.late_share, f"last {k}"),
+        ):
+            ax.plot(
+                [lo - 0.3, hi + 0.3],
+                [share * 100.0] * 2,
+                color=_C_FIT,
+                linewidth=3.0,
+                solid_capstyle="butt",
+            )
+            ax.annotate(
+                f"{fmt_pct(share)} ({side})",
+                ((lo + hi) / 2, share * 100.0),
+                textcoords="offset points",
+                xytext=(0, 5),
+                ha="center",
+                fontsize=8,
+                color=_C_FIT,
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1.0},
+            )
+        ax.plot([], [], color=_C_FIT, linewidth=3.0, label="pooled share, first and last windows")
+        ax.set_ylim(0, 108)
+        ax.set_xlim(-0.6, n_windows - 0.4)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:.0f}%"))
+        ax.set_xlabel("sampling window")
+        ax.set_ylabel("share of samples")
+        _integer_axis(ax)
+        ax.set_title(plain(f"Samples in {function}", 50), loc="left")
+        _legend_below(fig, ax, ncols=1)
+        return _to_svg(fig, f"share of samples in {frame} per sampling window")
+
+
+def counter_against_figure(
+    counter: Series, symptom: Series, *, width_in: float = CULPRIT_WIDTH_IN
+) -> str | None:
+    """A counter's per-step values against the symptom's, over the same steps (two y axes).
+
+    Args:
+        counter: the counter's per-step series (``counter:<name>``).
+        symptom: the symptom's per-step series (``weight_sync_s``).
+        width_in: figure width in inches.
+
+    Returns:
+        An inline SVG, or None when either is empty.
+    """
+    nc = min(len(counter.steps), len(counter.values))
+    ns = min(len(symptom.steps), len(symptom.values))
+    if nc == 0 or ns == 0:
+        return None
+    cname = counter.name.split(":", 1)[-1]
+    with _figure(3.0, width_in) as fig:
+        ax = fig.add_subplot()
+        ax.plot(
+            symptom.steps[:ns],
+            symptom.values[:ns],
+            color=_C_POINTS,
+            marker="o",
+            markersize=4,
+            linewidth=1.2,
+            label=plain(symptom.name, 40),
+        )
+        _unit_axis(ax, symptom)
+        ax.set_ylabel(plain(symptom.name, 30), color=_C_POINTS)
+        ax2 = ax.twinx()
+        ax2.spines["right"].set_visible(True)
+        ax2.grid(visible=False)
+        ax2.plot(
+            counter.steps[:nc],
+            counter.values[:nc],
+            color=_C_COUNTER,
+            marker="s",
+            markersize=4,
+            linewidth=1.2,
+            label=plain(cname, 40),
+        )
+        _unit_axis(ax2, counter)
+        ax2.set_ylabel(plain(cname, 30), color=_C_COUNTER)
+        ax.set_xlabel("step")
+        _integer_axis(ax)
+        title = f"{plain(cname, 40)} against {plain(symptom.name, 30)}"
+        if len(cname) + len(symptom.name) > 34:  # two lines: one fits over a culprit figure
+            title = f"{plain(cname, 40)}\nagainst {plain(symptom.name, 30)}"
+        ax.set_title(title, loc="left")
+        handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+        _legend_below(fig, ax, handles, ncols=2)
+        return _to_svg(fig, f"counter {cname} against {symptom.name} per step")
+
+
+def rank_lines_figure(
+    labels: Sequence[str],
+    steps: Sequence[Sequence[int]],
+    values: Sequence[Sequence[float | None]],
+    highlight: str,
+    *,
+    width_in: float = SYMPTOM_WIDTH_IN,
+) -> str | None:
+    """Weight-sync time per step of every rank, one line each: ``highlight`` red, the others
+    grey (an outlier rank against the rest).
+
+    Args:
+        labels: one per rank.
+        steps: per rank, its step numbers.
+        values: per rank, weight-sync time per step, s (None where unknown).
+        highlight: the label drawn red.
+        width_in: figure width in inches.
+
+    Returns:
+        An inline SVG, or None without a step of ``highlight``.
+    """
+    if highlight not in labels:
+        return None
+    with _figure(3.0, width_in) as fig:
+        ax = fig.add_subplot()
+        drawn = False
+        for label, xs, ys in zip(labels, steps, values, strict=False):
+            pts = [(x, y) for x, y in zip(xs, ys, strict=False) if y is not None]
+            if not pts:
+                continue
+            mine = label == highlight
+            drawn |= mine
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                color=_C_FIT if mine else "#b0b0b0",
+                linewidth=2.0 if mine else 0.9,
+                marker="o" if mine else None,
+                markersize=4,
+                zorder=3 if mine else 2,
+                label=plain(label, 30) if mine else None,
+            )
+        if not drawn:
+            return None
+        ax.plot([], [], color="#b0b0b0", linewidth=0.9, label="the other ranks")
+        ax.set_xlabel("step")
+        ax.set_ylabel("weight sync (s)")
+        _integer_axis(ax)
+        ax.set_title(plain(f"Weight-sync time per step: {highlight}", 60), loc="left")
+        _legend_below(fig, ax, ncols=2)
+        return _to_svg(fig, f"weight-sync time per step of {highlight} against the other ranks")

@@ -3,41 +3,54 @@
 Jinja2 with autoescape renders ``templates/report.html.j2``; figures are matplotlib SVGs
 inlined by :mod:`wsprof.report.figures`; CSS is inline; there is no script and nothing is
 loaded from the network. Every name that comes from a trace (ops, frames, paths, metadata,
-finding titles) is escaped by the template.
+finding and diagnosis titles) is escaped by the template.
 
-Sections, verdict first (their ``id`` in brackets): findings [verdict], rollout share and
-weight-sync time per step [two-numbers], growth curves [growth], per-op latency [ops],
-counters against latency [counters], py-spy hot stacks [stacks], run metadata [meta].
+The first screen (1400x900) reads in 30 seconds: the verdict, the two headline numbers in one
+line, then each diagnosis (most severe first) as a chain, symptom -> where -> why -> next step,
+beside the growth figure of its symptom and the figure of its culprit (the frame's share of
+samples, the counter against the symptom). Everything else is below, folded in ``<details>``.
+
+Sections in page order (their ``id`` in brackets): verdict and diagnoses [diagnoses]; the
+findings, each with its id and its diagnosis [verdict]; rollout share and weight-sync time per
+step [two-numbers]; growth curves [growth]; per-op latency [ops]; counters against latency
+[counters]; py-spy hot stacks [stacks]; the wrapper audit [wrappers]; ranks [ranks]; run
+metadata [meta].
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
 
-from wsprof.analysis.findings import OutlierRank, is_gauge
+from wsprof.analysis.evidence import evidence_rows
+from wsprof.analysis.findings import LABELS, OutlierRank, is_gauge
 from wsprof.analysis.headline import headline, headline_of
 from wsprof.analysis.model import (
     SEVERITIES,
     Analysis,
     CounterTrack,
+    Diagnosis,
     Finding,
     HotFrame,
     OpStats,
     ProcessAnalysis,
+    SeriesResult,
     StepRow,
+    Verdict,
 )
+from wsprof.analysis.verdict import judge
 from wsprof.contracts.series import (
     COUNTER_PREFIX,
     ROLLOUT_SHARE,
     WEIGHT_SYNC_S,
     Series,
+    counter_key,
     counter_of,
 )
 from wsprof.contracts.units import (
@@ -51,8 +64,10 @@ from wsprof.contracts.units import (
 from wsprof.report import figures
 from wsprof.report.files import write_text
 
-#: Section ids, in page order (tests and links rely on them).
+#: Section ids, in page order (tests and links rely on them). ``diagnoses`` is the first
+#: screen; ``verdict`` (the id the findings list had when it was the verdict) lists findings.
 SECTIONS = (
+    "diagnoses",
     "verdict",
     "two-numbers",
     "growth",
@@ -64,8 +79,11 @@ SECTIONS = (
     "meta",
 )
 
-#: Findings shown in full in the verdict section; the rest are folded below them.
-TOP_FINDINGS = 5
+#: Findings listed one line each in the findings section; the rest are folded below them.
+#: Every finding's evidence is folded under its line.
+TOP_FINDINGS = 12
+#: Diagnoses shown open on the first screen; the rest are folded below them.
+OPEN_DIAGNOSES = 3
 #: The steps table shows all steps up to this many, else the first and last half of it.
 MAX_STEP_ROWS = 20
 #: Hot stacks listed per process.
@@ -157,6 +175,43 @@ class ProcessView:
     #: flame charts of the first and last third of the sampling windows (None without)
     flame_early: Markup | None = None
     flame_late: Markup | None = None
+
+
+@dataclass(frozen=True)
+class DiagnosisView:
+    """One diagnosis as the first screen shows it: its chain and its figures.
+
+    Attributes:
+        d: the diagnosis.
+        anchor: its element id (``diag-D1``), for links from its findings.
+        symptom_figure: the growth curve of its symptom (or the rank against the others).
+        culprit_figures: the frame's share of samples per window, the counter against the
+            symptom; empty without a culprit.
+        finding_refs: ``(finding id, anchor)`` of every finding grouped into it.
+    """
+
+    d: Diagnosis
+    anchor: str
+    symptom_figure: Markup | None
+    culprit_figures: tuple[Markup, ...]
+    finding_refs: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class FindingView:
+    """One finding of the findings list: its evidence as rows with units, and its diagnoses.
+
+    Attributes:
+        f: the finding.
+        anchor: its element id (``finding-F3``).
+        rows: its evidence as ``(label, value)``, each value in its unit.
+        diagnoses: ``(diagnosis id, anchor)`` of the diagnoses it belongs to.
+    """
+
+    f: Finding
+    anchor: str
+    rows: tuple[tuple[str, str], ...]
+    diagnoses: tuple[tuple[str, str], ...]
 
 
 # --------------------------------------------------------------------------- formatting
@@ -370,12 +425,203 @@ def process_view(
     )
 
 
+# --------------------------------------------------------------------------- findings, diagnoses
+
+
+def _anchor(prefix: str, ident: str, i: int) -> str:
+    return f"{prefix}-{ident or i + 1}"
+
+
+def _number(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"
+
+
+def finding_rows(f: Finding, series: Mapping[str, Series]) -> tuple[tuple[str, str], ...]:
+    """A finding's evidence as ``(label, value)`` rows with units, never raw floats or JSON
+    (:func:`wsprof.analysis.evidence.evidence_rows`), values at most
+    :data:`MAX_VALUE_CHARS` characters."""
+    return tuple((label, _clip(text)) for label, text in evidence_rows(f.evidence, series))
+
+
+def _diagnoses_of(analysis: Analysis) -> list[Diagnosis]:
+    """The diagnoses, most severe first (stable: the analysis's order within a severity)."""
+    return sorted(analysis.diagnoses, key=lambda d: -_severity_rank(d.severity))
+
+
+def finding_views(
+    findings: Sequence[Finding], diagnoses: Sequence[Diagnosis], series: Mapping[str, Series]
+) -> list[FindingView]:
+    """The findings list: each finding's anchor, evidence rows and the diagnoses it is in.
+
+    Args:
+        findings: most severe first.
+        diagnoses: the diagnoses (their ``finding_ids`` name the findings).
+        series: the judged per-step series by key (units of the evidence).
+
+    Returns:
+        One view per finding, in the same order.
+    """
+    owners: dict[str, list[tuple[str, str]]] = {}
+    for i, d in enumerate(diagnoses):
+        for fid in d.finding_ids:
+            owners.setdefault(fid, []).append((d.id or str(i + 1), _anchor("diag", d.id, i)))
+    return [
+        FindingView(
+            f=f,
+            anchor=_anchor("finding", f.id, i),
+            rows=finding_rows(f, series),
+            diagnoses=tuple(owners.get(f.id, ())) if f.id else (),
+        )
+        for i, f in enumerate(findings)
+    ]
+
+
+def _process_named(analysis: Analysis, label: str | None) -> ProcessAnalysis | None:
+    return next((p for p in analysis.processes if p.label == label), None)
+
+
+def _frame_figure(analysis: Analysis, d: Diagnosis) -> Markup | None:
+    """The culprit frame's share of samples over the sampling windows of the process whose
+    shift names it (the diagnosis's process first)."""
+    frame = d.culprit_frame
+    if frame is None:
+        return None
+    first = _process_named(analysis, d.process)
+    procs = ([first] if first is not None else []) + [
+        p for p in analysis.processes if p is not first
+    ]
+    for p in procs:
+        shift = p.shift
+        gained = next((g for g in shift.gained if g.frame == frame), None) if shift else None
+        if shift is None or gained is None:
+            continue
+        active = [w for w in p.windows if w.n_active > 0]
+        sync = [w.weight_sync_share for w in active]
+        return _svg(
+            figures.frame_share_figure(
+                frame,
+                gained,
+                shift.k,
+                shift.n_windows,
+                per_window=shift.per_window.get(frame, ()),
+                sync_share=sync if len(sync) == shift.n_windows else (),
+            )
+        )
+    return None
+
+
+def _counter_figure(
+    analysis: Analysis, d: Diagnosis, by_name: Mapping[str, SeriesResult]
+) -> Markup | None:
+    """The culprit counter's per-step curve against the symptom's; over time when its
+    per-step values are not known."""
+    if d.culprit_counter is None:
+        return None
+    counter = by_name.get(counter_key(d.culprit_counter))
+    symptom = by_name.get(d.symptom_series) if d.symptom_series else None
+    if counter is not None and symptom is not None:
+        return _svg(figures.counter_against_figure(counter.series, symptom.series))
+    p = _process_named(analysis, d.process) or analysis.primary
+    track = next((c for c in p.counters if c.name == d.culprit_counter), None) if p else None
+    if track is None:
+        return None
+    return _svg(figures.counter_figure(track, width_in=figures.CULPRIT_WIDTH_IN))
+
+
+def _symptom_figure(
+    analysis: Analysis, d: Diagnosis, by_name: Mapping[str, SeriesResult]
+) -> Markup | None:
+    """The growth curve of the symptom's series; for a rank apart from the others, its
+    weight-sync time per step against theirs."""
+    r = by_name.get(d.symptom_series) if d.symptom_series else None
+    if r is not None:
+        label = LABELS.get(r.series.name, r.series.name)
+        return _svg(
+            figures.growth_figure(
+                r,
+                title=f"{label} per step: {r.verdict.shape}",
+                width_in=figures.SYMPTOM_WIDTH_IN,
+                height_in=3.0,
+            )
+        )
+    ranks = [x for x in analysis.ranks if x.steps]
+    if d.process is not None and any(x.label == d.process for x in ranks) and len(ranks) >= 2:
+        return _svg(
+            figures.rank_lines_figure(
+                [x.label for x in ranks],
+                [x.steps for x in ranks],
+                [x.weight_sync_s for x in ranks],
+                d.process,
+            )
+        )
+    return None
+
+
+def diagnosis_views(
+    analysis: Analysis, diagnoses: Sequence[Diagnosis], findings: Sequence[FindingView]
+) -> list[DiagnosisView]:
+    """The first screen's diagnoses with their figures and links to their findings.
+
+    Args:
+        analysis: the analysis (series, processes and ranks the figures are drawn from).
+        diagnoses: most severe first.
+        findings: the findings list (anchors by finding id).
+
+    Returns:
+        One view per diagnosis, in the same order.
+    """
+    by_name = {r.series.name: r for r in analysis.series}
+    anchors = {v.f.id: v.anchor for v in findings if v.f.id}
+    out = []
+    for i, d in enumerate(diagnoses):
+        culprits = (_frame_figure(analysis, d), _counter_figure(analysis, d, by_name))
+        out.append(
+            DiagnosisView(
+                d=d,
+                anchor=_anchor("diag", d.id, i),
+                symptom_figure=_symptom_figure(analysis, d, by_name),
+                culprit_figures=tuple(c for c in culprits if c is not None),
+                finding_refs=tuple((fid, anchors[fid]) for fid in d.finding_ids if fid in anchors),
+            )
+        )
+    return out
+
+
+def verdict_of(analysis: Analysis) -> Verdict:
+    """The analysis's verdict; judged here when an analysis made by hand kept the default
+    ``no_problem`` beside findings at warning or above."""
+    v = analysis.verdict
+    if v.status == "no_problem" and any(f.severity != "info" for f in analysis.findings):
+        return judge(analysis)
+    return v
+
+
 def _severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity) if severity in SEVERITIES else -1
 
 
 def _severity_counts(findings: Sequence[Finding]) -> list[tuple[str, int]]:
     return [(s, sum(1 for f in findings if f.severity == s)) for s in reversed(SEVERITIES)]
+
+
+#: Plurals that are not the word with an ``s``.
+_PLURALS = {"diagnosis": "diagnoses", "process": "processes", "series": "series"}
+
+
+def plural(n: int, words: str) -> str:
+    """``1 problem``, ``2 problems``, ``3 more diagnoses``: a count with its noun (the last
+    word of ``words`` takes the plural)."""
+    if n == 1:
+        return f"{n} {words}"
+    head, _, word = words.rpartition(" ")
+    many = _PLURALS.get(word, word + "s")
+    return f"{n} {head + ' ' if head else ''}{many}"
 
 
 def _environment() -> Environment:
@@ -394,6 +640,7 @@ def _environment() -> Environment:
         value=fmt_value,
         in_unit=fmt_in_unit,
         sval=fmt_series_value,
+        plural=plural,
     )
     return env
 
@@ -410,6 +657,10 @@ def render_html(analysis: Analysis) -> str:
     from wsprof._version import __version__
 
     findings = sorted(analysis.findings, key=lambda f: -_severity_rank(f.severity))
+    diagnoses = _diagnoses_of(analysis)
+    series_by_name = {r.series.name: r.series for r in analysis.series}
+    finding_list = finding_views(findings, diagnoses, series_by_name)
+    diagnosis_list = diagnosis_views(analysis, diagnoses, finding_list)
     head = headline(analysis)
     primary = analysis.primary
     per_step = counter_steps(analysis)
@@ -466,10 +717,15 @@ def render_html(analysis: Analysis) -> str:
         a=analysis,
         version=__version__,
         sections=SECTIONS,
+        verdict=verdict_of(analysis),
         findings=findings,
-        top_findings=findings[:TOP_FINDINGS],
-        more_findings=findings[TOP_FINDINGS:],
+        top_findings=finding_list[:TOP_FINDINGS],
+        more_findings=finding_list[TOP_FINDINGS:],
         severity_counts=_severity_counts(findings),
+        finding_anchors={v.f.id: v.anchor for v in finding_list if v.f.id},
+        open_diagnoses=diagnosis_list[:OPEN_DIAGNOSES],
+        more_diagnoses=diagnosis_list[OPEN_DIAGNOSES:],
+        n_diagnoses=len(diagnosis_list),
         head=head,
         ws_figure=_svg(ws_figure),
         breakdown_figure=_svg(

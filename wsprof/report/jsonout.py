@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any
 
+from wsprof.analysis.evidence import evidence_rows
 from wsprof.analysis.headline import Headline, headline
 from wsprof.analysis.kinds import ACCUMULATING_KINDS
 from wsprof.analysis.model import (
@@ -96,9 +97,9 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
     accumulate), shape, accumulating, confidence, slope_per_step (per logged step),
     growth_factor_per_step, change_point (a position in steps/values), change_point_step,
     outlier_steps, projection {step, value, model, fit_first_step, fit_last_step}, steps,
-    values), ``findings`` (id F1.., kind, severity,
-    title, evidence, where, next_step), ``steps`` of the primary process (with sync_wait_s:
-    waiting for slower ranks, and own_sync_s: weight sync less that wait), ``notes``,
+    values), ``findings`` (id F1.., kind, severity, title, evidence, rows (the evidence as
+    [{label, value}] in units), where, next_step), ``steps`` of the primary process (with
+    sync_wait_s: waiting for slower ranks, and own_sync_s: weight sync less that wait), ``notes``,
     ``wrappers`` (the wrapper audit: api, kind, qualname, module, file, line, wraps,
     after_patch, between_s), ``windows`` of the primary process (its py-spy sampling windows:
     index, t_start_ns, t_end_ns, n_samples, n_active, top_frame {frame, samples, total, share}
@@ -153,6 +154,12 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             "severity": f.severity,
             "title": f.title,
             "evidence": f.evidence,
+            "rows": [
+                {"label": k, "value": v}
+                for k, v in evidence_rows(
+                    f.evidence, {r.series.name: r.series for r in analysis.series}
+                )
+            ],
             "where": f.where,
             "next_step": f.next_step,
         }
