@@ -165,11 +165,17 @@ def _wsprof_run(out: Path, env: dict[str, str]) -> subprocess.CompletedProcess[s
 
 
 def _wsprof_lines(stderr: str) -> list[str]:
-    return [
-        line
-        for line in stderr.splitlines()
-        if line.startswith("wsprof:") and not line.startswith("wsprof: run folder")
-    ]
+    """wsprof's lines while the job ran: up to the run's closing (its verdict and report,
+    or that it holds no trace, then where its folder is)."""
+    out: list[str] = []
+    for line in stderr.splitlines():
+        if line.startswith(("wsprof: run folder", "wsprof: no trace in ")) or (
+            line.startswith("wsprof: /") and "\nVERDICT" in stderr
+        ):
+            break
+        if line.startswith("wsprof:"):
+            out.append(line)
+    return out
 
 
 def test_bootstrap_bad_disable_warns_once_and_trains_unprofiled(tmp_path: Path) -> None:
