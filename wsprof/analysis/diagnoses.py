@@ -167,14 +167,17 @@ def _symptom_link(
     if res is None:
         return Link("symptom", lead.title, (lead.id,)), lead_name, float(ev.get("confidence", 1))
     s, v = res.series, res.verdict
+    k = v.judged_from
+    after = f" after a slow first {s.fmt(s.values[0])}" if k else ""
     text = (
-        f"{LABELS.get(lead_name, lead_name)} grows ({v.shape}): {s.fmt(s.values[0])} -> "
-        f"{s.fmt(s.values[-1])} over {len(s.values)} steps ({s.fmt_slope(v.slope_per_step)})"
+        f"{LABELS.get(lead_name, lead_name)} grows ({v.shape}): {s.fmt(s.values[k])} -> "
+        f"{s.fmt(s.values[-1])} over {len(s.values) - k} steps{after} "
+        f"({s.fmt_slope(v.slope_per_step)})"
     )
     rows: list[tuple[str, str]] = [
         ("series", lead_name),
         ("shape", v.shape),
-        (f"first step ({s.steps[0]})", s.fmt(s.values[0])),
+        (f"first step judged ({s.steps[k]})", s.fmt(s.values[k])),
         (f"last step ({s.steps[-1]})", s.fmt(s.values[-1])),
         ("slope (Theil-Sen)", s.fmt_slope(v.slope_per_step)),
         ("confidence of the curve", f"{v.confidence:.2f}"),

@@ -236,7 +236,8 @@ class AccumulatingSlowdown(Rule):
             if series_kind(res.series).kind is not SeriesKind.DURATION:
                 continue  # a rate or clock in seconds: shown, never a slowdown
             v, s = res.verdict, res.series
-            first, last = s.values[0], s.values[-1]
+            k = v.judged_from  # after a slow first step, the growth is judged from there
+            first, last = s.values[k], s.values[-1]
             ratio = last / first if first > 0 else float("inf")
             proj = v.projection
             proj_txt = (
@@ -244,9 +245,10 @@ class AccumulatingSlowdown(Rule):
                 if proj
                 else ""
             )
+            after = f" after a slow first {s.fmt(s.values[0])}" if k else ""
             title = (
                 f"{LABELS.get(name, name)} grows ({v.shape}): {s.fmt(first)} -> "
-                f"{s.fmt(last)} over {len(s.values)} steps "
+                f"{s.fmt(last)} over {len(s.values) - k} steps{after} "
                 f"({s.fmt_slope(v.slope_per_step)}){proj_txt}"
             )
             severity = "critical" if ratio >= CRITICAL_GROWTH_RATIO else "warning"
@@ -257,7 +259,7 @@ class AccumulatingSlowdown(Rule):
                 if step_res is not None and step_res.series.values
                 else None
             )
-            added = v.slope_per_step * (s.steps[-1] - s.steps[0]) if len(s.steps) > 1 else 0.0
+            added = v.slope_per_step * (s.steps[-1] - s.steps[k]) if len(s.steps) > k + 1 else 0.0
             if step_ref and step_ref > 0 and added < SLOWDOWN_MATERIAL_SHARE * step_ref:
                 severity = "info"
                 title += (
@@ -316,17 +318,16 @@ class BetweenLayers(Rule):
         if bl is None or not bl.verdict.accumulating:
             return []
         ref = sync if sync is not None else facts.series.get(STEP_S)
+        judged = bl.series.values[bl.verdict.judged_from :]  # a slow first step left out
         if ref is not None and ref.series.values:
-            grown = max(bl.series.values) - min(
-                bl.series.values[: max(1, len(bl.series.values) // 3)]
-            )
+            grown = max(judged) - min(judged[: max(1, len(judged) // 3)])
             if grown < BETWEEN_LAYERS_MATERIAL * float(np.median(ref.series.values)):
                 return []
         share = None
         if sync is not None and sync.verdict.slope_per_step > 0:
             share = bl.verdict.slope_per_step / sync.verdict.slope_per_step
         severity = "critical" if share is None or share >= BETWEEN_LAYERS_SHARE else "warning"
-        vals = bl.series.values
+        vals = judged
         wrapped = _wrapped_names(facts)
         where = _wrapper_where(facts)
         title = (
@@ -667,7 +668,7 @@ class CounterGrowth(Rule):
             kind = series_kind(res.series, default=SeriesKind.RESOURCE)
             if kind.kind not in HELD_KINDS:
                 continue  # a counter by design, a quality metric, a rate: shown, never a leak
-            vals = res.series.values
+            vals = res.series.values[res.verdict.judged_from :]
             slope = res.verdict.slope_per_step
             s = res.series
             title = (

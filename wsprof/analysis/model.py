@@ -106,6 +106,13 @@ class GrowthVerdict:
     evidence: dict[str, float] = field(default_factory=dict)
     outlier_steps: tuple[int, ...] = ()
 
+    @property
+    def judged_from(self) -> int:
+        """Position of the first point the verdict judged: after a slow start that was left
+        out (``evidence['warmup_points']``, :func:`wsprof.analysis.growth.classify`), else 0.
+        A first-to-last comparison starts there."""
+        return int(self.evidence.get("warmup_points", 0))
+
 
 @dataclass(frozen=True)
 class SeriesResult:
