@@ -188,7 +188,9 @@ def test_healthy_run_has_no_weight_sync_diagnosis(runs: dict[str, Path], markers
     wrong = [
         d["title"]
         for d in doc["diagnoses"]  # type: ignore[union-attr]
-        if d["cause"] in ("wrapper", "call_count", "per_call", "gaps")
+        # "sampled": a rising weight-sync share of samples (the first window is start-up)
+        # while the per-step weight sync stays flat is no slowdown.
+        if d["cause"] in ("wrapper", "call_count", "per_call", "gaps", "sampled")
         or d["symptom_series"] == "weight_sync_s"
     ]
     assert not wrong, wrong

@@ -984,8 +984,18 @@ class SampledPhaseShare(Rule):
                 )
                 shape = f"{v.shape}, {v.slope_per_step * 100:+.1f} points per window; "
                 grows = grows or (v.accumulating and rise >= SAMPLED_SHARE_MIN_RISE)
-            ev["grows"] = grows
-            if grows:
+            # Per-step times outrank sampled shares: where this process's steps give a weight
+            # sync that does not grow, a rising share (start-up windows of imports, a loaded
+            # machine) is not a slowdown.
+            sync_res = facts.series.get(WEIGHT_SYNC_S) if i == 0 else None
+            judged = sync_res.verdict if sync_res is not None else None
+            if judged is None:  # another rank: its own per-step verdict
+                judged = next((r.sync for r in facts.ranks if r.label == pa.label), None)
+            timed_flat = bool(pa.steps) and judged is not None and not judged.accumulating
+            ev["grows"] = grows and not timed_flat
+            if grows and timed_flat:
+                title += "; the per-step weight-sync time does not grow"
+            if grows and not timed_flat:
                 severity = "warning"
                 first, last = _first_last(k)
                 title = (
