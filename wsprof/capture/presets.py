@@ -24,6 +24,7 @@ copy of every method); wrapping the handle itself would never run.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import sys
@@ -64,6 +65,9 @@ _finder: PostImportFinder | None = None
 #: Events met before ``wsprof.patch()`` started a recorder; recorded by :func:`flush_events`.
 _early: list[tuple[EventKind, str]] = []
 wrapped: list[str] = []
+#: What :func:`_wrap` replaced, in order: ``(owner, attribute, what was there)``, for
+#: :func:`uninstall`.
+_replaced: list[tuple[Any, str, Any]] = []
 
 
 def _event(ev: Event) -> None:
@@ -145,9 +149,11 @@ def _wrap(w: _Waiting, module: types.ModuleType, qualname: str) -> None:
     if isinstance(fn, (staticmethod, classmethod)):
         inner = fn.__func__
         if not getattr(inner, MARK, None):
+            _replaced.append((owner, attr, fn))
             setattr(owner, attr, type(fn)(phase_wrapper(inner, name)))
     elif callable(fn):
         if not getattr(fn, MARK, None):
+            _replaced.append((owner, attr, fn))
             setattr(owner, attr, phase_wrapper(fn, name))
     else:
         _missing(w, path, "is not callable")
@@ -203,3 +209,28 @@ def install(preset: str | None = None) -> list[str]:
             _finder = PostImportFinder(lambda n: n in _pending, _loaded)
             sys.meta_path.insert(0, _finder)
     return list(wrapped)
+
+
+def uninstall() -> list[str]:
+    """Undo :func:`install`: every wrapped entry point gets back what was there (the same
+    object), the import hook leaves ``sys.meta_path``, nothing is waited for. For ``wsprof
+    attach --inject``, which must leave a process as it found it. Never raises.
+
+    Returns:
+        The entry points restored (``module:qualname``).
+    """
+    global _finder
+    with _lock:
+        restored = list(wrapped)
+        for owner, attr, original in reversed(_replaced):
+            with contextlib.suppress(Exception):  # a read-only owner keeps the wrapper
+                setattr(owner, attr, original)
+        _replaced.clear()
+        if _finder is not None:
+            with contextlib.suppress(ValueError):
+                sys.meta_path.remove(_finder)
+            _finder = None
+        _pending.clear()
+        _waiting.clear()
+        wrapped.clear()
+        return restored

@@ -159,7 +159,7 @@ class Recorder:
     Args:
         out_dir: run folder; the trace is ``<out_dir>/<host>-<pid>.wsprof``, with
             ``.wsprof.ring`` and ``.wsprof.journal`` beside it until a clean close.
-        source: how records are captured: 'patch' | 'attach' | 'run'.
+        source: how records are captured: 'patch' | 'attach' | 'run' | 'inject'.
         flush_interval_s: seconds between drains of the ring into the trace (> 0).
         ring_records: the ring's capacity in records (rounded up to a power of two; 128 bytes
             each, so the default :data:`~wsprof.trace.ring.DEFAULT_CAPACITY` is a 16 MiB sparse

@@ -74,8 +74,10 @@ class CaptureSession:
         device_time: bool,
         keep_steps: int | None,
         counters: bool,
+        source: str = "patch",
     ) -> None:
         self.out_dir = out_dir
+        self.source = source
         self.settings = settings
         self.flush_interval_s = flush_interval_s
         self.extra = extra
@@ -116,6 +118,7 @@ class CaptureSession:
             )
             rec = Recorder(
                 self.out_dir,
+                source=self.source,
                 flush_interval_s=self.flush_interval_s,
                 retention=retention,
                 settings=s,
@@ -316,6 +319,7 @@ def patch(
     keep_steps: int | None = None,
     counters: bool | None = None,
     settings: cfg.Settings | None = None,
+    source: str = "patch",
 ) -> str | None:
     """Start the process's capture session (``wsprof.patch()``; its docstring has the
     arguments). A second call returns the running session's trace.
@@ -329,6 +333,7 @@ def patch(
         keep_steps: steps kept in full at each end; default ``$WSPROF_KEEP_STEPS``.
         counters: default ``$WSPROF_COUNTERS``.
         settings: the ``WSPROF_*`` settings already read (the bootstrap's); default: read now.
+        source: the trace's ``source`` (``patch``; ``inject`` for ``wsprof attach --inject``).
 
     Returns:
         The trace file path, or None when disabled or when the trace cannot be created.
@@ -376,6 +381,7 @@ def patch(
             device_time=s.device_time if device_time is None else device_time,
             keep_steps=keep_steps,
             counters=s.counters if counters is None else counters,
+            source=source,
         )
         # Held before it starts: a patch() re-entered from inside start() (the bootstrap's
         # import hook, when start() imports torch) returns this session's trace.

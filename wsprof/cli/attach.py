@@ -99,6 +99,19 @@ from wsprof.errors import EXIT_OK, InputError
     help="write the HTML report at the end, into the run folder",
 )
 @click.option(
+    "--inject",
+    is_flag=True,
+    help="put wsprof's in-process hooks into the running targets (wsprof.patch() inside "
+    "them: per-call times, caller sites, allocator counters), py-spy beside them, and take "
+    "them out again at the end (gdb, or sys.remote_exec on Python 3.14+; see the README)",
+)
+@click.option(
+    "--sample/--no-sample",
+    default=True,
+    show_default=True,
+    help="with --inject: also sample with py-spy",
+)
+@click.option(
     "--pyspy",
     "pyspy_path",
     type=click.Path(dir_okay=False),
@@ -121,6 +134,8 @@ def attach(
     live: bool,
     out: str | None,
     want_report: bool,
+    inject: bool,
+    sample: bool,
     pyspy_path: str | None,
 ) -> int:
     """Sample running Python processes (PIDS and/or --match) with py-spy: no code change, no
@@ -137,10 +152,42 @@ def attach(
     if every is not None and every < window:
         raise InputError(f"--every {every:g} is shorter than --window {window}")
     patterns = dict(parse_phase(p) for p in phases)
-    find_pyspy(pyspy_path)  # missing or too old: say so before touching any target
+    if not inject and not sample:
+        raise InputError("--no-sample needs --inject (without it there is nothing to record)")
+    if sample:
+        find_pyspy(pyspy_path)  # missing or too old: say so before touching any target
     targets = resolve_targets(pids, match, say=lambda line: click.echo(line, err=True))
     out = out or os.path.join("wsprof-out", f"attach-{time.strftime('%Y%m%d-%H%M%S')}")
     created = make_run_folder(out)
+    if inject:
+        from wsprof.cli.inject import run_injected
+
+        def make_sampler() -> PySpySampler:
+            return PySpySampler(
+                targets,
+                out,
+                rate_hz=rate,
+                window_s=window,
+                every_s=every,
+                duration_s=duration,
+                blocking=blocking,
+                native=native,
+                subprocesses=subprocesses,
+                pyspy_path=pyspy_path,
+            )
+
+        try:
+            return run_injected(
+                targets,
+                os.path.abspath(out),
+                duration=duration,
+                layers="both",
+                make_sampler=make_sampler if sample else None,
+                analyse=lambda: _analyse(out, want_report),
+            )
+        except BaseException:
+            remove_run_folder(created, [])  # nothing recorded: no empty run folder left
+            raise
     written: list[str] = []
     try:
         sampler = PySpySampler(

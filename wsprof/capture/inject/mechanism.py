@@ -1,0 +1,257 @@
+"""How the bootstrap gets run inside a target: ``sys.remote_exec`` or gdb.
+
+**gdb** (any CPython 3 the target runs): attach with shared-library symbols off (only libc and
+libpython are read, so a process with torch's 1 GB of libraries is not paused while gdb reads
+them), map one anonymous page in the target (``mmap``: no allocator lock is taken, so a thread
+stopped inside ``malloc`` cannot deadlock it), poke the 1-line program into it byte by byte,
+and queue ``PyRun_SimpleString`` on it with ``Py_AddPendingCall``, which may be called without
+the GIL from any thread. gdb detaches; the target's main thread runs the call at its next
+safe point, holding the GIL, as it runs a signal handler. The page (4 KiB) stays mapped.
+
+**sys.remote_exec** (Python >= 3.14 on both sides, PEP 768): the interpreter's own safe-point
+hook runs the bootstrap file; no debugger, no pause.
+
+The 1-line program only runs the bootstrap file by its path (in the injector's private
+folder); nothing else is ever written into the target.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+#: mmap's arguments for one private anonymous read-write page (Linux: PROT_READ|PROT_WRITE,
+#: MAP_PRIVATE|MAP_ANONYMOUS on x86-64 and aarch64).
+PAGE_BYTES = 4096
+PROT_RW = 0x3
+MAP_PRIVATE_ANON = 0x22
+#: The longest program written into the target (the page holds it with its NUL).
+MAX_PROGRAM_BYTES = 1024
+#: Seconds between two reads of the target's state while gdb holds it (pause measurement).
+STATE_POLL_S = 0.0005
+#: A path the 1-line program may name: no quote, backslash or control character can end up
+#: in the target (the folder is the injector's own, made by tempfile).
+SAFE_PATH = re.compile(r"^/[A-Za-z0-9_./+-]+$")
+
+
+class InjectFailed(Exception):
+    """The mechanism could not queue the bootstrap; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Queued:
+    """The bootstrap was queued in the target.
+
+    Attributes:
+        mechanism: ``gdb`` or ``remote_exec``.
+        pause_s: how long the target was stopped (``/proc/<pid>/stat`` state ``t``, polled
+            every :data:`STATE_POLL_S`), s; 0 for ``remote_exec``.
+        wall_s: the mechanism's own time (gdb's start to its exit), s.
+    """
+
+    mechanism: str
+    pause_s: float
+    wall_s: float
+
+
+def program(bootstrap_path: str) -> str:
+    """The 1-line program run in the target: the bootstrap file, in a namespace of its own
+    (nothing is bound in the target's ``__main__``).
+
+    Raises:
+        InjectFailed: the path is not one this module writes into a target.
+    """
+    if not SAFE_PATH.match(bootstrap_path):
+        raise InjectFailed(f"unsafe bootstrap path {bootstrap_path!r}")
+    text = f"__import__('runpy').run_path('{bootstrap_path}',run_name='__wsprof_inject__')"
+    if len(text) + 1 > MAX_PROGRAM_BYTES:
+        raise InjectFailed("the bootstrap path is too long; set TMPDIR to a shorter folder")
+    return text
+
+
+def gdb_commands(text: str, addrs: dict[str, int] | None = None) -> list[str]:
+    """gdb's commands that map a page in the target, write ``text`` into it and queue it.
+
+    Args:
+        text: the program (:func:`program`).
+        addrs: the addresses of ``mmap``, ``Py_AddPendingCall`` and ``PyRun_SimpleString`` in
+            the target (:func:`wsprof.capture.inject.elf.addresses`): called through typed
+            pointers, with no symbol read; None: by name (gdb reads libc's and libpython's
+            symbols while the target is stopped).
+    """
+    data = text.encode("ascii") + b"\0"
+    if addrs is not None:
+        mmap = f"((void *(*)(void *, unsigned long, int, int, int, long)) {addrs['mmap']:#x})"
+        pending = f"((int (*)(void *, void *)) {addrs['Py_AddPendingCall']:#x})"
+        run = f"((void *) {addrs['PyRun_SimpleString']:#x})"
+    else:
+        mmap, pending, run = (
+            "(char *) mmap",
+            "(int) Py_AddPendingCall",
+            "(void *) PyRun_SimpleString",
+        )
+    cmds = [
+        "set confirm off",
+        "set pagination off",
+        f"set $wsprof_page = {mmap}(0, {PAGE_BYTES}, {PROT_RW}, {MAP_PRIVATE_ANON}, -1, 0)",
+        'printf "wsprof-page %lu\\n", (unsigned long) $wsprof_page',
+    ]
+    cmds += [f"set {{char}}($wsprof_page + {i}) = {b}" for i, b in enumerate(data)]
+    cmds += [
+        f'printf "wsprof-queued %d\\n", (int) {pending}({run}, $wsprof_page)',
+        "detach",
+        "quit",
+    ]
+    return cmds
+
+
+def find_gdb() -> str | None:
+    """gdb on PATH (``$WSPROF_GDB`` is read by the settings, not here)."""
+    return shutil.which("gdb")
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    # The state follows the command name, which is in parentheses and may hold spaces.
+    return raw[raw.rfind(b")") + 2 : raw.rfind(b")") + 3].decode("ascii", "replace")
+
+
+class _PauseWatch:
+    """Polls the target's state while gdb runs: first and last time it was seen stopped."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.first: float | None = None
+        self.last: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="wsprof-pause")
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if _state(self.pid) in ("t", "T"):
+                now = time.perf_counter()
+                self.first = now if self.first is None else self.first
+                self.last = now
+            time.sleep(STATE_POLL_S)
+
+    def __enter__(self) -> _PauseWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def pause_s(self) -> float:
+        if self.first is None or self.last is None:
+            return 0.0
+        return self.last - self.first + STATE_POLL_S
+
+
+def _release(pid: int) -> None:
+    """Never leave the target stopped: gdb killed while attached leaves the tracee to the
+    kernel, which resumes it unless a stop signal is pending; SIGCONT settles that."""
+    for _ in range(20):
+        if _state(pid) not in ("t", "T"):
+            return
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except OSError:
+            return
+        time.sleep(0.01)
+
+
+def queue_with_gdb(pid: int, bootstrap_path: str, gdb: str, timeout_s: float) -> Queued:
+    """Queue the bootstrap in ``pid`` with gdb (module docstring).
+
+    Args:
+        pid: the target.
+        bootstrap_path: the bootstrap file, in the injector's private folder.
+        gdb: the gdb binary.
+        timeout_s: gdb is killed after this many seconds (the target is then resumed).
+
+    Raises:
+        InjectFailed: gdb could not attach, found no Python C API in the target, or timed out.
+    """
+    from wsprof.capture.inject.elf import addresses
+
+    addrs = addresses(pid)
+    cmds = gdb_commands(program(bootstrap_path), addrs)
+    argv = [gdb, "-batch", "-nx", "-q", "-iex", "set auto-solib-add off"]
+    if addrs is not None:  # no symbol file is read while the target is stopped
+        argv += ["--readnever", "-p", str(pid)]
+    else:
+        argv += ["-p", str(pid), "-ex", "sharedlibrary libc\\.so", "-ex", "sharedlibrary libpython"]
+    for c in cmds:
+        argv += ["-ex", c]
+    t0 = time.perf_counter()
+    with _PauseWatch(pid) as watch:
+        try:
+            res = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as e:
+            _release(pid)
+            raise InjectFailed(
+                f"gdb did not finish within {timeout_s:g} s; the target was resumed and "
+                "nothing was queued"
+            ) from e
+        finally:
+            _release(pid)
+    wall = time.perf_counter() - t0
+    out = res.stdout + res.stderr
+    queued = re.search(r"wsprof-queued (-?\d+)", out)
+    if queued is not None and queued.group(1) == "0":
+        return Queued("gdb", watch.pause_s, wall)
+    if "ptrace" in out and ("not permitted" in out or "Operation not permitted" in out):
+        raise InjectFailed(
+            f"gdb may not attach to pid {pid} (ptrace not permitted): run as its user with "
+            "kernel.yama.ptrace_scope=0, or give the container CAP_SYS_PTRACE"
+        )
+    if "No symbol" in out and ("Py_AddPendingCall" in out or "PyRun_SimpleString" in out):
+        raise InjectFailed(
+            f"pid {pid} exports no Python C API (Py_AddPendingCall): not a CPython process, "
+            "or a build without its symbols; inject into the Python processes of the job"
+        )
+    if "No symbol" in out and "mmap" in out:
+        raise InjectFailed(f"gdb found no libc in pid {pid} (mmap); this target is unsupported")
+    last = next((ln for ln in reversed(out.splitlines()) if ln.strip()), "no output")
+    raise InjectFailed(f"gdb could not queue the call in pid {pid}: {last.strip()}")
+
+
+def can_remote_exec(target_version: tuple[int, int] | None) -> bool:
+    """Whether ``sys.remote_exec`` can run the bootstrap: this interpreter has it (Python
+    >= 3.14) and the target runs the same major.minor."""
+    return hasattr(sys, "remote_exec") and target_version == sys.version_info[:2]
+
+
+def queue_with_remote_exec(pid: int, bootstrap_path: str) -> Queued:
+    """Queue the bootstrap with ``sys.remote_exec`` (PEP 768).
+
+    Raises:
+        InjectFailed: the interpreter refused (remote debugging disabled in the target with
+            ``PYTHON_DISABLE_REMOTE_DEBUG``, no permission, another build).
+    """
+    t0 = time.perf_counter()
+    try:
+        sys.remote_exec(pid, bootstrap_path)  # type: ignore[attr-defined]
+    except (OSError, RuntimeError, ValueError) as e:
+        raise InjectFailed(f"sys.remote_exec({pid}) failed: {e}") from e
+    return Queued("remote_exec", 0.0, time.perf_counter() - t0)
