@@ -97,7 +97,17 @@ def test_injected_job_is_measured_detached_and_identical(tmp_path: Path) -> None
     sample = [] if pyspy_skip_reason() is None else ["--no-sample"]
     with job(3) as procs:
         pids = [str(p.pid) for p in procs]
-        res = attach(*pids, "--duration", "3", "--out", str(out), "--no-report", *sample)
+        port = procs[0].args[4]  # every rank of this job, and only of this one: --match
+        res = attach(
+            "--match",
+            rf"inject_job\.py \d+ 3 {port} ",
+            "--duration",
+            "3",
+            "--out",
+            str(out),
+            "--no-report",
+            *sample,
+        )
         got = [tail(lines) for lines in finish(procs)]
     assert res.returncode == 0, res.stderr[-3000:]
     assert got == expected  # bit-identical results, and dist.broadcast is the job's own again
@@ -159,6 +169,21 @@ def _one_line_exit_2(res: subprocess.CompletedProcess[str], expect: str) -> None
     err = [ln for ln in res.stderr.splitlines() if ln.startswith("wsprof: error:")]
     assert len(err) == 1 and expect in err[0], res.stderr[-2000:]
     assert "Traceback" not in res.stderr
+
+
+def test_presets_of_imported_frameworks_mark_phases_and_come_out(tmp_path: Path) -> None:
+    """slime's (stand-in) UpdateWeightFromDistributed is imported before the injection: the
+    injected patch() marks its update_weights as weight_sync; detach puts the method back."""
+    env = {"INJECT_JOB_SLIME": "1", "PYTHONPATH": str(TARGETS.parent / "standins" / "presets")}
+    out = tmp_path / "run"
+    with job(1, steps=150, env=env) as procs:
+        res = attach(str(procs[0].pid), "--no-sample", "--duration", "2", "--out", str(out))
+        (lines,) = finish(procs)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "identity ok" in lines and "preset restored" in lines, lines[-3:]
+    [trace] = [t for t in read_run(str(out)) if t.meta.get("source") == "inject"]
+    phases = {sp.name for sp in trace.spans if sp.kind == "phase"}
+    assert "weight_sync" in phases, phases
 
 
 def test_error_paths_leave_the_target_untouched(tmp_path: Path) -> None:

@@ -7,7 +7,10 @@ Rank 0 prints ``step N`` after each step; at the end every rank prints ``checksu
 sum of what it received: identical with and without injection) and ``identity ok`` when
 ``dist.broadcast`` is still the job's own wrapper (the injected hooks were removed).
 ``INJECT_JOB_HIDE_WSPROF=1`` makes ``import wsprof`` fail in it (an environment without
-wsprof); ``INJECT_JOB_PATCH=DIR`` makes it call ``wsprof.patch(DIR)`` itself.
+wsprof); ``INJECT_JOB_PATCH=DIR`` makes it call ``wsprof.patch(DIR)`` itself;
+``INJECT_JOB_SLIME=1`` (with ``tests/standins/presets`` on ``PYTHONPATH``) imports slime's
+stand-in ``UpdateWeightFromDistributed`` and calls its ``update_weights`` every step, and
+prints ``preset restored`` at the end when that method is its own again.
 """
 
 from __future__ import annotations
@@ -46,6 +49,14 @@ if os.environ.get("INJECT_JOB_PATCH"):  # a job that profiles itself already
 
     wsprof.patch(os.environ["INJECT_JOB_PATCH"])
 OURS = dist.broadcast
+updater = None
+if os.environ.get("INJECT_JOB_SLIME"):  # a framework imported before the injection
+    from slime.backends.megatron_utils.update_weight.update_weight_from_distributed import (
+        UpdateWeightFromDistributed,
+    )
+
+    updater = UpdateWeightFromDistributed(n_params=2)
+    ORIGINAL_UPDATE = UpdateWeightFromDistributed.__dict__["update_weights"]
 
 dist.init_process_group("gloo", rank=RANK, world_size=WORLD)
 params = [torch.full((256,), float(i)) for i in range(8)]
@@ -57,6 +68,8 @@ for step in range(STEPS):
             p.copy_(torch.full((256,), float(step * 8 + i)))
         dist.broadcast(p, src=0)
         total += p.double().sum()
+    if updater is not None:
+        updater.update_weights()  # the framework's weight sync (a preset marks it)
     check = total.clone()
     dist.all_reduce(check)
     while time.monotonic() < t_end:  # the step's compute
@@ -66,4 +79,7 @@ for step in range(STEPS):
 dist.barrier()
 print(f"checksum {total.item():.1f}", flush=True)
 print("identity ok" if dist.broadcast is OURS else "identity CHANGED", flush=True)
+if updater is not None:
+    same = UpdateWeightFromDistributed.__dict__["update_weights"] is ORIGINAL_UPDATE
+    print("preset restored" if same else "preset LEFT", flush=True)
 dist.destroy_process_group()
