@@ -36,7 +36,7 @@ def test_a_slowdown_nothing_explains_names_its_missing_links(tmp_path: Path) -> 
     d = a.diagnoses[0]
     assert d.where is None and not d.why
     assert any(m.startswith("where:") for m in d.missing)
-    assert any("py-spy" in m for m in d.missing)
+    assert any("wsprof attach PID" in m for m in d.missing)  # a series has no stacks
     assert d.confidence < 0.4 and d.confidence_word == "low"
     assert d.symptom.text.startswith("weight-sync time grows (linear): 1 s -> 2.81 s")
     # The projection says which fit it comes from.
@@ -139,3 +139,33 @@ def test_rollout_share_advice_is_worded_for_the_share() -> None:
     high = _share_advice(0.9, 0.05)
     assert "generation dominates" in high and "wait on" not in high
     assert "mark rollout" in _share_advice(None, 0.3)
+
+
+def test_a_time_that_grows_faster_than_the_lead_is_its_own_diagnosis(tmp_path: Path) -> None:
+    """Rollout +2 s/step beside a +0.2 s/step sync is not 'rollout grows with it'."""
+    cols = {
+        "weight_sync_s": [_sync(i) for i in range(10)],
+        "rollout_s": [50.0 + 2.0 * i + 0.1 * (i % 2) for i in range(10)],
+    }
+    a = analyze_path(_csv(tmp_path / "r.csv", cols))
+    symptoms = [d.symptom_series for d in a.diagnoses]
+    assert symptoms == ["weight_sync_s", "rollout_s"], [d.title for d in a.diagnoses]
+    assert "grows with it" not in a.diagnoses[0].symptom.text
+    # A step time that grows about as fast as the sync rides along with it.
+    cols = {
+        "weight_sync_s": [_sync(i) for i in range(10)],
+        "step_s": [10.0 + _sync(i) for i in range(10)],
+    }
+    a = analyze_path(_csv(tmp_path / "s.csv", cols))
+    assert len(a.diagnoses) == 1 and "step time grows with it" in a.diagnoses[0].symptom.text
+
+
+def test_a_logs_own_name_for_weight_sync_leads(tmp_path: Path) -> None:
+    """The motivating case as a log names it: update_weights_time_s is the weight sync, in
+    the diagnosis and in the headline; a series input's missing links say what to run."""
+    cols = {"update_weights_time_s": [143.0, 363.0, 966.0, 1596.0, 2400.0, 3300.0]}
+    a = analyze_path(_csv(tmp_path / "seed.csv", cols))
+    (d,) = a.diagnoses
+    assert d.cause == "unexplained" and d.symptom_series == "update_weights_time_s"
+    assert any("wsprof run" in m for m in d.missing) and "wsprof run" in d.next_step
+    assert a.headline is not None and a.headline.weight_sync_median_s is not None

@@ -46,6 +46,7 @@ from wsprof.analysis.model import (
     WrapperFact,
 )
 from wsprof.analysis.samples import split_frame
+from wsprof.contracts.phases import phase_of_series
 from wsprof.contracts.series import (
     BETWEEN_LAYERS_S,
     COLLECTIVE_CALLS,
@@ -152,25 +153,65 @@ def _ids(findings: Iterable[Finding]) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- symptom
 
 
+#: A per-step time rides along with the lead symptom ("step time grows with it") only when it
+#: grows at most this many times as fast: faster, the lead cannot explain it, and it is a
+#: symptom of its own (a rollout that grows +2 s/step beside a +0.3 s/step sync).
+RIDE_SLOPE_RATIO = 1.5
+#: Slowdowns of these series are a cause's own (time between layers is the wrapper's where).
+CAUSE_SERIES = frozenset({BETWEEN_LAYERS_S})
+
+
+def _lead(by_series: dict[str, Finding]) -> str | None:
+    """The symptom that leads: weight sync, step, rollout by name; else a series whose name
+    means weight sync (a log's ``update_weights_time_s``); else the fastest-growing one."""
+    named = next((n for n in SYMPTOM_SERIES if n in by_series), None)
+    if named is not None:
+        return named
+    rest = [n for n in by_series if n not in CAUSE_SERIES]
+    if not rest:
+        return None
+    sync = [n for n in rest if phase_of_series(n) == "weight_sync"]
+    if sync:
+        return sync[0]
+    return max(rest, key=lambda n: float(by_series[n].evidence.get("slope_per_step", 0.0)))
+
+
 def _symptom_link(
     slowdowns: Sequence[Finding], series: dict[str, SeriesResult]
-) -> tuple[Link, str, float] | None:
-    """The symptom of a chain from the per-step slowdowns it explains: the first of
-    :data:`SYMPTOM_SERIES` leads, the others ride along ("step time grows with it")."""
+) -> tuple[Link, str, float, list[Finding]] | None:
+    """The symptom of a chain from the per-step slowdowns: the lead (:func:`_lead`) and those
+    that grow no faster than :data:`RIDE_SLOPE_RATIO` times it ("step time grows with it").
+
+    Returns:
+        ``(link, lead series, its curve's confidence, the slowdowns left apart)``; None without
+        a slowdown.
+    """
     by_series = {str(f.evidence.get("series")): f for f in slowdowns}
-    lead_name = next((n for n in SYMPTOM_SERIES if n in by_series), None)
+    lead_name = _lead(by_series)
     if lead_name is None:
         return None
     lead = by_series[lead_name]
     res = series.get(lead_name)
     ev = lead.evidence
+    lead_slope = float(ev.get("slope_per_step", 0.0))
+    riders, apart = [], []
+    for n, f in by_series.items():
+        if n == lead_name or n in CAUSE_SERIES:
+            continue
+        slope = float(f.evidence.get("slope_per_step", 0.0))
+        if lead_slope > 0 and slope <= RIDE_SLOPE_RATIO * lead_slope:
+            riders.append(f)
+        else:
+            apart.append(f)
     if res is None:
-        return Link("symptom", lead.title, (lead.id,)), lead_name, float(ev.get("confidence", 1))
+        link = Link("symptom", lead.title, (lead.id,))
+        return link, lead_name, float(ev.get("confidence", 1)), apart
     s, v = res.series, res.verdict
     k = v.judged_from
     after = f" after a slow first {s.fmt(s.values[0])}" if k else ""
+    label = LABELS.get(lead_name, lead_name)
     text = (
-        f"{LABELS.get(lead_name, lead_name)} grows ({v.shape}): {s.fmt(s.values[k])} -> "
+        f"{label} grows ({v.shape}): {s.fmt(s.values[k])} -> "
         f"{s.fmt(s.values[-1])} over {len(s.values) - k} steps{after} "
         f"({s.fmt_slope(v.slope_per_step)})"
     )
@@ -182,10 +223,7 @@ def _symptom_link(
         ("slope (Theil-Sen)", s.fmt_slope(v.slope_per_step)),
         ("confidence of the curve", f"{v.confidence:.2f}"),
     ]
-    # The other per-step times ride along (step time grows with the sync); a slowdown of
-    # another duration (a series input's between_layers_s) is its cause's, not the symptom's.
-    others = [f for n, f in by_series.items() if n != lead_name and n in SYMPTOM_SERIES]
-    for f in others:
+    for f in riders:
         name = str(f.evidence.get("series"))
         other = series.get(name)
         if other is not None:
@@ -197,11 +235,11 @@ def _symptom_link(
     if p is not None:
         text += f"; projected {s.fmt(p.value)} at step {p.step} by {p.basis()}"
         rows.append(("projection", f"{s.fmt(p.value)} at step {p.step} ({p.basis()})"))
-        if v.budget_step is not None:
+        if v.budget_step is not None and lead_name in TIME_BUDGETS_S:
             budget = s.fmt(TIME_BUDGETS_S.get(lead_name))
             text += f", {budget} at step {v.budget_step}"
             rows.append((f"reaches {budget}", f"step {v.budget_step} (same fit)"))
-    return Link("symptom", text, _ids([lead, *others]), tuple(rows)), lead_name, v.confidence
+    return Link("symptom", text, _ids([lead, *riders]), tuple(rows)), lead_name, v.confidence, apart
 
 
 # --------------------------------------------------------------------------- culprit frame
@@ -605,6 +643,11 @@ def _gaps_next(d: _Draft) -> str:
 
 def _missing_why(facts: Facts, pa: ProcessAnalysis | None) -> list[str]:
     out: list[str] = []
+    if pa is None and not facts.processes:  # a CSV or a log
+        return [
+            "why: a series has no stacks or counters: sample the job while it runs "
+            "(`wsprof attach PID`) to see which frame the added time goes into"
+        ]
     if pa is None or not pa.n_samples:
         out.append(
             "why: no py-spy samples of this process: run `wsprof attach PID` beside it for a "
@@ -672,7 +715,11 @@ def _cause_drafts(
         per_call = None  # the wrapper makes each call slower: its where link says so
     drafts += [_call_count_draft(f, facts) for f in by_kind.get("call_count_growth", [])]
     if per_call is not None:
-        drafts.append(_per_call_draft(per_call, facts))
+        d = _per_call_draft(per_call, facts)
+        top = next((w for w in wrappers if w.kind == "name"), None)
+        if top is not None:  # a wrapper that no between-layers growth named yet
+            d.places = (_short(top.qualname),)
+        drafts.append(d)
     drafts += [_gaps_draft(f, facts) for f in by_kind.get("gaps", []) if f.severity != "info"]
     drafts.sort(key=lambda d: -d.explains)
     return drafts
@@ -686,33 +733,26 @@ def _add_symptoms(drafts: list[_Draft], by_kind: dict[str, list[Finding]], facts
     slowdowns = [f for f in by_kind.get("accumulating_slowdown", []) if f.severity != "info"]
     symptom = _symptom_link(slowdowns, facts.series)
     if symptom is not None:
-        link, name, conf = symptom
+        link, name, conf, apart = symptom
+        used = [f for f in slowdowns if f not in apart]
         for i, d in enumerate(drafts):
             d.symptom_series, d.symptom_confidence = name, conf
             if i == 0:
                 d.symptom = link
-                d.findings = [*slowdowns, *d.findings]
+                d.findings = [*used, *d.findings]
             else:  # the same slowdown, its lead alone; its severity stays the first's
+                lead = next(f for f in used if f.id == link.finding_ids[0])
                 d.symptom = Link(
                     "symptom", link.text.split("; ")[0], link.finding_ids[:1], link.rows
                 )
-                d.findings = [slowdowns[0], *d.findings]
-                d.shared.add(slowdowns[0].id)
+                d.findings = [lead, *d.findings]
+                d.shared.add(lead.id)
         if not drafts:
-            drafts.append(
-                _Draft(
-                    "unexplained",
-                    f"{LABELS.get(name, name)} grows and no recorded fact says where",
-                    list(slowdowns),
-                    symptom=link,
-                    symptom_series=name,
-                    symptom_confidence=conf,
-                    places=(_short(_function(pa.sync_site)),)
-                    if pa is not None and pa.sync_site
-                    else (),
-                    process=pa.label if pa is not None else None,
-                )
-            )
+            drafts.append(_unexplained(link, name, conf, used, pa))
+        for f in apart:  # grows faster than the lead: a symptom no cause here explains
+            own = _symptom_link([f], facts.series)
+            if own is not None:
+                drafts.append(_unexplained(own[0], own[1], own[2], [f], pa))
     sampled = [f for f in by_kind.get("sampled_phase_share", []) if f.evidence.get("grows")]
     if not sampled:
         return
@@ -732,6 +772,58 @@ def _add_symptoms(drafts: list[_Draft], by_kind: dict[str, list[Finding]], facts
             symptom_confidence=1.0,
             process=str(f.where),
         )
+    )
+
+
+def _as_wrapper(d: _Draft, facts: Facts) -> None:
+    """A per-call slowdown whose culprit frame runs under a wrapper on the collective names is
+    that wrapper's, even when its time between layers did not read as growing (a curve that
+    flattened at its end reads ``warmup_then_flat``): the samples put the time there."""
+    wrappers = sorted(facts.wrappers, key=lambda w: -(w.between_s or 0.0))
+    top = next((w for w in wrappers if w.kind == "name"), None)
+    if top is None or d.where is None:
+        return
+    names = _wrapper_names(top, wrappers)
+    who = f"{top.qualname} ({top.file}:{top.line})"
+    d.cause = "wrapper"
+    d.title = (
+        f"a wrapper on the collective names, {_short(top.qualname)}, makes every call slower: "
+        "the frame the added time goes into runs under it"
+    )
+    text = d.where.text.replace(
+        "each collective call gets slower while the time between layers does not grow",
+        "each collective call gets slower",
+    )
+    bl = facts.series.get(BETWEEN_LAYERS_S)
+    if bl is not None and bl.series.values:
+        vals = bl.series.values
+        text += (
+            f"; time between the API and the backend {fmt_duration(vals[0])} -> "
+            f"{fmt_duration(vals[-1])} per step (its curve reads {bl.verdict.shape})"
+        )
+    d.where = replace(
+        d.where,
+        text=f"{who} sits on {', '.join(names)}; {text}",
+        rows=(
+            ("wrapper", who),
+            (f"names it sits on ({len(names)})", ", ".join(names)),
+            *d.where.rows,
+        ),
+    )
+
+
+def _unexplained(
+    link: Link, name: str, conf: float, found: list[Finding], pa: ProcessAnalysis | None
+) -> _Draft:
+    return _Draft(
+        "unexplained",
+        f"{LABELS.get(name, name)} grows and no recorded fact says where",
+        list(found),
+        symptom=link,
+        symptom_series=name,
+        symptom_confidence=conf,
+        places=(_short(_function(pa.sync_site)),) if pa is not None and pa.sync_site else (),
+        process=pa.label if pa is not None else None,
     )
 
 
@@ -763,8 +855,10 @@ def _add_frame(
         picked = _frame_link(pa, shift, hot, owner.places)
     if picked is None:
         return None
-    link, frame, _place = picked
+    link, frame, place = picked
     owner.culprit_frame = frame
+    if owner.cause == "per_call" and place is not None:
+        _as_wrapper(owner, facts)
     owner.findings += [f for f in (shift, hot) if f is not None and f.id in link.finding_ids]
     if owner.where is None:
         owner.where = replace(link, role="where")
@@ -805,11 +899,7 @@ def _missing_links(d: _Draft, facts: Facts, frame_owner: _Draft | None) -> list[
     if d.cause in ("outlier_rank", "finding"):
         return out
     if d.where is None:
-        out.append(
-            "where: no wrapper time, per-call cost, call count or gap outside the "
-            "collectives grows: call wsprof.patch() in the job (or `wsprof run`) for "
-            "per-call times, and mark the weight sync with wsprof.phase('weight_sync')"
-        )
+        out.append(_missing_where(facts))
     if d.why:
         return out
     if frame_owner is not None and frame_owner is not d:
@@ -829,6 +919,28 @@ def _missing_links(d: _Draft, facts: Facts, frame_owner: _Draft | None) -> list[
     )
 
 
+def _missing_where(facts: Facts) -> str:
+    """What the missing where link lacks, for the input there is."""
+    pa = facts.primary
+    if pa is None:  # a CSV or a log: what grows, never where
+        return (
+            "where: a log or a series says what grows, not where: run the job under "
+            "`wsprof run` (or call wsprof.patch() in it) for per-call times and the time "
+            "between the collective API and the backend"
+        )
+    if pa.calls.n_total or pa.ops:
+        return (
+            "where: not in the collectives: no wrapper time, per-call cost, call count or "
+            "gap in the weight sync grows, so the added time is elsewhere in the step "
+            "(rollout, training, data loading); mark those phases with wsprof.phase() or "
+            "sample them (`wsprof attach PID`)"
+        )
+    return (
+        "where: no per-call times (py-spy samples only): put the hooks in "
+        "(`wsprof attach --inject PID`) or run the job under `wsprof run`"
+    )
+
+
 def _single(f: Finding) -> _Draft:
     """A finding at warning or above that no chain holds: a diagnosis of its own (step 5)."""
     return _Draft(
@@ -836,7 +948,10 @@ def _single(f: Finding) -> _Draft:
         f.title,
         [f],
         symptom=Link("symptom", f.title, (f.id,), _plain_rows(f)),
-        where=Link("where", f.where, (f.id,)) if f.where else None,
+        # A where that only names the counter or series again is no place.
+        where=Link("where", f.where, (f.id,))
+        if f.where and f.where not in (f.evidence.get("counter"), f.evidence.get("series"))
+        else None,
         next_step=f.next_step,
         process=f.where,
         symptom_confidence=1.0,
@@ -866,6 +981,12 @@ def _unexplained_next(d: _Draft) -> str:
         return (
             f"the added time goes into `{_function(d.culprit_frame)}`: find what in it grows, "
             "fix it, then measure again: overhead moves to the next slowest place"
+        )
+    if d.process is None:  # a CSV or a log
+        return (
+            "find where the added time goes: run the job under `wsprof run` (per-call times, "
+            "the time between layers, counters) with `wsprof attach PID` beside it (stacks), "
+            "fix it, then measure again"
         )
     return (
         "find where the added time goes: sample the slow phase with `wsprof attach PID` or "

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from wsprof.analysis.model import Analysis, ProcessAnalysis, SeriesResult
+from wsprof.contracts.phases import phase_of_series
 from wsprof.contracts.series import ROLLOUT_S, ROLLOUT_SHARE, STEP_S, WEIGHT_SYNC_S
 from wsprof.contracts.units import fmt_duration
 
@@ -134,7 +135,9 @@ def headline_of(
     Returns:
         The two numbers and what stands beside them.
     """
-    ws = _find(series, WEIGHT_SYNC_S)
+    ws = _find(series, WEIGHT_SYNC_S) or next(  # a log's own name for it
+        (r for r in series if phase_of_series(r.series.name) == "weight_sync"), None
+    )
     shares: list[float] = []
     syncs: list[float] = []
     where = "no steps"

@@ -84,27 +84,28 @@ def run(out: str | None, preset: str | None, want_report: bool, cmd: tuple[str, 
                 continue  # the child got it too; wait for it to finish
     finally:
         signal.signal(signal.SIGTERM, previous)
-    if want_report:
-        _report(folder)
-    sys.stderr.write(f"wsprof: run folder {folder} (wsprof analyze {folder})\n")
+    traced = want_report and _report(folder)
+    hint = f" (wsprof analyze {folder})" if traced or not want_report else ""
+    sys.stderr.write(f"wsprof: run folder {folder}{hint}\n")
     return rc if rc >= 0 else 128 - rc
 
 
-def _report(folder: str) -> None:
+def _report(folder: str) -> bool:
     """The verdict lines and the report of what the run recorded, on stderr (CMD's stdout
-    stays its own); a failure is one line and never changes CMD's exit code."""
+    stays its own); a failure is one line and never changes CMD's exit code. False when the
+    folder holds no trace."""
     from wsprof.trace.model import TRACE_SUFFIX
 
     try:
         names = os.listdir(folder)
     except OSError:
-        return
+        return False
     if not any(n.endswith(TRACE_SUFFIX) for n in names):
         sys.stderr.write(
             f"wsprof: no trace in {folder}: no Python process of CMD called a collective "
             "or wsprof.step()\n"
         )
-        return
+        return False
     try:
         from wsprof.analysis.run import analyze
         from wsprof.cli.options import report_path_in
@@ -121,3 +122,4 @@ def _report(folder: str) -> None:
             f"wsprof: could not analyse {folder} ({type(e).__name__}: {e}); run "
             f"`wsprof analyze {folder}` to see why\n"
         )
+    return True

@@ -94,3 +94,15 @@ def resolve_phase(name: str) -> str:
         :func:`canonical_phase` of ``name``, else ``name`` unchanged.
     """
     return canonical_phase(name) or name
+
+
+def phase_of_series(name: str) -> str | None:
+    """The canonical phase a per-step time's name means: ``update_weights_time_s`` and
+    ``timing_s/update_weights`` are ``weight_sync``, ``generation_s`` is ``rollout``; None
+    when the name means no phase."""
+    key = name.rsplit("/", 1)[-1]
+    for suffix in ("_time_s", "_seconds", "_sec", "_s", "_time"):
+        if key.endswith(suffix):
+            key = key[: -len(suffix)]
+            break
+    return canonical_phase(key)

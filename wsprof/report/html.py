@@ -31,6 +31,7 @@ from markupsafe import Markup
 from wsprof.analysis.evidence import evidence_rows
 from wsprof.analysis.findings import LABELS, OutlierRank, is_gauge
 from wsprof.analysis.headline import headline, headline_of
+from wsprof.analysis.kinds import ACCUMULATING_KINDS
 from wsprof.analysis.model import (
     SEVERITIES,
     Analysis,
@@ -695,7 +696,14 @@ def render_html(analysis: Analysis) -> str:
         )
     # Weight sync first: it is the headline of this tool; then by name.
     accumulating = sorted(
-        (r for r in analysis.series if r.verdict.accumulating),
+        # Only kinds that can accumulate: a step counter or a quality metric that rises is
+        # shown in the table, never counted as an accumulating series.
+        (
+            r
+            for r in analysis.series
+            if r.verdict.accumulating
+            and (r.series.kind is None or r.series.kind in ACCUMULATING_KINDS)
+        ),
         key=lambda r: (r.series.name != WEIGHT_SYNC_SERIES, r.series.name),
     )
     series_rows = sorted(analysis.series, key=lambda r: (not r.verdict.accumulating, r.series.name))

@@ -212,6 +212,8 @@ def diagnosis_lines(d: Diagnosis, colour: bool = False) -> list[str]:
         )
 
     for link in d.links:
+        if link.role == "symptom" and link.text == d.title:
+            continue  # a diagnosis of one finding: its title is its symptom
         lines += para(link.role, link.text)
     for m in d.missing:
         lines += para("missing", m)
@@ -244,6 +246,7 @@ def render_summary(analysis: Analysis, colour: bool = False) -> str:
     """
     lines = _verdict_lines(analysis)
     for d in analysis.diagnoses:
+        lines.append("")
         lines += diagnosis_lines(d, colour)
     return "\n".join(lines) + "\n"
 
