@@ -10,7 +10,9 @@ sum of what it received: identical with and without injection) and ``identity ok
 wsprof); ``INJECT_JOB_PATCH=DIR`` makes it call ``wsprof.patch(DIR)`` itself;
 ``INJECT_JOB_SLIME=1`` (with ``tests/standins/presets`` on ``PYTHONPATH``) imports slime's
 stand-in ``UpdateWeightFromDistributed`` and calls its ``update_weights`` every step, and
-prints ``preset restored`` at the end when that method is its own again.
+prints ``preset restored`` at the end when that method is its own again;
+``INJECT_JOB_BLOCK_AT=N`` (``INJECT_JOB_BLOCK_S``) sleeps in step N, outside Python;
+``INJECT_JOB_SIGUSR1=1`` installs a SIGUSR1 handler (signals may then arrive at any time).
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ import torch.distributed as dist
 
 if os.environ.get("INJECT_JOB_HIDE_WSPROF"):  # an environment without wsprof
     sys.modules["wsprof"] = None  # type: ignore[assignment]
+if os.environ.get("INJECT_JOB_SIGUSR1"):  # a job that takes signals (a profiler, a timer)
+    import signal
+
+    signal.signal(signal.SIGUSR1, lambda *_: None)
 RANK, WORLD, PORT, STEPS = (int(a) for a in sys.argv[1:5])
 STEP_S = float(sys.argv[5]) if len(sys.argv) > 5 else 0.05
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(PORT))
@@ -76,6 +82,8 @@ for step in range(STEPS):
         pass
     if RANK == 0:
         print(f"step {step}", flush=True)
+    if step == int(os.environ.get("INJECT_JOB_BLOCK_AT", "-1")):
+        time.sleep(float(os.environ.get("INJECT_JOB_BLOCK_S", "5")))  # blocked outside Python
 dist.barrier()
 print(f"checksum {total.item():.1f}", flush=True)
 print("identity ok" if dist.broadcast is OURS else "identity CHANGED", flush=True)

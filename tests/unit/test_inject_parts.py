@@ -61,9 +61,11 @@ def test_only_safe_paths_reach_the_program(path: str) -> None:
 def test_the_program_and_gdb_commands_hold_nothing_but_the_path() -> None:
     text = mechanism.program("/tmp/wsprof-inject-1-abc/bootstrap.py")
     assert text == (
-        "__import__('runpy').run_path('/tmp/wsprof-inject-1-abc/bootstrap.py',"
-        "run_name='__wsprof_inject__')"
+        "try:\n __import__('runpy').run_path('/tmp/wsprof-inject-1-abc/bootstrap.py',"
+        "run_name='__wsprof_inject__')\nexcept BaseException:\n pass\n"
     )
+    # A withdrawn request (its bootstrap file gone) raises nothing out of the program.
+    exec(compile(mechanism.program("/tmp/wsprof-no-such-folder/bootstrap.py"), "p", "exec"), {})
     cmds = mechanism.gdb_commands(
         text, {"mmap": 1, "Py_AddPendingCall": 2, "PyRun_SimpleString": 3}
     )

@@ -20,6 +20,10 @@ from typing import Any
 
 _installed: dict[int, Any] = {}
 _handlers: dict[int, Callable[[int, FrameType | None], None]] = {}
+#: Signals whose handler was uninstalled from another thread (Python lets only the main
+#: thread set handlers): the handler no longer flushes; the first signal puts the previous
+#: disposition back and does what it would have done.
+_inactive: set[int] = set()
 
 
 def install(on_signal: Callable[[bool], None], signals: tuple[int, ...] = (signal.SIGTERM,)) -> str:
@@ -39,13 +43,20 @@ def install(on_signal: Callable[[bool], None], signals: tuple[int, ...] = (signa
         return "patch() was called from a thread other than the main thread"
     for signum in signals:
         if signum in _installed:
+            _inactive.discard(signum)
             continue
         previous = signal.getsignal(signum)
 
         def handler(num: int, frame: FrameType | None, previous: Any = previous) -> None:
-            # The signal's own effect matters more than wsprof's flush: never let it fail.
-            with contextlib.suppress(Exception):
-                on_signal(not callable(previous) and previous != signal.SIG_IGN)
+            if num in _inactive:  # uninstalled off the main thread: restore, then chain
+                _inactive.discard(num)
+                _installed.pop(num, None)
+                _handlers.pop(num, None)
+                signal.signal(num, previous if previous is not None else signal.SIG_DFL)
+            else:
+                # The signal's own effect matters more than wsprof's flush: never let it fail.
+                with contextlib.suppress(Exception):
+                    on_signal(not callable(previous) and previous != signal.SIG_IGN)
             if callable(previous):
                 previous(num, frame)
             elif previous == signal.SIG_IGN:
@@ -61,8 +72,11 @@ def install(on_signal: Callable[[bool], None], signals: tuple[int, ...] = (signa
 
 
 def uninstall() -> None:
-    """Put the previous handlers back where ours is still the one installed."""
+    """Put the previous handlers back where ours is still the one installed. Off the main
+    thread (an injected session's watchdog) ours stays installed but inactive: it flushes no
+    more, and the first signal restores the previous disposition and does what it would."""
     if threading.current_thread() is not threading.main_thread():
+        _inactive.update(_installed)
         return
     for signum, previous in list(_installed.items()):
         if signal.getsignal(signum) is _handlers[signum]:

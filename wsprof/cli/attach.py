@@ -106,6 +106,15 @@ from wsprof.errors import EXIT_OK, InputError
     "them out again at the end (gdb, or sys.remote_exec on Python 3.14+; see the README)",
 )
 @click.option(
+    "--inject-timeout",
+    type=click.FloatRange(min=0.1),
+    default=20.0,
+    show_default=True,
+    metavar="S",
+    help="with --inject: seconds a target's main thread has to run the injected call "
+    "(it cannot while blocked in C); after it, the call is withdrawn and does nothing",
+)
+@click.option(
     "--sample/--no-sample",
     default=True,
     show_default=True,
@@ -135,6 +144,7 @@ def attach(
     out: str | None,
     want_report: bool,
     inject: bool,
+    inject_timeout: float,
     sample: bool,
     pyspy_path: str | None,
 ) -> int:
@@ -180,6 +190,8 @@ def attach(
             return run_injected(
                 targets,
                 os.path.abspath(out),
+                explicit=pids,
+                ack_timeout_s=inject_timeout,
                 duration=duration,
                 layers="both",
                 make_sampler=make_sampler if sample else None,

@@ -3,7 +3,6 @@ beside them, and everything taken out again at the end (:mod:`wsprof.capture.inj
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
@@ -13,7 +12,14 @@ from typing import Any
 
 import click
 
-from wsprof.capture.inject.injector import InjectResult, Target, check, inject
+from wsprof.capture.inject.injector import (
+    DEFAULT_ACK_TIMEOUT_S,
+    InjectResult,
+    Target,
+    check,
+    inject,
+)
+from wsprof.capture.inject.mechanism import running
 from wsprof.errors import EXIT_OK, InputError
 
 
@@ -29,7 +35,7 @@ def _detach(done: Sequence[Target], out: str, layers: str) -> list[InjectResult]
     """Unpatch every injected target (each once, best effort: one that exited is skipped)."""
     results: list[InjectResult] = []
     for t in done:
-        if not os.path.exists(f"/proc/{t.pid}"):
+        if not running(t.pid):
             _say(f"pid {t.pid} has exited; its trace holds what it recorded until then")
             continue
         try:
@@ -64,6 +70,8 @@ def run_injected(
     targets: Sequence[int],
     out: str,
     *,
+    explicit: Sequence[int] = (),
+    ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S,
     duration: float | None,
     layers: str,
     make_sampler: Callable[[], Any] | None,
@@ -73,6 +81,9 @@ def run_injected(
 
     Args:
         targets: the pids (resolved by ``wsprof attach``).
+        ack_timeout_s: how long each target has to run the injected patch.
+        explicit: the pids given on the command line: a check that fails for one of them is
+            an error; a ``--match``ed Python process without torch is skipped with a line.
         out: the run folder (made by the caller).
         duration: seconds to record (None: until Ctrl-C or SIGTERM, or every target exits).
         layers: ``both`` or ``api``.
@@ -87,11 +98,29 @@ def run_injected(
         InputError: a check failed (nothing was touched) or an injection failed (the targets
             injected before it are detached).
     """
-    checked = [check(pid) for pid in targets]  # every check before any target is touched
+    checked: list[Target] = []
+    for pid in targets:  # every check before any target is touched
+        try:
+            checked.append(check(pid))
+        except InputError as e:
+            if pid in explicit or "torch is not loaded" not in str(e):
+                raise
+            _say(f"skipped pid {pid} (matched): {e}")  # a matched helper process
+    if not checked:
+        raise InputError("no process to inject into: every match was skipped")
     done: list[Target] = []
+
+    class _Terminated(Exception):
+        pass
+
+    def on_early_sigterm(signum: int, frame: FrameType | None) -> None:
+        raise _Terminated
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_early_sigterm) if main else None
     try:
         for t in checked:
-            r = inject(t, "patch", out, layers)
+            r = inject(t, "patch", out, layers, ack_timeout_s=ack_timeout_s)
             if not r.ack.get("ok"):
                 raise InputError(f"pid {t.pid}: {r.ack.get('message')}")
             done.append(t)
@@ -99,8 +128,14 @@ def run_injected(
                 f"injected into pid {t.pid} ({r.mechanism}: paused {_ms(r.pause_s)}, patched "
                 f"in {_ms(float(r.ack.get('in_target_s', 0.0)))}); trace {r.ack.get('trace')}"
             )
-    except BaseException:
+    except BaseException as e:
         _detach(done, out, layers)
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+        if isinstance(e, _Terminated):
+            raise InputError(
+                "terminated while injecting; every injected target was detached"
+            ) from None
         raise
     sampler = make_sampler() if make_sampler is not None else None
     stop = threading.Event()
@@ -108,8 +143,8 @@ def run_injected(
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, on_sigterm) if main else None
+    if main:
+        signal.signal(signal.SIGTERM, on_sigterm)
     t0 = time.monotonic()
     why = "duration"
     try:
@@ -123,7 +158,7 @@ def run_injected(
                 break
             if duration is not None and time.monotonic() - t0 >= duration:
                 break
-            if not any(os.path.exists(f"/proc/{t.pid}") for t in done):
+            if not any(running(t.pid) for t in done):
                 why = "every target exited"
                 break
             if sampler is not None and sampler.wait(timeout_s=0.2) is not None:

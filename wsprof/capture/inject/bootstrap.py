@@ -62,6 +62,9 @@ def _main() -> None:
         return
     try:
         ack(**target.handle(here))
+    except KeyboardInterrupt:  # the job's own Ctrl-C landed in here: its patch was undone
+        ack(ok=False, error="internal", message="interrupted by the job's own Ctrl-C")
+        __import__("_thread").interrupt_main()  # the job gets its KeyboardInterrupt back
     except BaseException as e:  # noqa: BLE001 - answered, never raised into the target
         ack(ok=False, error="internal", message=f"{type(e).__name__}: {e}")
 

@@ -111,8 +111,20 @@ def check(pid: int) -> Target:
     if not os.path.exists(f"/proc/{pid}"):
         raise InputError(f"no such process: pid {pid}; check the pid with `ps -p {pid}`")
     maps = _maps(pid)
-    if not maps.strip():  # a zombie: it has exited, its parent has not reaped it yet
+    state = mechanism.state_of(pid)
+    if not maps.strip() or state in ("Z", "X"):  # exited, its parent has not reaped it yet
         raise InputError(f"pid {pid} has exited; inject into a process that runs")
+    if state in ("T", "t"):
+        raise InputError(
+            f"pid {pid} is stopped (Ctrl-Z, SIGSTOP or a debugger): resume it (kill -CONT "
+            f"{pid}) and inject again"
+        )
+    tracer = mechanism.tracer_of(pid)
+    if tracer:
+        raise InputError(
+            f"pid {pid} is already traced by pid {tracer} (a debugger, py-spy --blocking or "
+            "another injection): wait until it detaches"
+        )
     version = python_of(pid, maps)
     if version is None and "python" not in maps.lower():
         raise InputError(
@@ -205,7 +217,7 @@ def inject(
                     time.perf_counter() - t0,
                     ack,
                 )
-            if not os.path.exists(f"/proc/{target.pid}"):
+            if not mechanism.running(target.pid):
                 raise InputError(f"pid {target.pid} exited before it ran the injected call")
             if time.perf_counter() - t0 > ack_timeout_s:
                 raise InputError(

@@ -70,7 +70,15 @@ def program(bootstrap_path: str) -> str:
     """
     if not SAFE_PATH.match(bootstrap_path):
         raise InjectFailed(f"unsafe bootstrap path {bootstrap_path!r}")
-    text = f"__import__('runpy').run_path('{bootstrap_path}',run_name='__wsprof_inject__')"
+    # A try without ``as`` binds no name in the target's __main__, and nothing escapes: an
+    # exception out of a pending call would make the job's next bytecode raise SystemError
+    # (a withdrawn request, whose bootstrap file is gone, must be a no-op).
+    text = (
+        "try:\n"
+        f" __import__('runpy').run_path('{bootstrap_path}',run_name='__wsprof_inject__')\n"
+        "except BaseException:\n"
+        " pass\n"
+    )
     if len(text) + 1 > MAX_PROGRAM_BYTES:
         raise InjectFailed("the bootstrap path is too long; set TMPDIR to a shorter folder")
     return text
@@ -100,6 +108,12 @@ def gdb_commands(text: str, addrs: dict[str, int] | None = None) -> list[str]:
     cmds = [
         "set confirm off",
         "set pagination off",
+        # A signal that reaches the target while gdb holds it is passed on, never stops the
+        # call; only the thread gdb calls on runs during the call; a signal inside it
+        # unwinds the call instead of leaving the thread in it.
+        "handle all nostop noprint pass",
+        "set scheduler-locking on",
+        "set unwindonsignal on",
         f"set $wsprof_page = {mmap}(0, {PAGE_BYTES}, {PROT_RW}, {MAP_PRIVATE_ANON}, -1, 0)",
         'printf "wsprof-page %lu\\n", (unsigned long) $wsprof_page',
     ]
@@ -115,6 +129,16 @@ def gdb_commands(text: str, addrs: dict[str, int] | None = None) -> list[str]:
 def find_gdb() -> str | None:
     """gdb on PATH (``$WSPROF_GDB`` is read by the settings, not here)."""
     return shutil.which("gdb")
+
+
+def state_of(pid: int) -> str | None:
+    """The state letter of ``/proc/<pid>/stat`` (``R``, ``S``, ``T``, ``Z``...), None when gone."""
+    return _state(pid)
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` exists and has not exited (a zombie waiting to be reaped has)."""
+    return _state(pid) not in (None, "Z", "X")
 
 
 def _state(pid: int) -> str | None:
@@ -160,11 +184,24 @@ class _PauseWatch:
         return self.last - self.first + STATE_POLL_S
 
 
+def tracer_of(pid: int) -> int:
+    """The pid tracing ``pid`` (``TracerPid`` of its status), 0 when none."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("TracerPid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def _release(pid: int) -> None:
     """Never leave the target stopped: gdb killed while attached leaves the tracee to the
-    kernel, which resumes it unless a stop signal is pending; SIGCONT settles that."""
+    kernel, which resumes it unless a stop signal is pending; SIGCONT settles that, but only
+    once no tracer holds it (another injector's gdb may, and must be left alone)."""
     for _ in range(20):
-        if _state(pid) not in ("t", "T"):
+        if _state(pid) not in ("t", "T") or tracer_of(pid) != 0:
             return
         try:
             os.kill(pid, signal.SIGCONT)
@@ -243,15 +280,20 @@ def can_remote_exec(target_version: tuple[int, int] | None) -> bool:
 
 
 def queue_with_remote_exec(pid: int, bootstrap_path: str) -> Queued:
+    # The interpreter runs the file it is given with no ``__file__``: the launcher beside the
+    # bootstrap is the same one-line program gdb writes, which names the bootstrap's path.
     """Queue the bootstrap with ``sys.remote_exec`` (PEP 768).
 
     Raises:
         InjectFailed: the interpreter refused (remote debugging disabled in the target with
             ``PYTHON_DISABLE_REMOTE_DEBUG``, no permission, another build).
     """
+    launcher = os.path.join(os.path.dirname(bootstrap_path), "launch.py")
+    with open(launcher, "w", encoding="ascii") as fh:
+        fh.write(program(bootstrap_path))
     t0 = time.perf_counter()
     try:
-        sys.remote_exec(pid, bootstrap_path)  # type: ignore[attr-defined]
+        sys.remote_exec(pid, launcher)  # type: ignore[attr-defined]
     except (OSError, RuntimeError, ValueError) as e:
         raise InjectFailed(f"sys.remote_exec({pid}) failed: {e}") from e
     return Queued("remote_exec", 0.0, time.perf_counter() - t0)

@@ -127,7 +127,10 @@ def _where() -> str:
 
 
 def _patch(req: dict[str, Any]) -> dict[str, Any]:
+    from dataclasses import replace
+
     from wsprof.capture import presets, session
+    from wsprof.capture import settings as cfg
 
     t0 = time.perf_counter()
     with _State.lock:
@@ -139,7 +142,16 @@ def _patch(req: dict[str, Any]) -> dict[str, Any]:
                 "nothing to inject; `wsprof attach` samples it from outside",
             }
         snap = snapshot()
-        path = session.patch(req["out"], layers=req["layers"], source="inject")
+        # Quiet: the injection writes nothing into the target's stderr (settings warnings are
+        # kept in the trace's events; the trace's path is in the injector's ack).
+        settings = replace(cfg.read(), quiet=True)
+        try:
+            path = session.patch(
+                req["out"], layers=req["layers"], source="inject", settings=settings
+            )
+        except BaseException:  # a Ctrl-C of the job's own mid-patch: nothing left behind
+            session.unpatch()
+            raise
         if path is None:
             return {
                 "ok": False,
@@ -198,13 +210,15 @@ def _unpatch(reason: str) -> dict[str, Any]:
 
 
 def _alive(pid: int) -> bool:
+    """Whether the injector still runs (a killed one not yet reaped by its parent is a zombie:
+    gone)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
         return False
-    except PermissionError:
-        return True
-    return True
+    state = raw[raw.rfind(b")") + 2 : raw.rfind(b")") + 3]
+    return state not in (b"Z", b"X")
 
 
 def _watch(injector_pid: int) -> None:
