@@ -111,6 +111,7 @@ def test_text_leads_with_diagnoses_and_all_lists_findings(
     assert "[warning]" not in out.split("D1 ")[1].split("\n\n")[1]  # no finding list
     full = _out(capsys, ["analyze", path, "--all"])
     assert "findings (" in full and "F1 [" in full and "next:" in full
+    assert "] (in D1) " in full  # each finding says which diagnosis holds it
 
 
 def test_json_carries_diagnoses_linked_to_finding_ids(

@@ -169,22 +169,23 @@ def attach(
     targets = resolve_targets(pids, match, say=lambda line: click.echo(line, err=True))
     out = out or os.path.join("wsprof-out", f"attach-{time.strftime('%Y%m%d-%H%M%S')}")
     created = make_run_folder(out)
+
+    def make_sampler() -> PySpySampler:
+        return PySpySampler(
+            targets,
+            out,
+            rate_hz=rate,
+            window_s=window,
+            every_s=every,
+            duration_s=duration,
+            blocking=blocking,
+            native=native,
+            subprocesses=subprocesses,
+            pyspy_path=pyspy_path,
+        )
+
     if inject:
         from wsprof.cli.inject import run_injected
-
-        def make_sampler() -> PySpySampler:
-            return PySpySampler(
-                targets,
-                out,
-                rate_hz=rate,
-                window_s=window,
-                every_s=every,
-                duration_s=duration,
-                blocking=blocking,
-                native=native,
-                subprocesses=subprocesses,
-                pyspy_path=pyspy_path,
-            )
 
         try:
             return run_injected(
@@ -202,18 +203,7 @@ def attach(
             raise
     written: list[str] = []
     try:
-        sampler = PySpySampler(
-            targets,
-            out,
-            rate_hz=rate,
-            window_s=window,
-            every_s=every,
-            duration_s=duration,
-            blocking=blocking,
-            native=native,
-            subprocesses=subprocesses,
-            pyspy_path=pyspy_path,
-        )
+        sampler = make_sampler()
         meta = {
             "phase_patterns": patterns,
             "framework": framework,

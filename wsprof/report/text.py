@@ -221,8 +221,11 @@ def diagnosis_lines(d: Diagnosis, colour: bool = False) -> list[str]:
     return lines
 
 
-def _finding_lines(f: Finding, colour: bool) -> list[str]:
-    lines = _wrap(f"{_tag(f.id, f.severity, colour)} {f.title}", WIDTH, subsequent_indent="    ")
+def _finding_lines(f: Finding, colour: bool, owners: dict[str, list[str]]) -> list[str]:
+    held = f" (in {', '.join(owners[f.id])})" if owners.get(f.id) else ""
+    lines = _wrap(
+        f"{_tag(f.id, f.severity, colour)}{held} {f.title}", WIDTH, subsequent_indent="    "
+    )
     if f.where:
         lines += _wrap(
             f"where: {f.where}", WIDTH, initial_indent="    ", subsequent_indent="      "
@@ -269,8 +272,12 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int | No
         lines.append("")
     if max_findings is not None:
         lines.append(f"findings ({len(analysis.findings)}):")
+        owners: dict[str, list[str]] = {}
+        for d in analysis.diagnoses:
+            for i in d.finding_ids:
+                owners.setdefault(i, []).append(d.id)
         for f in analysis.findings[:max_findings]:
-            lines += _finding_lines(f, colour)
+            lines += _finding_lines(f, colour, owners)
         if len(analysis.findings) > max_findings:
             lines.append(f"(+{len(analysis.findings) - max_findings} more: --format json)")
     else:
