@@ -210,15 +210,10 @@ def _unpatch(reason: str) -> dict[str, Any]:
 
 
 def _alive(pid: int) -> bool:
-    """Whether the injector still runs (a killed one not yet reaped by its parent is a zombie:
-    gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return False
-    state = raw[raw.rfind(b")") + 2 : raw.rfind(b")") + 3]
-    return state not in (b"Z", b"X")
+    """Whether the injector still runs (a killed one not yet reaped is a zombie: gone)."""
+    from wsprof.capture.inject.mechanism import running
+
+    return running(pid)
 
 
 def _watch(injector_pid: int) -> None:
