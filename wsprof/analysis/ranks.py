@@ -159,7 +159,7 @@ def rank_series(inputs: Sequence[RankInput], judge: Judge) -> list[RankSeries]:
 
     Args:
         inputs: the processes (rank order).
-        judge: classifies a per-step series (the run's ``_classify`` path, so a series that
+        judge: classifies a per-step series (the run's ``classify_series`` path, so a series that
             cannot be judged becomes a note there).
 
     Returns:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -94,21 +94,24 @@ def _series(
     )
 
 
-def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
-    """The per-step series of one process, named as the findings expect.
+def row_series(rows: Sequence[StepRow], step_source: str) -> list[Series]:
+    """The series that step rows alone give, named as the findings expect.
 
-    ``weight_sync_s``, ``step_s``, ``rollout_s``, ``rollout_share``, ``between_layers_s``,
-    ``collective_calls``, ``sync_gap_s`` (time in weight-sync phases outside any collective),
-    ``median_us:<op>`` (median host latency of each op present in every
-    step, µs) and ``counter:<name>`` (each counter's value at each step's end).
+    ``weight_sync_s`` (the rank's own sync time), ``sync_wait_s``, ``step_s``, ``rollout_s``,
+    ``rollout_share``, ``between_layers_s``, ``collective_calls`` and ``sync_gap_s`` (time in
+    weight-sync phases outside any collective); a series without a value is left out.
+
+    Args:
+        rows: one process's steps, in order.
+        step_source: where the steps came from (:attr:`ProcessAnalysis.step_source`): steps cut
+            from bursts, rhythm or samples have no end for the last one, so its step time is
+            left out.
     """
-    rows = list(pa.steps)
+    rows = list(rows)
     if not rows:
         return []
     # From bursts the last step has no following burst: its step time is cut short.
-    full = (
-        rows[:-1] if pa.step_source in ("bursts", "rhythm", "sampled") and len(rows) > 1 else rows
-    )
+    full = rows[:-1] if step_source in ("bursts", "rhythm", "sampled") and len(rows) > 1 else rows
     out = [
         _series(WEIGHT_SYNC_S, Unit.SECONDS, rows, [r.own_sync_s for r in rows]),
         _series(SYNC_WAIT_S, Unit.SECONDS, rows, [r.sync_wait_s for r in rows]),
@@ -119,9 +122,18 @@ def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
         _series(COLLECTIVE_CALLS, Unit.OTHER, rows, [float(r.n_calls) for r in rows]),
         _series(SYNC_GAP_S, Unit.SECONDS, rows, [r.sync_gap_s for r in rows]),
     ]
-    calls = trace.calls
+    return [x for x in out if x is not None]
+
+
+def op_median_series(
+    calls: CallTable, rows: Sequence[StepRow], by_step_number: bool
+) -> list[Series]:
+    """``median_us:<op>``: the median host latency of each op present in every step, µs
+    (fewer than :data:`MIN_STEPS_FOR_OP_SERIES` steps: none)."""
+    rows = list(rows)
+    out: list[Series | None] = []
     if len(calls) and len(rows) >= MIN_STEPS_FOR_OP_SERIES:
-        step_idx = assign_calls(calls, rows, by_step_number=pa.step_source == "markers")
+        step_idx = assign_calls(calls, rows, by_step_number=by_step_number)
         dur = calls.duration_ns
         for op in sorted(set(calls.op.tolist())):
             sel = (calls.op == op) & (step_idx >= 0)
@@ -137,10 +149,33 @@ def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
             ]
             if all(v is not None for v in meds):
                 out.append(_series(op_median_key(op), Unit.MICROSECONDS, rows, meds))
-    for name, vals in sorted(counter_per_step(trace, rows).items()):
-        out.append(
-            _series(counter_key(name), counter_unit(name), rows, vals, counter_unit_text(name))
-        )
+    return [x for x in out if x is not None]
+
+
+def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
+    """The per-step series of one process, named as the findings expect: the
+    :func:`row_series`, the :func:`op_median_series` and ``counter:<name>`` (each counter's
+    value at each step's end)."""
+    rows = list(pa.steps)
+    if not rows:
+        return []
+    out: list[Series | None] = [
+        *row_series(rows, pa.step_source),
+        *op_median_series(trace.calls, rows, pa.step_source == "markers"),
+    ]
+    out += counter_series(counter_per_step(trace, rows), rows)
+    return [s for s in out if s is not None]
+
+
+def counter_series(
+    values: Mapping[str, Sequence[float | None]], rows: Sequence[StepRow]
+) -> list[Series]:
+    """``counter:<name>`` series, by name: each counter's value at each step's end
+    (``values[name][i]`` for ``rows[i]``, None before its first sample)."""
+    out = [
+        _series(counter_key(name), counter_unit(name), rows, vals, counter_unit_text(name))
+        for name, vals in sorted(values.items())
+    ]
     return [s for s in out if s is not None]
 
 
@@ -180,7 +215,7 @@ def _stepped(s: Series) -> bool:
     return len(s.steps) == len(s.values) and all(b > a for a, b in zip(s.steps, s.steps[1:]))
 
 
-def _classify(series: Sequence[Series], notes: list[str]) -> list[SeriesResult]:
+def classify_series(series: Sequence[Series], notes: list[str]) -> list[SeriesResult]:
     """Classify each series (with :data:`TIME_BUDGETS_S`); one that cannot be judged (no finite
     value, overflow) is left out and described in ``notes``."""
     out: list[SeriesResult] = []
@@ -407,7 +442,7 @@ def _rank_rows(
         notes.extend(clock.notes)
 
     def judge(series: Series) -> GrowthVerdict | None:
-        res = _classify([series], notes)
+        res = classify_series([series], notes)
         return res[0].verdict if res else None
 
     return rank_series(
@@ -445,7 +480,7 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
         series += window_series(analyses[0])
     for d in procs:
         notes += [f"{d.trace.label}: {p}" for p in pattern_problems(d.trace.meta)]
-    results = _classify(series, notes)
+    results = classify_series(series, notes)
     wrappers = procs[0].wrappers if procs else []
     unattributed = _unattributed_backend(primary) if primary is not None else None
     if unattributed:
@@ -606,7 +641,7 @@ def analyze_series(series: Sequence[Series], source: str) -> Analysis:
 
     kinds = {s.name: series_kind(s).kind for s in series}
     notes: list[str] = []
-    results = _classify([replace(s, kind=kinds[s.name]) for s in series], notes)
+    results = classify_series([replace(s, kind=kinds[s.name]) for s in series], notes)
     head = headline_of(None, results, source)
     facts = Facts(
         {r.series.name: r for r in results},

@@ -20,7 +20,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from wsprof.cli import analyze, attach, demo, diff, export, frameworks, report, run
+    from wsprof.cli import analyze, attach, demo, diff, export, frameworks, report, run, watch
 
     cli.add_command(demo.demo)
     cli.add_command(attach.attach)
@@ -29,6 +29,7 @@ def _register() -> None:
     cli.add_command(diff.diff)
     cli.add_command(export.export)
     cli.add_command(run.run)
+    cli.add_command(watch.watch)
     cli.add_command(frameworks.frameworks_command)
 
 

@@ -6,10 +6,13 @@ with which file and what to do; nothing here imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
 import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -137,6 +140,27 @@ def _connect(path: str) -> sqlite3.Connection:
     return db
 
 
+@contextlib.contextmanager
+def _as_input_error(path: str) -> Iterator[None]:
+    """Every way reading ``path``'s SQLite can fail, as one :class:`InputError` line."""
+    try:
+        yield
+    except (sqlite3.Error, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: corrupt or truncated trace ({e}); {_REREAD_HINT}") from e
+    except zlib.error as e:
+        raise InputError(
+            f"{path}: corrupt trace (a call chunk does not decompress: {e}); {_REREAD_HINT}"
+        ) from e
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError, RecursionError) as e:
+        # A value of the wrong type or range where the schema says otherwise: the file was
+        # damaged, edited, or written by another program.
+        detail = " ".join(str(e).split())[:160]
+        raise InputError(
+            f"{path}: malformed trace ({type(e).__name__}: {detail}); it was not written by "
+            f"this wsprof or was edited: {_REREAD_HINT}"
+        ) from e
+
+
 def read_trace(path: str) -> ProcessTrace:
     """Read one trace file.
 
@@ -157,44 +181,138 @@ def read_trace(path: str) -> ProcessTrace:
     except sqlite3.Error as e:
         raise InputError(f"{path}: cannot open the trace ({e}); {_REREAD_HINT}") from e
     try:
-        # One read transaction: a trace still being written (and thinned) is read as one
-        # consistent snapshot, not strings from before a flush and calls from after it.
-        db.execute("BEGIN")
-        meta = _meta(db, path)
-        end = salvage.end_of(meta)
-        recovered: dict[str, Any] | None = None
-        if end in ("live", "killed"):
-            # Not closed: the ring and the journal hold what the trace has not received yet.
-            mem, recovered = salvage.salvage(db, path, meta)
-            db.close()
-            db = mem
-        trace = _read(db, path)
-        trace.meta["end"] = {"state": end, **({"recovered": recovered} if recovered else {})}
-        return trace
-    except (sqlite3.Error, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: corrupt or truncated trace ({e}); {_REREAD_HINT}") from e
-    except zlib.error as e:
-        raise InputError(
-            f"{path}: corrupt trace (a call chunk does not decompress: {e}); {_REREAD_HINT}"
-        ) from e
-    except (TypeError, ValueError, KeyError, IndexError, OverflowError, RecursionError) as e:
-        # A value of the wrong type or range where the schema says otherwise: the file was
-        # damaged, edited, or written by another program.
-        detail = " ".join(str(e).split())[:160]
-        raise InputError(
-            f"{path}: malformed trace ({type(e).__name__}: {detail}); it was not written by "
-            f"this wsprof or was edited: {_REREAD_HINT}"
-        ) from e
+        with _as_input_error(path):
+            # One read transaction: a trace still being written (and thinned) is read as one
+            # consistent snapshot, not strings from before a flush and calls from after it.
+            db.execute("BEGIN")
+            meta = _meta(db, path)
+            end = salvage.end_of(meta)
+            recovered: dict[str, Any] | None = None
+            if end in ("live", "killed"):
+                # Not closed: the ring and the journal hold what the trace has not received.
+                mem, recovered = salvage.salvage(db, path, meta)
+                db.close()
+                db = mem
+            trace = _read(db, path)
+            trace.meta["end"] = {"state": end, **({"recovered": recovered} if recovered else {})}
+            return trace
     finally:
         db.close()
 
 
-def _read_calls(db: sqlite3.Connection) -> CallTable:
-    """Decode every call chunk, resolve string ids, join ``call_updates``; sorted by start."""
-    strings = dict(db.execute("SELECT id, value FROM strings").fetchall())
+#: Tables an incremental read follows by rowid (meta and sites are read whole each time).
+FOLLOWED_TABLES = (
+    "strings",
+    "call_chunks",
+    "call_updates",
+    "update_chunks",
+    "spans",
+    "counters",
+    "events",
+    "stacks",
+    "samples",
+    "call_totals",
+    "issued",
+)
+
+
+@dataclass
+class ReadCursor:
+    """Where an incremental read of one trace stopped (:func:`read_since`).
+
+    SQLite gives every row a rowid that grows as rows are appended; a read takes the rows
+    between the last rowid it read (``seen``) and the table's largest rowid when its read
+    transaction began (``upto``), so rows committed while it reads wait for the next read.
+
+    Attributes:
+        seen: table -> last rowid read.
+        upto: table -> last rowid of the read in progress (set by :meth:`begin`).
+        strings: every string read so far, by id (later rows name earlier strings).
+        stacks: every py-spy stack read so far, by id.
+    """
+
+    seen: dict[str, int] = field(default_factory=dict)
+    upto: dict[str, int] = field(default_factory=dict)
+    strings: dict[int, str] = field(default_factory=dict)
+    stacks: dict[int, tuple[str, ...]] = field(default_factory=dict)
+
+    def begin(self, db: sqlite3.Connection) -> None:
+        """Take each followed table's largest rowid, inside ``db``'s read transaction."""
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        self.upto = {
+            t: int(db.execute(f"SELECT coalesce(max(rowid), 0) FROM {t}").fetchone()[0])
+            for t in FOLLOWED_TABLES
+            if t in tables
+        }
+
+    def commit(self) -> None:
+        """The read in progress succeeded: the next one starts after it."""
+        self.seen.update(self.upto)
+
+
+def _after(since: ReadCursor | None, table: str) -> tuple[str, tuple[int, ...]]:
+    """The ``WHERE`` clause (and its parameters) that selects the rows of ``table`` the read
+    in progress takes: every row without a cursor, else those after the cursor."""
+    if since is None:
+        return "", ()
+    return "WHERE rowid > ? AND rowid <= ?", (since.seen.get(table, 0), since.upto.get(table, 0))
+
+
+def read_since(db: sqlite3.Connection, path: str, cursor: ReadCursor) -> ProcessTrace | None:
+    """The rows of an open trace added since ``cursor``, as a :class:`ProcessTrace` of those
+    rows alone (meta and sites whole; strings resolved against every string read so far).
+
+    One read transaction: what a writer commits meanwhile is read next time. Only committed
+    rows are read, so a trace being written is read up to its last flush; what a live
+    process's capture buffer holds is read after its next flush (the recorder drains it
+    every 0.5 s). The cursor moves only when the read succeeds.
+
+    Args:
+        db: an open connection to the trace (read-only is enough).
+        path: the trace's path, for messages.
+        cursor: where the previous read stopped; updated.
+
+    Returns:
+        The new rows; None while the file has no tables or no schema version yet (its writer
+        is creating it).
+
+    Raises:
+        InputError: the trace is corrupt, truncated or of another schema version.
+    """
+    with _as_input_error(path):
+        db.execute("BEGIN")
+        try:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if (
+                "meta" not in tables
+                or not db.execute("SELECT 1 FROM meta WHERE key='schema_version'").fetchone()
+            ):
+                return None
+            cursor.begin(db)
+            trace = _read(db, path, cursor)
+        finally:
+            db.rollback()
+        cursor.commit()
+        return trace
+
+
+def _strings(db: sqlite3.Connection, since: ReadCursor | None) -> dict[int, str]:
+    """Every string of the trace by id (a cursor's table, with the strings added since)."""
+    if since is None:
+        return dict(db.execute("SELECT id, value FROM strings").fetchall())
+    top = max(since.strings, default=-1)
+    since.strings.update(db.execute("SELECT id, value FROM strings WHERE id > ?", (top,)))
+    return since.strings
+
+
+def _read_calls(db: sqlite3.Connection, since: ReadCursor | None = None) -> CallTable:
+    """Decode every call chunk (with ``since``: the chunks added after it), resolve string ids,
+    join ``call_updates``; sorted by start."""
+    strings = _strings(db, since)
     parts: dict[str, list[npt.NDArray[Any]]] = {c: [] for c in CALL_COLUMNS}
+    where, args = _after(since, "call_chunks")
     for n_rows, columns, data in db.execute(
-        "SELECT n_rows, columns, data FROM call_chunks ORDER BY id"
+        f"SELECT n_rows, columns, data FROM call_chunks {where} ORDER BY id", args
     ):
         for name, col in unpack_columns(n_rows, columns, data, widen=False).items():
             parts[name].append(col)
@@ -242,21 +360,28 @@ def _read_calls(db: sqlite3.Connection) -> CallTable:
         else:
             out[name] = col.astype(np.int64, copy=False)
     table = CallTable(**out)
-    _join_updates(db, table)
+    _join_updates(db, table, since)
     return table
 
 
-def _join_updates(db: sqlite3.Connection, table: CallTable) -> None:
-    """Apply ``call_updates`` (async completion, device time) to the calls they name."""
+def _join_updates(
+    db: sqlite3.Connection, table: CallTable, since: ReadCursor | None = None
+) -> None:
+    """Apply ``call_updates`` (async completion, device time) to the calls they name (with
+    ``since``: the updates added after it, to the calls read with them)."""
+    where, args = _after(since, "call_updates")
     rows = db.execute(
-        "SELECT t_start_ns, thread, t_done_ns, device_ns FROM call_updates"
+        f"SELECT t_start_ns, thread, t_done_ns, device_ns FROM call_updates {where}", args
     ).fetchall()
     parts = [
         np.array([[-1 if v is None else v for v in r] for r in rows], dtype=np.int64).reshape(-1, 4)
     ]
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if "update_chunks" in tables:
-        for n_rows, data in db.execute("SELECT n_rows, data FROM update_chunks ORDER BY id"):
+        where, args = _after(since, "update_chunks")
+        for n_rows, data in db.execute(
+            f"SELECT n_rows, data FROM update_chunks {where} ORDER BY id", args
+        ):
             raw = zlib.decompress(data)
             if int(n_rows) < 0 or len(raw) != int(n_rows) * 32:
                 raise ValueError(f"an update chunk of {quote(n_rows)} rows holds {len(raw)} bytes")
@@ -306,7 +431,9 @@ def _meta(db: sqlite3.Connection, path: str) -> dict[str, Any]:
     return meta
 
 
-def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
+def _read(db: sqlite3.Connection, path: str, since: ReadCursor | None = None) -> ProcessTrace:
+    """The trace in ``db`` (with ``since``: only the rows added after the cursor, whose
+    bounds :meth:`ReadCursor.begin` took in this read transaction; meta and sites whole)."""
     meta = _meta(db, path)
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if "schema_version" not in meta:
@@ -321,20 +448,26 @@ def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
             f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))} (writes {SCHEMA_VERSION}); "
             "analyse it with the wsprof version that wrote it"
         )
-    calls = _read_calls(db)
+    calls = _read_calls(db, since)
     sites = {
         int(r[0]): Site(int(r[0]), str(r[1]), int(r[2]), str(r[3]))
         for r in db.execute("SELECT id, file, line, function FROM sites")
     }
+    where, args = _after(since, "spans")
     spans = [
         Span(str(r[0]), str(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]))
         for r in db.execute(
-            "SELECT kind, name, t_start_ns, t_end_ns, step, thread FROM spans ORDER BY t_start_ns"
+            f"SELECT kind, name, t_start_ns, t_end_ns, step, thread FROM spans {where} "
+            "ORDER BY t_start_ns",
+            args,
         )
     ]
     counters: dict[str, tuple[Any, Any]] = {}
     by_name: dict[str, list[tuple[int, float]]] = {}
-    for t, name, value in db.execute("SELECT t_ns, name, value FROM counters ORDER BY t_ns"):
+    where, args = _after(since, "counters")
+    for t, name, value in db.execute(
+        f"SELECT t_ns, name, value FROM counters {where} ORDER BY t_ns", args
+    ):
         # SQLite stores NaN as NULL: keep it as NaN (analysis drops non-finite samples).
         by_name.setdefault(str(name), []).append(
             (int(t), float("nan") if value is None else float(value))
@@ -344,19 +477,30 @@ def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
             np.array([p[0] for p in pts], dtype=np.int64),
             np.array([p[1] for p in pts], dtype=np.float64),
         )
+    where, args = _after(since, "events")
     events = [
         parse_event(int(r[0]), str(r[1]), str(r[2]))
-        for r in db.execute("SELECT t_ns, kind, detail FROM events ORDER BY t_ns")
+        for r in db.execute(f"SELECT t_ns, kind, detail FROM events {where} ORDER BY t_ns", args)
     ]
-    stacks = {int(i): tuple(json.loads(f)) for i, f in db.execute("SELECT id, frames FROM stacks")}
+    where, args = _after(since, "stacks")
+    stacks = {
+        int(i): tuple(json.loads(f))
+        for i, f in db.execute(f"SELECT id, frames FROM stacks {where}", args)
+    }
+    if since is not None:
+        since.stacks.update(stacks)
+        stacks = since.stacks
+    where, args = _after(since, "samples")
     samples = [
         SampleWindow(int(a), int(b), int(pid), int(tid), stacks.get(int(s), ()), int(c))
         for a, b, pid, tid, s, c in db.execute(
-            "SELECT t_start_ns, t_end_ns, pid, tid, stack, count FROM samples ORDER BY t_start_ns"
+            f"SELECT t_start_ns, t_end_ns, pid, tid, stack, count FROM samples {where} "
+            "ORDER BY t_start_ns",
+            args,
         )
     ]
-    totals = _read_totals(db) if "call_totals" in tables else None
-    issued, recorded = _read_audit(db, tables)
+    totals = _read_totals(db, since) if "call_totals" in tables else None
+    issued, recorded = _read_audit(db, tables, since)
     return ProcessTrace(
         path,
         meta,
@@ -374,7 +518,7 @@ def _read(db: sqlite3.Connection, path: str) -> ProcessTrace:
 
 
 def _read_audit(
-    db: sqlite3.Connection, tables: set[str]
+    db: sqlite3.Connection, tables: set[str], since: ReadCursor | None = None
 ) -> tuple[list[IssuedReading] | None, list[RecordedIssued] | None]:
     """The coverage audit's two sides: c10d's readings and what the hooks saw issued per
     (step, group, op, layer); (None, None) for a trace written before the audit (schema < 4)."""
@@ -383,13 +527,15 @@ def _read_audit(
     columns = {r[1] for r in db.execute("PRAGMA table_info(call_totals)")}
     if not {"grp", "n_backend"} <= columns:
         return None, None
+    where, args = _after(since, "issued")
     readings = [
         IssuedReading(int(t), int(step), str(g), None if b is None else str(b), int(seq), str(at))
         for t, step, g, b, seq, at in db.execute(
-            "SELECT t_ns, step, grp, backend, seq, at FROM issued ORDER BY t_ns"
+            f"SELECT t_ns, step, grp, backend, seq, at FROM issued {where} ORDER BY t_ns", args
         )
     ]
-    strings = dict(db.execute("SELECT id, value FROM strings").fetchall())
+    strings = _strings(db, since)
+    where, args = _after(since, "call_totals")
     recorded = [
         RecordedIssued(
             int(step),
@@ -402,19 +548,22 @@ def _read_audit(
         )
         for step, g, op, api, layer, n, k in db.execute(
             "SELECT step, grp, op, api, layer, sum(n_backend), sum(n) FROM call_totals "
-            "GROUP BY step, grp, op, api, layer ORDER BY step"
+            f"{where} GROUP BY step, grp, op, api, layer ORDER BY step",
+            args,
         )
     ]
     return readings, recorded
 
 
-def _read_totals(db: sqlite3.Connection) -> CallTotals:
+def _read_totals(db: sqlite3.Connection, since: ReadCursor | None = None) -> CallTotals:
     """``call_totals`` summed per (step, op, api, layer), string ids resolved."""
-    strings = dict(db.execute("SELECT id, value FROM strings").fetchall())
+    strings = _strings(db, since)
+    where, args = _after(since, "call_totals")
     rows = db.execute(
         "SELECT step, op, api, layer, sum(n), sum(duration_ns), sum(between_layers_ns), "
-        "sum(bytes), max(max_duration_ns) FROM call_totals GROUP BY step, op, api, layer "
-        "ORDER BY step"
+        f"sum(bytes), max(max_duration_ns) FROM call_totals {where} GROUP BY step, op, api, "
+        "layer ORDER BY step",
+        args,
     ).fetchall()
     cols = list(zip(*rows)) if rows else [()] * 9
 

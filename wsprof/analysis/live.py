@@ -1,0 +1,742 @@
+"""Live analysis of a run folder being written: the model behind ``wsprof watch``.
+
+Incremental: each refresh reads only the rows added since the previous one
+(:mod:`wsprof.trace.follow`) and turns only the steps completed since into step rows, with the
+same code as ``wsprof analyze`` (:func:`~wsprof.analysis.steps.steps_from_markers`). A step is
+complete when its ``step`` span is in the trace: the recorder writes a step's span after every
+call and phase of it (one ordered capture buffer), so its rows never change afterwards. What a
+refresh keeps in memory is one row per step per process, running totals, and the calls and
+spans of each process's open step; raw calls of completed steps are released.
+
+Judging stays bounded as the run grows:
+
+- a series of more than :data:`MAX_JUDGED_POINTS` steps is judged on that many points, each
+  the mean of consecutive steps (:func:`binned`): the curve's shape and its slope per step are
+  kept, the classifier's cost (about 50 ms at 100 points, 550 ms at 1,000 on one core) is not
+  paid again at every step;
+- the headline series (the primary process's, as in ``wsprof analyze``) are judged again
+  whenever they have a new step; each rank's own series (weight sync, time between layers,
+  sync gaps: for the outlier-rank rule) within :data:`RANK_JUDGE_BUDGET_S` per refresh, the
+  least recently judged first; the others keep their last verdict until their turn.
+
+The verdict, findings and diagnoses come from the same rules as ``wsprof analyze``
+(:func:`~wsprof.analysis.findings.run_rules`, :func:`~wsprof.analysis.diagnoses.diagnose`,
+:func:`~wsprof.analysis.verdict.with_verdict`) applied to these rows. Steps are taken from step
+markers (``wsprof.step()``, a preset's phases); a process without them is said to be
+unjudged, never healthy: ``wsprof analyze`` finds its steps from the job's rhythm after the run.
+Analysis never runs inside the training processes: this runs in the watching process.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from wsprof.analysis.align import ClockInput, align, anchor_of
+from wsprof.analysis.coverage import audit_run
+from wsprof.analysis.diagnoses import diagnose
+from wsprof.analysis.findings import TIME_BUDGETS_S, Facts, run_rules
+from wsprof.analysis.growth import classify
+from wsprof.analysis.headline import headline_of
+from wsprof.analysis.model import (
+    Analysis,
+    CallPoints,
+    GrowthVerdict,
+    LiveRank,
+    OpTotal,
+    ProcessAnalysis,
+    RankSeries,
+    SeriesResult,
+    StepRow,
+    WatchSnapshot,
+    WrapperFact,
+)
+from wsprof.analysis.process import with_sync_starts
+from wsprof.analysis.ranks import RankInput, rank_series, sync_lags
+from wsprof.analysis.run import counter_series, row_series
+from wsprof.analysis.steps import steps_from_markers
+from wsprof.analysis.verdict import with_verdict
+from wsprof.contracts.events import Event, EventKind, Patched, WrapperFound
+from wsprof.contracts.overhead import SelfOverhead
+from wsprof.contracts.series import Series, op_median_key
+from wsprof.contracts.units import Unit
+from wsprof.trace.follow import RunFollower
+from wsprof.trace.model import (
+    CALL_COLUMNS,
+    CallTable,
+    CallTotals,
+    IssuedReading,
+    ProcessTrace,
+    RecordedIssued,
+    Span,
+)
+from wsprof.trace.salvage import end_of
+
+#: Most points a series is judged on; longer series are judged on means of consecutive steps.
+#: growth's classifier costs about 50 ms at 100 points and 550 ms at 1,000 (Theil-Sen and
+#: Mann-Kendall are quadratic in the points), measured on one core of the CI machine.
+MAX_JUDGED_POINTS = 100
+#: Wall time per refresh for judging the ranks' own series again, s (the headline series are
+#: always judged): 64 ranks x 3 series at about 50 ms each take 10 s, so each rank's turn
+#: comes every few refreshes instead of every refresh taking 10 s.
+RANK_JUDGE_BUDGET_S = 1.0
+#: Fewest steps for an op's per-step median latency series (as in ``wsprof analyze``).
+MIN_STEPS_FOR_OP_SERIES = 3
+
+
+def binned(s: Series, max_points: int = MAX_JUDGED_POINTS) -> Series:
+    """``s`` itself when it has at most ``max_points`` points, else the means of consecutive
+    runs of ``ceil(n / max_points)`` points (the last run may be shorter), each at the rounded
+    mean of its step numbers: the same slope per step, less noise, at most ``max_points``
+    points. Per-point configurations are dropped."""
+    n = len(s.values)
+    if n <= max_points:
+        return s
+    width = math.ceil(n / max_points)
+    idx = np.arange(n) // width
+    counts = np.bincount(idx)
+    values = np.bincount(idx, weights=np.asarray(s.values, dtype=np.float64)) / counts
+    steps = np.bincount(idx, weights=np.asarray(s.steps, dtype=np.float64)) / counts
+    return replace(
+        s,
+        steps=tuple(int(round(x)) for x in steps),
+        values=tuple(float(v) for v in values),
+        config=None,
+    )
+
+
+def _judge(s: Series, notes: list[str] | None = None) -> SeriesResult | None:
+    """The series' verdict on at most :data:`MAX_JUDGED_POINTS` points (with the time budgets
+    of ``wsprof analyze``); None, with a note, when it cannot be judged."""
+    b = binned(s)
+    try:
+        budget = TIME_BUDGETS_S.get(s.name) if s.unit is Unit.SECONDS else None
+        return SeriesResult(b, classify(b.values, steps=b.steps, budget=budget))
+    except (ValueError, OverflowError, FloatingPointError, ZeroDivisionError) as e:
+        if notes is not None:
+            notes.append(f"series {s.name!r} not judged: {e}")
+        return None
+
+
+def _cat_calls(parts: Sequence[CallTable]) -> CallTable:
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return CallTable.empty()
+    if len(parts) == 1:
+        return parts[0]
+    names = (*CALL_COLUMNS, "t_done_ns", "device_ns")
+    table = CallTable(**{n: np.concatenate([getattr(p, n) for p in parts]) for n in names})
+    order = np.argsort(table.t_start_ns, kind="stable")
+    return table.take(order)
+
+
+def _cat_totals(parts: Sequence[CallTotals]) -> CallTotals | None:
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return None
+    names = (
+        "step",
+        "op",
+        "api",
+        "layer",
+        "n",
+        "duration_ns",
+        "between_layers_ns",
+        "bytes",
+        "max_duration_ns",
+    )
+    cat = {n: np.concatenate([getattr(p, n) for p in parts]) for n in names}
+    order = np.argsort(cat["step"], kind="stable")
+    return CallTotals(**{n: v[order] for n, v in cat.items()})
+
+
+def _totals_take(t: CallTotals, mask: Any) -> CallTotals:
+    return CallTotals(
+        step=t.step[mask],
+        op=t.op[mask],
+        api=t.api[mask],
+        layer=t.layer[mask],
+        n=t.n[mask],
+        duration_ns=t.duration_ns[mask],
+        between_layers_ns=t.between_layers_ns[mask],
+        bytes=t.bytes[mask],
+        max_duration_ns=t.max_duration_ns[mask],
+    )
+
+
+def _compact_readings(readings: list[IssuedReading]) -> list[IssuedReading]:
+    """The readings that carry the audit: per group and step the last one (the per-step
+    differences telescope), plus every ``patch`` and ``destroy`` reading and every reading
+    whose count went down (a new group under an old name)."""
+    keep: list[IssuedReading] = []
+    last: dict[str, IssuedReading] = {}
+    for r in readings:
+        prev = last.get(r.group)
+        if (
+            keep
+            and prev is not None
+            and keep[-1] is prev
+            and prev.step == r.step
+            and prev.at == r.at == "flush"
+            and r.seq >= prev.seq
+        ):
+            keep[-1] = r
+        else:
+            keep.append(r)
+        last[r.group] = r
+    return keep
+
+
+@dataclass
+class LiveProcess:
+    """One trace being followed: its completed steps and running totals.
+
+    Attributes:
+        path: the trace file.
+        meta: its meta table as last read.
+        rows: completed steps, in order (each computed once, when its step span arrived).
+        counter_values: counter name -> its value at each row's end (None before its first
+            sample).
+        op_medians: op -> median host latency of its calls in each row, µs (None where the
+            step had none).
+        ops: op -> [calls, summed duration ns] over every step (exact ``call_totals`` sums).
+        between_by_api: API name -> summed time between layers, s (for the wrapper audit).
+        repeated: step spans whose number was already a completed step (counted once).
+    """
+
+    path: str
+    meta: dict[str, Any] = field(default_factory=dict)
+    rows: list[StepRow] = field(default_factory=list)
+    counter_values: dict[str, list[float | None]] = field(default_factory=dict)
+    op_medians: dict[str, list[float | None]] = field(default_factory=dict)
+    ops: dict[str, list[float]] = field(default_factory=dict)
+    between_by_api: dict[str, float] = field(default_factory=dict)
+    wrapper_events: list[WrapperFound] = field(default_factory=list)
+    patched: list[Event] = field(default_factory=list)
+    internal_errors: list[str] = field(default_factory=list)
+    issued: list[IssuedReading] | None = None
+    recorded: list[RecordedIssued] | None = None
+    first_ns: int | None = None
+    repeated: int = 0
+    self_overhead: SelfOverhead = field(default_factory=SelfOverhead)
+    #: Highest step number made into a row (-1: none yet).
+    last_step: int = -1
+    _calls: list[CallTable] = field(default_factory=list)
+    _spans: list[Span] = field(default_factory=list)
+    _totals: list[CallTotals] = field(default_factory=list)
+    #: Counter samples not yet behind a row's end, and each counter's last value before them.
+    _tail: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    _before: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rank(self) -> int | None:
+        r = self.meta.get("rank")
+        return r if isinstance(r, int) else None
+
+    @property
+    def pid(self) -> int | None:
+        p = self.meta.get("pid")
+        return p if isinstance(p, int) else None
+
+    @property
+    def host(self) -> str | None:
+        h = self.meta.get("host")
+        return h if isinstance(h, str) else None
+
+    @property
+    def label(self) -> str:
+        if self.rank is not None:
+            return f"rank {self.rank}"
+        return f"pid {self.pid}" if self.pid is not None else self.path
+
+    @property
+    def n_calls(self) -> int:
+        return int(sum(v[0] for v in self.ops.values()))
+
+    def add(self, delta: ProcessTrace) -> list[StepRow]:
+        """Take in the rows added to the trace; returns the steps completed by them.
+
+        Args:
+            delta: the rows added since the previous call (:func:`read_since`).
+        """
+        self.meta = delta.meta
+        self.self_overhead = delta.self_overhead
+        self._take_totals(delta.totals)
+        self._take_events(delta.events)
+        if delta.issued is not None:
+            self.issued = _compact_readings([*(self.issued or []), *delta.issued])
+        if delta.recorded_issued is not None:
+            self.recorded = [*(self.recorded or []), *delta.recorded_issued]
+        calls = delta.calls
+        if len(calls):
+            first = int(calls.t_start_ns.min())
+            self.first_ns = first if self.first_ns is None else min(self.first_ns, first)
+            # Rows of steps already made into rows are a retention rewrite (the thinned copy
+            # of an old step's calls); calls before the first step never enter a row.
+            keep = calls.step > self.last_step
+            self._calls.append(calls if bool(keep.all()) else calls.take(keep))
+        if delta.spans:
+            s0 = min(s.t_start_ns for s in delta.spans)
+            self.first_ns = s0 if self.first_ns is None else min(self.first_ns, s0)
+        self._spans += delta.spans
+        for name, (t, v) in delta.counters.items():
+            self._tail.setdefault(name, []).extend(zip(t.tolist(), v.tolist()))
+        return self._complete()
+
+    def _take_totals(self, totals: CallTotals | None) -> None:
+        if totals is None or not len(totals):
+            return
+        for op, n, d in zip(totals.op.tolist(), totals.n.tolist(), totals.duration_ns.tolist()):
+            acc = self.ops.setdefault(str(op), [0.0, 0.0])
+            acc[0] += n
+            acc[1] += d
+        for api, b in zip(totals.api.tolist(), totals.between_layers_ns.tolist()):
+            self.between_by_api[str(api)] = self.between_by_api.get(str(api), 0.0) + b / 1e9
+        later = totals.step > self.last_step
+        if bool(later.any()):
+            self._totals.append(totals if bool(later.all()) else _totals_take(totals, later))
+
+    def _take_events(self, events: Sequence[Event]) -> None:
+        for e in events:
+            if isinstance(e, WrapperFound):
+                self.wrapper_events.append(e)
+            elif isinstance(e, Patched):
+                self.patched.append(e)
+            elif e.kind is EventKind.INTERNAL_ERROR:
+                self.internal_errors.append(e.detail)
+
+    def _complete(self) -> list[StepRow]:
+        """Make rows of the steps whose step span has arrived."""
+        numbers = sorted({s.step for s in self._spans if s.kind == "step"})
+        done = [k for k in numbers if k > self.last_step]
+        self.repeated += sum(
+            1 for s in self._spans if s.kind == "step" and s.step <= self.last_step
+        )
+        if not done:
+            self._spans = [s for s in self._spans if s.step > self.last_step]
+            return []
+        top = done[-1]
+        calls = _cat_calls(self._calls)
+        in_done = (calls.step > self.last_step) & (calls.step <= top)
+        step_calls = calls.take(in_done)
+        spans = [s for s in self._spans if self.last_step < s.step <= top]
+        totals = _cat_totals(self._totals)
+        step_totals = (
+            _totals_take(totals, (totals.step > self.last_step) & (totals.step <= top))
+            if totals is not None
+            else None
+        )
+        rows = steps_from_markers(step_calls, spans, step_totals)
+        rows = with_sync_starts(rows, spans)
+        rows = self._thinned_gaps(rows)
+        self._add_counters(rows)
+        self._add_medians(rows, step_calls)
+        self.rows += rows
+        self.last_step = top
+        # Release what the rows were made from.
+        self._calls = [calls.take(calls.step > top)] if len(calls) else []
+        self._spans = [s for s in self._spans if s.step > top]
+        self._totals = [_totals_take(totals, totals.step > top)] if totals is not None else []
+        return rows
+
+    def _thinned_gaps(self, rows: list[StepRow]) -> list[StepRow]:
+        """A step that retention thinned before it was read keeps a sample of its calls: its
+        gaps cannot be measured (as in ``wsprof analyze``)."""
+        r = self.meta.get("retention")
+        if not isinstance(r, dict):
+            return rows
+        lo, hi = r.get("first_thinned_step"), r.get("last_thinned_step")
+        if not (isinstance(lo, int) and isinstance(hi, int)):
+            return rows
+        return [replace(s, sync_gap_s=None) if lo <= s.step <= hi else s for s in rows]
+
+    def _add_counters(self, rows: Sequence[StepRow]) -> None:
+        """Each counter's last value at or before each new row's end."""
+        n_before = len(self.rows)
+        for name, tail in self._tail.items():
+            tail.sort()
+            vals = self.counter_values.setdefault(name, [None] * n_before)
+            i = 0
+            last = self._before.get(name)
+            for row in rows:
+                while i < len(tail) and tail[i][0] <= row.t_end_ns:
+                    v = tail[i][1]
+                    last = v if math.isfinite(v) else last
+                    i += 1
+                vals.append(last)
+            del tail[:i]
+            if last is not None:
+                self._before[name] = last
+        for name, vals in self.counter_values.items():
+            if len(vals) < n_before + len(rows):
+                vals.extend([self._before.get(name)] * (n_before + len(rows) - len(vals)))
+
+    def _add_medians(self, rows: Sequence[StepRow], calls: CallTable) -> None:
+        """Each op's median host latency in each new row, µs."""
+        n_before = len(self.rows)
+        per_op: dict[str, list[float | None]] = {}
+        if len(calls):
+            dur = calls.duration_ns
+            ops = calls.op
+            for op in sorted(set(ops.tolist())):
+                sel = ops == op
+                st, d = calls.step[sel], dur[sel]
+                per_op[str(op)] = [
+                    float(np.median(d[st == r.step])) / 1e3 if bool((st == r.step).any()) else None
+                    for r in rows
+                ]
+        for op in set(per_op) | set(self.op_medians):
+            vals = self.op_medians.setdefault(op, [None] * n_before)
+            vals += per_op.get(op, [None] * len(rows))
+
+    def series(self) -> list[Series]:
+        """The process's per-step series, named as in ``wsprof analyze``."""
+        rows = self.rows
+        out = row_series(rows, "markers")
+        if len(rows) >= MIN_STEPS_FOR_OP_SERIES:
+            for op, vals in sorted(self.op_medians.items()):
+                if all(v is not None for v in vals):
+                    out.append(
+                        Series(
+                            op_median_key(op),
+                            Unit.MICROSECONDS,
+                            tuple(r.step for r in rows),
+                            tuple(float(v) for v in vals if v is not None),
+                        )
+                    )
+        out += counter_series(self.counter_values, rows)
+        return out
+
+    def wrappers(self) -> list[WrapperFact]:
+        """The wrapper audit (as :func:`wsprof.analysis.run.wrapper_facts`), from the
+        ``wrapper`` events and the summed time between layers of each API name."""
+        out: list[WrapperFact] = []
+        seen: set[tuple[str, str, str | None, int | None]] = set()
+        for e in self.wrapper_events:
+            fact = WrapperFact(
+                api=e.api,
+                kind=e.wrapper_kind,
+                qualname=e.qualname,
+                module=e.module,
+                file=e.file,
+                line=e.line,
+                wraps=e.wraps,
+                after_patch=e.after_patch,
+                between_s=self.between_by_api.get(e.api),
+            )
+            key = (fact.api, fact.qualname, fact.file, fact.line)
+            if key not in seen:
+                seen.add(key)
+                out.append(fact)
+        out.sort(key=lambda w: -(w.between_s or 0.0))
+        return out
+
+    def analysis(self) -> ProcessAnalysis:
+        """The process as the rules see it: its steps (no per-call points, no samples)."""
+        return ProcessAnalysis(
+            label=self.label,
+            rank=self.rank,
+            pid=self.pid,
+            step_source="markers" if self.rows else "none",
+            steps=tuple(self.rows),
+            ops=(),
+            calls=CallPoints((), (), (), (), (), self.n_calls),
+            counters=(),
+            hot_frames=(),
+            hot_stacks=(),
+            n_samples=0,
+            meta=dict(self.meta),
+            self_overhead=self.self_overhead,
+        )
+
+    def audit_trace(self) -> ProcessTrace:
+        """A trace of just what the coverage audit reads (its readings and recorded sums)."""
+        return ProcessTrace(
+            self.path,
+            dict(self.meta),
+            CallTable.empty(),
+            {},
+            [],
+            {},
+            list(self.patched),
+            issued=self.issued,
+            recorded_issued=self.recorded,
+        )
+
+
+@dataclass
+class _Judged:
+    """A cached verdict and how many steps it was judged on."""
+
+    steps: int
+    verdict: GrowthVerdict | None
+
+
+class LiveRun:
+    """A run folder followed refresh by refresh (see the module docstring).
+
+    Args:
+        folder: the run folder; it may not exist yet.
+        rank_budget_s: wall time per refresh for judging ranks' own series again, s.
+        clock: the wall clock of a refresh's duration (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        folder: str,
+        rank_budget_s: float = RANK_JUDGE_BUDGET_S,
+        clock: Any = time.perf_counter,
+    ) -> None:
+        self.folder = folder
+        self.follower = RunFollower(folder)
+        self.procs: dict[str, LiveProcess] = {}
+        self.rank_budget_s = rank_budget_s
+        self._clock = clock
+        self._judged: dict[tuple[str, str], _Judged] = {}
+        self._primary: dict[str, _Judged] = {}
+        self._primary_path: str | None = None
+        self._primary_results: dict[str, SeriesResult] = {}
+        self.refreshes = 0
+
+    def refresh(self) -> WatchSnapshot:
+        """Read what was added, make rows of the completed steps, judge, and return the run
+        as it stands."""
+        t0 = self._clock()
+        new_steps: list[tuple[str, StepRow]] = []
+        rows_read = 0
+        for path, delta in self.follower.poll():
+            if delta is None:
+                continue
+            proc = self.procs.setdefault(path, LiveProcess(path))
+            rows_read += _rows_in(delta)
+            new_steps += [(proc.label, r) for r in proc.add(delta)]
+        analysis = self._analysis()
+        self.refreshes += 1
+        problems = {f.path: f.problem for f in self.follower.traces.values()}
+        ranks = tuple(self._live_rank(p, problems.get(p.path)) for p in self._ordered())
+        states = [r.state for r in ranks]
+        ended = bool(states) and all(s in ("closed", "killed") for s in states)
+        new_steps.sort(key=lambda x: (x[1].step, x[0]))
+        return WatchSnapshot(
+            source=self.folder,
+            analysis=analysis,
+            ranks=ranks,
+            new_steps=tuple(new_steps),
+            refresh_s=self._clock() - t0,
+            rows_read=rows_read,
+            ended=ended,
+            refreshes=self.refreshes,
+        )
+
+    def close(self) -> None:
+        self.follower.close()
+
+    def _ordered(self) -> list[LiveProcess]:
+        """Primary first, as ``wsprof analyze`` orders processes: one with steps, by rank
+        (unknown last), most calls, pid."""
+
+        def key(p: LiveProcess) -> tuple[int, int, int, int]:
+            return (
+                0 if p.rows else 1,
+                p.rank if p.rank is not None else 1 << 30,
+                -p.n_calls,
+                p.pid or 0,
+            )
+
+        return sorted(self.procs.values(), key=key)
+
+    def _primary_series(self, proc: LiveProcess, notes: list[str]) -> list[SeriesResult]:
+        """The headline series judged again where they have new steps."""
+        if proc.path != self._primary_path:
+            self._primary_path = proc.path
+            self._primary.clear()
+            self._primary_results.clear()
+        out: list[SeriesResult] = []
+        for s in proc.series():
+            hit = self._primary.get(s.name)
+            if hit is None or hit.steps != len(s.values):
+                res = _judge(s, notes)
+                self._primary[s.name] = _Judged(len(s.values), res.verdict if res else None)
+                if res is not None:
+                    self._primary_results[s.name] = res
+                else:
+                    self._primary_results.pop(s.name, None)
+            res = self._primary_results.get(s.name)
+            if res is not None:
+                out.append(res)
+        return out
+
+    def _rank_rows(self, procs: Sequence[LiveProcess], notes: list[str]) -> list[RankSeries]:
+        """Per-rank rows (as ``wsprof analyze`` makes them), judging within the budget."""
+        with_steps = [p for p in procs if p.rows]
+        if not with_steps:
+            return []
+        inputs: list[ClockInput] = []
+        for p in with_steps:
+            anchor = anchor_of(p.meta)
+            inputs.append(
+                ClockInput(
+                    p.label,
+                    p.host,
+                    anchor[0] if anchor else None,
+                    anchor[1] if anchor else None,
+                    p.first_ns if p.first_ns is not None else 0,
+                )
+            )
+        clock = align(inputs)
+        if len(with_steps) > 1:
+            notes.extend(clock.notes)
+        deadline = self._clock() + self.rank_budget_s
+        # The least recently judged first, so that every rank gets its turn.
+        order = sorted(
+            range(len(with_steps)),
+            key=lambda i: self._judged_steps(with_steps[i]) - len(with_steps[i].rows),
+        )
+        rows: dict[int, RankSeries] = {}
+        for i in order:
+            p, c = with_steps[i], clock.clocks[i]
+
+            def judge(s: Series, p: LiveProcess = p) -> GrowthVerdict | None:
+                key = (p.path, s.name)
+                hit = self._judged.get(key)
+                if hit is not None and (hit.steps == len(s.values) or self._clock() > deadline):
+                    return hit.verdict
+                res = _judge(s)
+                self._judged[key] = _Judged(len(s.values), res.verdict if res else None)
+                return res.verdict if res else None
+
+            wrappers = [w for w in p.wrappers() if w.kind == "name"]
+            got = rank_series(
+                [
+                    RankInput(
+                        p.analysis(),
+                        p.host,
+                        c,
+                        tuple(r.sync_start_ns for r in p.rows),
+                        wrappers[0].label() if wrappers else None,
+                    )
+                ],
+                judge,
+            )
+            if got:
+                rows[i] = got[0]
+        ordered = [rows[i] for i in sorted(rows)]
+        lags = sync_lags(ordered)
+        return [replace(r, sync_lag_s=lag) for r, lag in zip(ordered, lags)]
+
+    def _judged_steps(self, p: LiveProcess) -> int:
+        hit = self._judged.get((p.path, "weight_sync_s"))
+        return hit.steps if hit is not None else 0
+
+    def _analysis(self) -> Analysis:
+        procs = self._ordered()
+        notes: list[str] = []
+        analyses = [p.analysis() for p in procs]
+        results = self._primary_series(procs[0], notes) if procs and procs[0].rows else []
+        ranks = self._rank_rows(procs, notes)
+        wrappers = procs[0].wrappers() if procs else []
+        errors = [e for p in procs for e in p.internal_errors]
+        head = headline_of(analyses[0] if analyses else None, results, self.folder, analyses)
+        facts = Facts(
+            {r.series.name: r for r in results},
+            analyses,
+            wrappers,
+            errors,
+            ranks=ranks,
+            headline=head,
+        )
+        unmarked = [p.label for p in procs if not p.rows and p.n_calls]
+        if unmarked:
+            notes.append(
+                f"no completed step markers yet in {', '.join(unmarked)}: watch judges steps "
+                "marked by wsprof.step() or a preset; `wsprof analyze` finds the steps of an "
+                "unmarked job from its rhythm when the run is over"
+            )
+        repeated = sum(p.repeated for p in procs)
+        if repeated:
+            notes.append(
+                f"{repeated} step span(s) repeated a step number already completed: watch "
+                "counted each step once (`wsprof analyze` merges them)"
+            )
+        if any(len(p.rows) > MAX_JUDGED_POINTS for p in procs):
+            notes.append(
+                f"series of more than {MAX_JUDGED_POINTS} steps are judged on "
+                f"{MAX_JUDGED_POINTS} points, each the mean of consecutive steps"
+            )
+        unread = tuple(f"skipped {m}" for m in self.follower.problems())
+        findings = run_rules(facts)
+        return with_verdict(
+            Analysis(
+                source=self.folder,
+                kind="run",
+                processes=tuple(analyses),
+                series=tuple(results),
+                findings=tuple(findings),
+                diagnoses=diagnose(findings, facts),
+                notes=tuple(notes),
+                wrappers=tuple(wrappers),
+                ranks=tuple(ranks),
+                coverage=audit_run([(p.label, p.audit_trace()) for p in procs]),
+                unread=unread,
+                headline=head,
+            )
+        )
+
+    def _live_rank(self, p: LiveProcess, problem: str | None) -> LiveRank:
+        ov = p.self_overhead
+        cov = audit_run([(p.label, p.audit_trace())])
+        issued_known = cov.groups and all(g.issued is not None for g in cov.groups)
+        hit = self._judged.get((p.path, "weight_sync_s"))
+        if p.path == self._primary_path and "weight_sync_s" in self._primary_results:
+            sync: GrowthVerdict | None = self._primary_results["weight_sync_s"].verdict
+            judged = self._primary["weight_sync_s"].steps
+        else:
+            sync, judged = (hit.verdict, hit.steps) if hit is not None else (None, 0)
+        return LiveRank(
+            label=p.label,
+            rank=p.rank,
+            host=p.host,
+            pid=p.pid,
+            path=p.path,
+            state=end_of(p.meta),
+            steps=len(p.rows),
+            last=p.rows[-1] if p.rows else None,
+            ops=tuple(
+                sorted(
+                    (OpTotal(op, int(v[0]), v[1] / 1e9) for op, v in p.ops.items()),
+                    key=lambda o: -o.seconds,
+                )
+            ),
+            issued=sum(g.issued or 0 for g in cov.groups) if issued_known else None,
+            recorded=sum(g.recorded for g in cov.groups) if issued_known else None,
+            hook_s=(
+                ov.hook_ns_per_call * p.n_calls / 1e9 if ov.hook_ns_per_call is not None else None
+            ),
+            flush_s=ov.flush_s,
+            probe_s=ov.probes.spent_ns / 1e9 if ov.probes is not None else 0.0,
+            dropped_calls=ov.dropped_calls,
+            lost_calls=ov.lost_calls,
+            dropped_records=ov.dropped_records,
+            internal_errors=len(p.internal_errors),
+            sync=sync,
+            sync_judged_steps=judged,
+            problem=problem,
+        )
+
+
+def _rows_in(t: ProcessTrace) -> int:
+    """Rows an incremental read returned."""
+    return (
+        len(t.calls)
+        + len(t.spans)
+        + sum(len(v[0]) for v in t.counters.values())
+        + len(t.events)
+        + len(t.samples)
+        + (len(t.totals) if t.totals is not None else 0)
+        + len(t.issued or ())
+    )

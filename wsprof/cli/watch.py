@@ -1,0 +1,189 @@
+"""``wsprof watch RUN_DIR``: follow a run folder while it is written; serve OpenMetrics.
+
+Its own process (analysis never runs inside the training processes): one per run folder, or
+one per node on a shared folder. Every ``--every`` seconds it reads what the traces gained
+(:mod:`wsprof.trace.follow`), makes rows of the steps completed since
+(:mod:`wsprof.analysis.live`), prints a line per step and a block per verdict change, and
+updates what ``/metrics`` serves (:mod:`wsprof.report.openmetrics`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any
+
+import click
+
+from wsprof.analysis.model import SEVERITIES, WatchSnapshot
+from wsprof.cli.options import fails
+from wsprof.errors import EXIT_FINDINGS, EXIT_OK, InputError
+
+#: Default seconds between refreshes: a step of an RL run lasts minutes, and a Prometheus
+#: server scrapes every 15 s by default.
+DEFAULT_EVERY_S = 5.0
+#: Default address ``--serve PORT`` binds: this host only; another only when given.
+DEFAULT_HOST = "127.0.0.1"
+
+
+def parse_serve(value: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[v6]:PORT`` or ``PORT`` (on :data:`DEFAULT_HOST`).
+
+    Raises:
+        InputError: not of that form, or a port outside 0..65535.
+    """
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host, port = DEFAULT_HOST, value
+    host = host.strip("[]") or DEFAULT_HOST
+    try:
+        n = int(port)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 65535:
+        raise InputError(
+            f"--serve {value!r}: give HOST:PORT or PORT (a port 0-65535), e.g. --serve 9464"
+        )
+    return host, n
+
+
+def serve(host: str, port: int, collector: Any) -> tuple[str, int]:
+    """Serve ``collector`` at ``http://host:port/metrics`` from a daemon thread (the official
+    client's server: it answers an OpenMetrics scraper in OpenMetrics, others in the
+    Prometheus text format). Returns the address bound (port 0 picks a free one).
+
+    Raises:
+        InputError: the address cannot be bound (in use, not this host's).
+    """
+    from prometheus_client.exposition import start_http_server
+
+    from wsprof.report.openmetrics import registry_for
+
+    try:
+        server, _ = start_http_server(port, addr=host, registry=registry_for(collector))
+    except OSError as e:
+        raise InputError(
+            f"--serve {host}:{port}: cannot listen there ({e.strerror or e}); choose another "
+            "port (or stop what holds it)"
+        ) from e
+    bound = server.server_address
+    return str(bound[0]), int(bound[1])
+
+
+def _fail_level(snapshot: WatchSnapshot, fail_on: str | None) -> bool:
+    return fail_on is not None and fails(snapshot.analysis, fail_on)
+
+
+@click.command()
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option(
+    "--serve",
+    "serve_at",
+    default=None,
+    metavar="HOST:PORT",
+    help=f"serve OpenMetrics at http://HOST:PORT/metrics (PORT alone: on {DEFAULT_HOST})",
+)
+@click.option(
+    "--every",
+    type=click.FloatRange(min=0.05),
+    default=DEFAULT_EVERY_S,
+    show_default=True,
+    help="seconds between refreshes",
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(SEVERITIES),
+    default=None,
+    help="exit 1 the moment a finding at or above this severity appears (for job schedulers)",
+)
+@click.option(
+    "--once",
+    is_flag=True,
+    help="one refresh: print where the run stands and exit (for cron)",
+)
+@click.option(
+    "--forever",
+    is_flag=True,
+    help="keep watching (and serving) after every trace has ended",
+)
+def watch(
+    run_dir: str, serve_at: str | None, every: float, fail_on: str | None, once: bool, forever: bool
+) -> int:
+    """Follow RUN_DIR (a run folder being written by `wsprof run` or wsprof.patch()): a line
+    per completed step, a block per verdict change, OpenMetrics with --serve. Ends when every
+    trace has ended (a clean exit or a process gone), unless --forever; Ctrl-C stops it."""
+    from wsprof.analysis.live import LiveRun
+    from wsprof.report.openmetrics import SnapshotCollector
+    from wsprof.report.watch import (
+        change_lines,
+        status_line,
+        step_lines,
+        verdict_key,
+        verdict_word,
+    )
+
+    collector = SnapshotCollector()
+    if serve_at is not None:
+        host, port = serve(*parse_serve(serve_at), collector)
+        click.echo(f"wsprof watch: serving http://{host}:{port}/metrics", err=True)
+    run = LiveRun(os.path.abspath(run_dir))
+    stop = threading.Event()
+    try:
+        if not run.follower.exists():
+            if once:
+                raise InputError(
+                    f"{run_dir}: no such folder; give the run folder (`wsprof run --out`, "
+                    "$WSPROF_OUT) that the job writes"
+                )
+            click.echo(f"wsprof watch: waiting for {run_dir} to appear (Ctrl-C stops)", err=True)
+            while not run.follower.exists():
+                stop.wait(every)
+        said: str | None = None
+        key: tuple[Any, ...] | None = None
+        problems: set[str] = set()
+        while True:
+            snap = run.refresh()
+            collector.update(snap)
+            for p in run.follower.problems():
+                if p not in problems:
+                    problems.add(p)
+                    click.echo(f"wsprof watch: {p}", err=True)
+            if once:
+                click.echo(status_line(snap))
+                for line in change_lines(None, snap)[1:]:
+                    click.echo(line)
+                return _exit(snap, fail_on)
+            for line in step_lines(snap):
+                click.echo(line)
+            now = verdict_key(snap.analysis)
+            if snap.ranks and any(r.steps for r in snap.ranks) and now != key:
+                for line in change_lines(said, snap):
+                    click.echo(line)
+                key = now
+                said = verdict_word(snap.analysis)
+            if _fail_level(snap, fail_on):
+                return _exit(snap, fail_on)
+            if snap.ended and not forever:
+                click.echo(
+                    f"wsprof watch: every trace has ended ({len(snap.ranks)}); "
+                    f"`wsprof analyze {run_dir}` for the whole run",
+                    err=True,
+                )
+                return EXIT_OK
+            sys.stdout.flush()
+            stop.wait(every)
+    finally:
+        run.close()
+
+
+def _exit(snap: WatchSnapshot, fail_on: str | None) -> int:
+    if not _fail_level(snap, fail_on):
+        return EXIT_OK
+    level = SEVERITIES.index(str(fail_on))
+    hits = [f for f in snap.analysis.findings if SEVERITIES.index(f.severity) >= level]
+    click.echo(
+        f"wsprof: exit 1: {len(hits)} finding(s) at or above {fail_on}: {hits[0].title}",
+        err=True,
+    )
+    return EXIT_FINDINGS
