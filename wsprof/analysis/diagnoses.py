@@ -177,7 +177,9 @@ def _lead(by_series: dict[str, Finding]) -> str | None:
 
 
 def _symptom_link(
-    slowdowns: Sequence[Finding], series: dict[str, SeriesResult]
+    slowdowns: Sequence[Finding],
+    series: dict[str, SeriesResult],
+    budgets: dict[str, float] = TIME_BUDGETS_S,
 ) -> tuple[Link, str, float, list[Finding]] | None:
     """The symptom of a chain from the per-step slowdowns: the lead (:func:`_lead`) and those
     that grow no faster than :data:`RIDE_SLOPE_RATIO` times it ("step time grows with it").
@@ -235,8 +237,8 @@ def _symptom_link(
     if p is not None:
         text += f"; projected {s.fmt(p.value)} at step {p.step} by {p.basis()}"
         rows.append(("projection", f"{s.fmt(p.value)} at step {p.step} ({p.basis()})"))
-        if v.budget_step is not None and lead_name in TIME_BUDGETS_S:
-            budget = s.fmt(TIME_BUDGETS_S.get(lead_name))
+        if v.budget_step is not None and lead_name in budgets:
+            budget = s.fmt(budgets.get(lead_name))
             text += f", {budget} at step {v.budget_step}"
             rows.append((f"reaches {budget}", f"step {v.budget_step} (same fit)"))
     return Link("symptom", text, _ids([lead, *riders]), tuple(rows)), lead_name, v.confidence, apart
@@ -731,7 +733,7 @@ def _add_symptoms(drafts: list[_Draft], by_kind: dict[str, list[Finding]], facts
     steps, a ``sampled`` draft from a rising weight-sync share of samples (step 2 and 4)."""
     pa = facts.primary
     slowdowns = [f for f in by_kind.get("accumulating_slowdown", []) if f.severity != "info"]
-    symptom = _symptom_link(slowdowns, facts.series)
+    symptom = _symptom_link(slowdowns, facts.series, facts.budgets)
     if symptom is not None:
         link, name, conf, apart = symptom
         used = [f for f in slowdowns if f not in apart]
@@ -750,7 +752,7 @@ def _add_symptoms(drafts: list[_Draft], by_kind: dict[str, list[Finding]], facts
         if not drafts:
             drafts.append(_unexplained(link, name, conf, used, pa))
         for f in apart:  # grows faster than the lead: a symptom no cause here explains
-            own = _symptom_link([f], facts.series)
+            own = _symptom_link([f], facts.series, facts.budgets)
             if own is not None:
                 drafts.append(_unexplained(own[0], own[1], own[2], [f], pa))
     sampled = [f for f in by_kind.get("sampled_phase_share", []) if f.evidence.get("grows")]

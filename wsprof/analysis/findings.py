@@ -119,6 +119,12 @@ MEAN_AD_SCALE = 1.253314
 #: And at least this far above the ranks' median: ranks that agree tightly make a 5 % difference
 #: a large z-score, but a fifth more sync time on one rank is where it starts to matter.
 OUTLIER_MIN_EXCESS = 0.2
+#: And its per-step weight-sync times must be above the other ranks' per-step times by a one-sided
+#: Mann-Whitney U test at this level (H. B. Mann and D. R. Whitney, Ann. Math. Statist. 18,
+#: 1947): with 3 ranks the MAD of 3 medians is tiny and makes any difference a large z-score, and
+#: a median over 2-3 noisy steps is not a rank's level. With 3 steps against 6 the test cannot
+#: go below 1/84 = 0.012, so the first steps of a live run never make a rank "far slower".
+OUTLIER_LEVEL_P = 0.01
 #: Least growth of a rank's own time in its collectives (time between layers, first step to last
 #: on its fitted curve) for it to count, as a share of the rank's median weight-sync time: a
 #: quarter of the sync is what a wrapper must add before it, not the communication, is what
@@ -164,6 +170,9 @@ class Facts:
     #: The analysis's headline (:func:`wsprof.analysis.headline.headline_of`), computed once
     #: by whoever builds the facts; None: the rule computes it from ``processes``.
     headline: Headline | None = None
+    #: The budgets the series were judged with (series name -> s): where a projection
+    #: crosses them is reported (``wsprof watch --sync-budget`` changes the weight sync's).
+    budgets: dict[str, float] = field(default_factory=lambda: dict(TIME_BUDGETS_S))
 
     def counters(self) -> list[str]:
         if self.counter_series is not None:
@@ -287,7 +296,7 @@ class AccumulatingSlowdown(Rule):
                 }
             if v.budget_step is not None and s.steps:
                 at = v.budget_step  # a step number, as logged
-                budget = s.fmt(TIME_BUDGETS_S.get(name))
+                budget = s.fmt(facts.budgets.get(name))
                 title += f"; by the same fit it reaches {budget} at step {at}"
                 evidence["budget_step"] = at
             out.append(
@@ -1141,6 +1150,17 @@ def _gap_growth_s(r: RankSeries) -> float:
     return _fitted_rise(r.gap)
 
 
+def _above_the_others(rows: Sequence[RankSeries], i: int) -> bool:
+    """Rank ``i``'s per-step weight-sync times are above the other ranks' (one-sided
+    Mann-Whitney U, p < :data:`OUTLIER_LEVEL_P`)."""
+    mine = _finite(rows[i].weight_sync_s)
+    theirs = [v for j, r in enumerate(rows) if j != i for v in _finite(r.weight_sync_s)]
+    if not mine or not theirs:
+        return False
+    p = stats.mannwhitneyu(mine, theirs, alternative="greater").pvalue
+    return bool(p < OUTLIER_LEVEL_P)
+
+
 class OutlierRank(Rule):
     """One rank (or a few) differs from the others: its weight sync grows while theirs stays
     flat, its own time in the collectives grows while theirs does not, or its median weight-sync
@@ -1203,7 +1223,9 @@ class OutlierRank(Rule):
             [
                 i
                 for i in range(n)
-                if z[i] > OUTLIER_Z and medians[i] >= (1 + OUTLIER_MIN_EXCESS) * med
+                if z[i] > OUTLIER_Z
+                and medians[i] >= (1 + OUTLIER_MIN_EXCESS) * med
+                and _above_the_others(rows, i)
             ],
             "level",
         )

@@ -19,6 +19,10 @@ Judging stays bounded as the run grows:
   sync gaps: for the outlier-rank rule) within :data:`RANK_JUDGE_BUDGET_S` per refresh, the
   least recently judged first; the others keep their last verdict until their turn.
 
+A growth verdict that rests on the newest step alone (without that step the series is not
+judged to grow) is held back until the next step: judged live, the newest step is where a
+single slow step (a checkpoint save, an evaluation) falls, and one slow step is not a trend.
+
 The verdict, findings and diagnoses come from the same rules as ``wsprof analyze``
 (:func:`~wsprof.analysis.findings.run_rules`, :func:`~wsprof.analysis.diagnoses.diagnose`,
 :func:`~wsprof.analysis.verdict.with_verdict`) applied to these rows. Steps are taken from step
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -57,13 +61,19 @@ from wsprof.analysis.model import (
     WrapperFact,
 )
 from wsprof.analysis.process import with_sync_starts
-from wsprof.analysis.ranks import RankInput, rank_series, sync_lags
+from wsprof.analysis.ranks import RankInput, judged_series, rank_series, sync_lags
 from wsprof.analysis.run import counter_series, row_series
 from wsprof.analysis.steps import steps_from_markers
 from wsprof.analysis.verdict import with_verdict
 from wsprof.contracts.events import Event, EventKind, Patched, WrapperFound
 from wsprof.contracts.overhead import SelfOverhead
-from wsprof.contracts.series import Series, op_median_key
+from wsprof.contracts.series import (
+    BETWEEN_LAYERS_S,
+    SYNC_GAP_S,
+    WEIGHT_SYNC_S,
+    Series,
+    op_median_key,
+)
 from wsprof.contracts.units import Unit
 from wsprof.trace.follow import RunFollower
 from wsprof.trace.model import (
@@ -110,17 +120,54 @@ def binned(s: Series, max_points: int = MAX_JUDGED_POINTS) -> Series:
     )
 
 
-def _judge(s: Series, notes: list[str] | None = None) -> SeriesResult | None:
-    """The series' verdict on at most :data:`MAX_JUDGED_POINTS` points (with the time budgets
-    of ``wsprof analyze``); None, with a note, when it cannot be judged."""
+def _judge(
+    s: Series, budgets: dict[str, float], notes: list[str] | None = None
+) -> SeriesResult | None:
+    """The series and its verdict, judged on at most :data:`MAX_JUDGED_POINTS` points (with
+    its time budget, s, from ``budgets``; :func:`on_every_step`); None, with a note, when it
+    cannot be judged."""
     b = binned(s)
     try:
-        budget = TIME_BUDGETS_S.get(s.name) if s.unit is Unit.SECONDS else None
-        return SeriesResult(b, classify(b.values, steps=b.steps, budget=budget))
+        budget = budgets.get(s.name) if s.unit is Unit.SECONDS else None
+        verdict = classify(b.values, steps=b.steps, budget=budget)
+        if verdict.accumulating and len(b.values) > 2:
+            # Judged live, the newest step is the one a spike (a checkpoint save, an eval
+            # step) falls on; growth that rests on it alone waits for the next step.
+            before = classify(b.values[:-1], steps=b.steps[:-1], budget=budget)
+            if not before.accumulating:
+                evidence = {**verdict.evidence, "newest_step_alone": 1.0}
+                verdict = replace(verdict, accumulating=False, evidence=evidence)
     except (ValueError, OverflowError, FloatingPointError, ZeroDivisionError) as e:
         if notes is not None:
             notes.append(f"series {s.name!r} not judged: {e}")
         return None
+    return SeriesResult(s, verdict if b is s else on_every_step(verdict, b, s))
+
+
+def on_every_step(verdict: GrowthVerdict, judged: Series, full: Series) -> GrowthVerdict:
+    """A verdict judged on :func:`binned` points, restated for the full series: positions
+    (change point, warm-up points) scaled to the steps they stand for, the fitted curve
+    interpolated at every step; slopes, projections and budget steps are per step number
+    already. ``evidence`` says how it was judged (``judged_points``, ``steps_per_point``)."""
+    width = math.ceil(len(full.values) / len(judged.values))
+    last = len(full.values) - 1
+    evidence = dict(verdict.evidence)
+    if "warmup_points" in evidence:
+        evidence["warmup_points"] = min(int(evidence["warmup_points"]) * width, last)
+    evidence.update(judged_points=len(judged.values), steps_per_point=width)
+    fitted = np.interp(
+        np.asarray(full.steps, dtype=np.float64),
+        np.asarray(judged.steps, dtype=np.float64),
+        np.asarray(verdict.fitted, dtype=np.float64),
+    )
+    return replace(
+        verdict,
+        change_point=(
+            None if verdict.change_point is None else min(verdict.change_point * width, last)
+        ),
+        fitted=tuple(float(v) for v in fitted),
+        evidence=evidence,
+    )
 
 
 def _cat_calls(parts: Sequence[CallTable]) -> CallTable:
@@ -383,12 +430,17 @@ class LiveProcess:
         if len(calls):
             dur = calls.duration_ns
             ops = calls.op
+            numbers = np.array([r.step for r in rows], dtype=np.int64)
             for op in sorted(set(ops.tolist())):
                 sel = ops == op
                 st, d = calls.step[sel], dur[sel]
+                order = np.lexsort((d, st))  # by step, then duration
+                st, d = st[order], d[order]
+                lo = np.searchsorted(st, numbers, side="left")
+                hi = np.searchsorted(st, numbers, side="right")
                 per_op[str(op)] = [
-                    float(np.median(d[st == r.step])) / 1e3 if bool((st == r.step).any()) else None
-                    for r in rows
+                    float(np.median(d[a:b])) / 1e3 if b > a else None
+                    for a, b in zip(lo.tolist(), hi.tolist())
                 ]
         for op in set(per_op) | set(self.op_medians):
             vals = self.op_medians.setdefault(op, [None] * n_before)
@@ -482,6 +534,8 @@ class LiveRun:
 
     Args:
         folder: the run folder; it may not exist yet.
+        sync_budget_s: the weight-sync time whose crossing step is projected, s (default:
+            ``wsprof analyze``'s, :data:`~wsprof.analysis.findings.TIME_BUDGETS_S`).
         rank_budget_s: wall time per refresh for judging ranks' own series again, s.
         clock: the wall clock of a refresh's duration (injectable for tests).
     """
@@ -489,10 +543,14 @@ class LiveRun:
     def __init__(
         self,
         folder: str,
+        sync_budget_s: float | None = None,
         rank_budget_s: float = RANK_JUDGE_BUDGET_S,
         clock: Any = time.perf_counter,
     ) -> None:
         self.folder = folder
+        self.budgets = dict(TIME_BUDGETS_S)
+        if sync_budget_s is not None:
+            self.budgets[WEIGHT_SYNC_S] = float(sync_budget_s)
         self.follower = RunFollower(folder)
         self.procs: dict[str, LiveProcess] = {}
         self.rank_budget_s = rank_budget_s
@@ -501,6 +559,8 @@ class LiveRun:
         self._primary: dict[str, _Judged] = {}
         self._primary_path: str | None = None
         self._primary_results: dict[str, SeriesResult] = {}
+        #: path -> (what its per-rank row was made from, the row) as last made.
+        self._rank_cache: dict[str, tuple[tuple[int, ...], RankSeries]] = {}
         self.refreshes = 0
 
     def refresh(self) -> WatchSnapshot:
@@ -515,6 +575,7 @@ class LiveRun:
             proc = self.procs.setdefault(path, LiveProcess(path))
             rows_read += _rows_in(delta)
             new_steps += [(proc.label, r) for r in proc.add(delta)]
+        read_s = self._clock() - t0
         analysis = self._analysis()
         self.refreshes += 1
         problems = {f.path: f.problem for f in self.follower.traces.values()}
@@ -528,9 +589,11 @@ class LiveRun:
             ranks=ranks,
             new_steps=tuple(new_steps),
             refresh_s=self._clock() - t0,
+            read_s=read_s,
             rows_read=rows_read,
             ended=ended,
             refreshes=self.refreshes,
+            sync_budget_s=self.budgets[WEIGHT_SYNC_S],
         )
 
     def close(self) -> None:
@@ -560,7 +623,7 @@ class LiveRun:
         for s in proc.series():
             hit = self._primary.get(s.name)
             if hit is None or hit.steps != len(s.values):
-                res = _judge(s, notes)
+                res = _judge(s, self.budgets, notes)
                 self._primary[s.name] = _Judged(len(s.values), res.verdict if res else None)
                 if res is not None:
                     self._primary_results[s.name] = res
@@ -591,43 +654,70 @@ class LiveRun:
         clock = align(inputs)
         if len(with_steps) > 1:
             notes.extend(clock.notes)
-        deadline = self._clock() + self.rank_budget_s
-        # The least recently judged first, so that every rank gets its turn.
-        order = sorted(
-            range(len(with_steps)),
-            key=lambda i: self._judged_steps(with_steps[i]) - len(with_steps[i].rows),
-        )
+        self._judge_ranks(with_steps)
         rows: dict[int, RankSeries] = {}
-        for i in order:
-            p, c = with_steps[i], clock.clocks[i]
+        todo: list[int] = []
+        for i, p in enumerate(with_steps):
+            cached = self._rank_cache.get(p.path)
+            if cached is not None and cached[0] == self._rank_version(p):
+                rows[i] = cached[1]
+            else:
+                todo.append(i)
 
-            def judge(s: Series, p: LiveProcess = p) -> GrowthVerdict | None:
-                key = (p.path, s.name)
-                hit = self._judged.get(key)
-                if hit is not None and (hit.steps == len(s.values) or self._clock() > deadline):
-                    return hit.verdict
-                res = _judge(s)
-                self._judged[key] = _Judged(len(s.values), res.verdict if res else None)
-                return res.verdict if res else None
+        def verdicts_of(p: LiveProcess) -> Callable[[Series], GrowthVerdict | None]:
+            def judged(s: Series) -> GrowthVerdict | None:
+                hit = self._judged.get((p.path, s.name))
+                return hit.verdict if hit is not None else None
 
+            return judged
+
+        rank_inputs: list[RankInput] = []
+        for i in todo:
+            p = with_steps[i]
             wrappers = [w for w in p.wrappers() if w.kind == "name"]
-            got = rank_series(
-                [
-                    RankInput(
-                        p.analysis(),
-                        p.host,
-                        c,
-                        tuple(r.sync_start_ns for r in p.rows),
-                        wrappers[0].label() if wrappers else None,
-                    )
-                ],
-                judge,
+            rank_inputs.append(
+                RankInput(
+                    p.analysis(),
+                    p.host,
+                    clock.clocks[i],
+                    tuple(r.sync_start_ns for r in p.rows),
+                    wrappers[0].label() if wrappers else None,
+                )
             )
-            if got:
-                rows[i] = got[0]
+        made = rank_series(rank_inputs, [verdicts_of(with_steps[i]) for i in todo])
+        for i, row in zip(todo, made):
+            rows[i] = row
+            self._rank_cache[with_steps[i].path] = (self._rank_version(with_steps[i]), row)
         ordered = [rows[i] for i in sorted(rows)]
         lags = sync_lags(ordered)
         return [replace(r, sync_lag_s=lag) for r, lag in zip(ordered, lags)]
+
+    def _judge_ranks(self, procs: Sequence[LiveProcess]) -> None:
+        """Judge the ranks' own series that have new steps, the least recently judged first,
+        until :attr:`rank_budget_s` is spent; the others keep their verdicts."""
+        deadline = self._clock() + self.rank_budget_s
+        for p in sorted(procs, key=lambda p: self._judged_steps(p) - len(p.rows)):
+            if self._clock() > deadline:
+                break
+            names = (WEIGHT_SYNC_S, BETWEEN_LAYERS_S, SYNC_GAP_S)
+            if all(self._judged_at((p.path, n)) == len(p.rows) for n in names):
+                continue
+            for name, s in judged_series(p.analysis()).items():
+                res = _judge(s, self.budgets)
+                self._judged[(p.path, name)] = _Judged(len(p.rows), res.verdict if res else None)
+            for name in names:  # a series without values is judged as nothing, once
+                self._judged.setdefault((p.path, name), _Judged(len(p.rows), None))
+
+    def _judged_at(self, key: tuple[str, str]) -> int:
+        hit = self._judged.get(key)
+        return hit.steps if hit is not None else -1
+
+    def _rank_version(self, p: LiveProcess) -> tuple[int, ...]:
+        """What a rank's row is made from: its steps and the steps its verdicts were judged on."""
+        return (
+            len(p.rows),
+            *(self._judged_at((p.path, n)) for n in (WEIGHT_SYNC_S, BETWEEN_LAYERS_S, SYNC_GAP_S)),
+        )
 
     def _judged_steps(self, p: LiveProcess) -> int:
         hit = self._judged.get((p.path, "weight_sync_s"))
@@ -649,6 +739,7 @@ class LiveRun:
             errors,
             ranks=ranks,
             headline=head,
+            budgets=self.budgets,
         )
         unmarked = [p.label for p in procs if not p.rows and p.n_calls]
         if unmarked:
@@ -665,8 +756,9 @@ class LiveRun:
             )
         if any(len(p.rows) > MAX_JUDGED_POINTS for p in procs):
             notes.append(
-                f"series of more than {MAX_JUDGED_POINTS} steps are judged on "
-                f"{MAX_JUDGED_POINTS} points, each the mean of consecutive steps"
+                f"series of more than {MAX_JUDGED_POINTS} steps are judged on at most "
+                f"{MAX_JUDGED_POINTS} points, each the mean of consecutive steps "
+                "(`wsprof analyze` judges every step)"
             )
         unread = tuple(f"skipped {m}" for m in self.follower.problems())
         findings = run_rules(facts)

@@ -858,10 +858,13 @@ class WatchSnapshot:
         ranks: every process followed, in rank order.
         new_steps: ``(rank label, step)`` for each step completed since the previous refresh.
         refresh_s: wall time the refresh took, s.
+        read_s: of it, reading the traces and making rows of the new steps, s (the rest is
+            judging and the rules).
         rows_read: rows read from the traces in it (calls, spans, counters, events, ...).
         ended: every trace followed is closed (its process exited cleanly) or its process is
             gone: nothing more will come.
         refreshes: refreshes so far, this one included.
+        sync_budget_s: the weight-sync time whose crossing step the verdicts project, s.
     """
 
     source: str
@@ -869,6 +872,8 @@ class WatchSnapshot:
     ranks: tuple[LiveRank, ...]
     new_steps: tuple[tuple[str, StepRow], ...]
     refresh_s: float
+    read_s: float
     rows_read: int
     ended: bool
     refreshes: int
+    sync_budget_s: float = 3600.0

@@ -123,51 +123,83 @@ def peer_waits(
 
 
 def _median(values: Sequence[float | None]) -> float | None:
-    vals = [v for v in values if v is not None and np.isfinite(v)]
-    return float(np.median(vals)) if vals else None
+    v = np.array(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    return float(np.median(v)) if len(v) else None
 
 
 def _series(name: str, steps: Sequence[int], values: Sequence[float | None]) -> Series | None:
-    pts = [(s, float(v)) for s, v in zip(steps, values) if v is not None and np.isfinite(v)]
-    if not pts:
+    v = np.array(values, dtype=np.float64)
+    ok = np.isfinite(v)
+    if not ok.any():
         return None
-    return Series(name, Unit.SECONDS, tuple(p[0] for p in pts), tuple(p[1] for p in pts))
+    return Series(
+        name,
+        Unit.SECONDS,
+        tuple(np.asarray(steps, dtype=np.int64)[ok].tolist()),
+        tuple(v[ok].tolist()),
+    )
 
 
 def sync_lags(rows: Sequence[RankSeries]) -> list[float | None]:
     """Per rank: the median over steps of how long after the earliest rank it started its weight
     sync, s. Only aligned ranks and steps that at least two of them started are compared."""
-    by_step: dict[int, list[tuple[int, float]]] = {}
+    who, steps, times = [], [], []
     for i, r in enumerate(rows):
         if r.clock == "none":
             continue
-        for step, t in zip(r.steps, r.sync_start_s):
-            if t is not None:
-                by_step.setdefault(step, []).append((i, t))
-    lags: list[list[float]] = [[] for _ in rows]
-    for pts in by_step.values():
-        if len(pts) < 2:
-            continue
-        t0 = min(t for _, t in pts)
-        for i, t in pts:
-            lags[i].append(t - t0)
-    return [float(np.median(v)) if v else None for v in lags]
+        t = np.array(r.sync_start_s, dtype=np.float64)
+        ok = np.isfinite(t)
+        who.append(np.full(int(ok.sum()), i))
+        steps.append(np.asarray(r.steps, dtype=np.int64)[ok])
+        times.append(t[ok])
+    if not who:
+        return [None for _ in rows]
+    rank_of, step, t = np.concatenate(who), np.concatenate(steps), np.concatenate(times)
+    order = np.argsort(step, kind="stable")
+    rank_of, step, t = rank_of[order], step[order], t[order]
+    # Per step: how many ranks started it and the earliest start.
+    first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
+    count = np.diff(np.r_[first, len(step)])
+    earliest = np.minimum.reduceat(t, first) if len(t) else t
+    group = np.repeat(np.arange(len(first)), count)
+    keep = count[group] >= 2
+    lag, rank_of = (t - earliest[group])[keep], rank_of[keep]
+    return [
+        float(np.median(lag[rank_of == i])) if (rank_of == i).any() else None
+        for i in range(len(rows))
+    ]
 
 
-def rank_series(inputs: Sequence[RankInput], judge: Judge) -> list[RankSeries]:
+def judged_series(pa: ProcessAnalysis) -> dict[str, Series]:
+    """The per-step series of one rank that :func:`rank_series` judges, by name: its own
+    weight-sync time (``own_sync_s``), time between layers, sync gaps (absent when it has no
+    value)."""
+    steps = tuple(r.step for r in pa.steps)
+    out = {
+        WEIGHT_SYNC_S: _series(WEIGHT_SYNC_S, steps, [r.own_sync_s for r in pa.steps]),
+        BETWEEN_LAYERS_S: _series(BETWEEN_LAYERS_S, steps, [r.between_layers_s for r in pa.steps]),
+        SYNC_GAP_S: _series(SYNC_GAP_S, steps, [r.sync_gap_s for r in pa.steps]),
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def rank_series(inputs: Sequence[RankInput], judge: Judge | Sequence[Judge]) -> list[RankSeries]:
     """One row per process with steps, in input order.
 
     Args:
         inputs: the processes (rank order).
         judge: classifies a per-step series (the run's ``classify_series`` path, so a series that
-            cannot be judged becomes a note there).
+            cannot be judged becomes a note there); or one judge per input (``wsprof watch``
+            keeps each rank's verdicts).
 
     Returns:
         Rows with per-step times, run-clock starts, growth verdicts of weight-sync time and time
         between layers, medians and the sync lag behind the earliest rank.
     """
     rows: list[RankSeries] = []
-    for inp in inputs:
+    judges = [judge] * len(inputs) if callable(judge) else list(judge)
+    for inp, judge_one in zip(inputs, judges):
         pa = inp.pa
         if not pa.steps:
             continue
@@ -176,9 +208,10 @@ def rank_series(inputs: Sequence[RankInput], judge: Judge) -> list[RankSeries]:
         between = tuple(r.between_layers_s for r in pa.steps)
         step_s = tuple(r.step_s for r in pa.steps)
         gaps = tuple(r.sync_gap_s for r in pa.steps)
-        gap_series = _series(SYNC_GAP_S, steps, gaps)
-        sync_series = _series(WEIGHT_SYNC_S, steps, sync)
-        between_series = _series(BETWEEN_LAYERS_S, steps, between)
+        judged = judged_series(pa)
+        gap_series = judged.get(SYNC_GAP_S)
+        sync_series = judged.get(WEIGHT_SYNC_S)
+        between_series = judged.get(BETWEEN_LAYERS_S)
         host = inp.host
         rows.append(
             RankSeries(
@@ -196,13 +229,13 @@ def rank_series(inputs: Sequence[RankInput], judge: Judge) -> list[RankSeries]:
                     None if t is None else inp.clock.run_s(t) for t in inp.sync_start_ns
                 ),
                 clock=inp.clock.basis,
-                sync=judge(sync_series) if sync_series is not None else None,
-                between=judge(between_series) if between_series is not None else None,
+                sync=judge_one(sync_series) if sync_series is not None else None,
+                between=judge_one(between_series) if between_series is not None else None,
                 median_weight_sync_s=_median(sync),
                 median_step_s=float(np.median(step_s)),
                 wrapper=inp.wrapper,
                 sync_gap_s=gaps,
-                gap=judge(gap_series) if gap_series is not None else None,
+                gap=judge_one(gap_series) if gap_series is not None else None,
             )
         )
     lags = sync_lags(rows)

@@ -46,6 +46,9 @@ def _phase_totals(spans: Sequence[Span]) -> dict[tuple[int, str], float]:
 
 def _union_ns(intervals: Sequence[tuple[int, int]]) -> int:
     """Length of the union of ``[start, end)`` intervals, ns."""
+    if len(intervals) == 1:  # the usual case: a step or phase marked once
+        a, b = intervals[0]
+        return max(b - a, 0)
     ordered = sorted(intervals)
     starts = np.array([a for a, _ in ordered], dtype=np.int64)
     ends = np.array([b for _, b in ordered], dtype=np.int64)

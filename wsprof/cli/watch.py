@@ -98,6 +98,14 @@ def _fail_level(snapshot: WatchSnapshot, fail_on: str | None) -> bool:
     help="exit 1 the moment a finding at or above this severity appears (for job schedulers)",
 )
 @click.option(
+    "--sync-budget",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="S",
+    help="project the step at which weight sync reaches S seconds "
+    "(wsprof_weight_sync_projected_step; default 3600)",
+)
+@click.option(
     "--once",
     is_flag=True,
     help="one refresh: print where the run stands and exit (for cron)",
@@ -108,7 +116,13 @@ def _fail_level(snapshot: WatchSnapshot, fail_on: str | None) -> bool:
     help="keep watching (and serving) after every trace has ended",
 )
 def watch(
-    run_dir: str, serve_at: str | None, every: float, fail_on: str | None, once: bool, forever: bool
+    run_dir: str,
+    serve_at: str | None,
+    every: float,
+    fail_on: str | None,
+    sync_budget: float | None,
+    once: bool,
+    forever: bool,
 ) -> int:
     """Follow RUN_DIR (a run folder being written by `wsprof run` or wsprof.patch()): a line
     per completed step, a block per verdict change, OpenMetrics with --serve. Ends when every
@@ -127,7 +141,7 @@ def watch(
     if serve_at is not None:
         host, port = serve(*parse_serve(serve_at), collector)
         click.echo(f"wsprof watch: serving http://{host}:{port}/metrics", err=True)
-    run = LiveRun(os.path.abspath(run_dir))
+    run = LiveRun(os.path.abspath(run_dir), sync_budget_s=sync_budget)
     stop = threading.Event()
     try:
         if not run.follower.exists():
@@ -141,6 +155,7 @@ def watch(
                 stop.wait(every)
         said: str | None = None
         key: tuple[Any, ...] | None = None
+        printed = -1  # the last step number printed
         problems: set[str] = set()
         while True:
             snap = run.refresh()
@@ -154,8 +169,10 @@ def watch(
                 for line in change_lines(None, snap)[1:]:
                     click.echo(line)
                 return _exit(snap, fail_on)
-            for line in step_lines(snap):
+            for line in step_lines(snap, printed):
                 click.echo(line)
+            lead = snap.ranks[0].label if snap.ranks else None
+            printed = max([printed, *(r.step for who, r in snap.new_steps if who == lead)])
             now = verdict_key(snap.analysis)
             if snap.ranks and any(r.steps for r in snap.ranks) and now != key:
                 for line in change_lines(said, snap):

@@ -21,7 +21,6 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from wsprof.analysis.findings import TIME_BUDGETS_S
 from wsprof.analysis.model import SEVERITIES, VERDICT_STATUSES, LiveRank, WatchSnapshot
 from wsprof.contracts.series import WEIGHT_SYNC_S
 
@@ -69,7 +68,11 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "wsprof_verdict": ("stateset", "the run's verdict"),
     "wsprof_problems": ("gauge", "problems (diagnoses at warning or critical) in the run"),
     "wsprof_findings": ("gauge", "findings in the run, by severity"),
-    "wsprof_watch_refresh_seconds": ("gauge", "wall time of watch's last refresh"),
+    "wsprof_watch_refresh_seconds": (
+        "gauge",
+        "wall time of watch's last refresh, by part (read: the traces and the new steps' rows; "
+        "analyse: judging and the rules)",
+    ),
     "wsprof_watch_refreshes": ("counter", "refreshes watch made"),
     "wsprof_watch_rows_read": ("counter", "trace rows watch read"),
 }
@@ -118,7 +121,7 @@ def families(snapshot: WatchSnapshot, rows_read_total: int) -> list[Metric]:
     acc = _gauge("wsprof_series_accumulating", [*_RANK_LABELS, "series", "shape"])
     growth = _gauge("wsprof_series_growth_per_step", [*_RANK_LABELS, "series"])
     judged = _gauge("wsprof_series_judged_steps", [*_RANK_LABELS, "series"])
-    budget = TIME_BUDGETS_S[WEIGHT_SYNC_S]
+    budget = snapshot.sync_budget_s
     proj = _gauge("wsprof_weight_sync_projected_step", [*_RANK_LABELS, "threshold_seconds"])
     for r in snapshot.ranks:
         lv = [rank_label(r), r.host or ""]
@@ -178,8 +181,9 @@ def families(snapshot: WatchSnapshot, rows_read_total: int) -> list[Metric]:
     findings = _gauge("wsprof_findings", ["severity"])
     for sev in SEVERITIES:
         findings.add_metric([sev], sum(1 for f in a.findings if f.severity == sev))
-    refresh = _gauge("wsprof_watch_refresh_seconds")
-    refresh.add_metric([], snapshot.refresh_s)
+    refresh = _gauge("wsprof_watch_refresh_seconds", ["part"])
+    refresh.add_metric(["read"], snapshot.read_s)
+    refresh.add_metric(["analyse"], max(snapshot.refresh_s - snapshot.read_s, 0.0))
     refreshes = _counter("wsprof_watch_refreshes")
     refreshes.add_metric([], snapshot.refreshes)
     rows = _counter("wsprof_watch_rows_read")

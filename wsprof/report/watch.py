@@ -48,15 +48,22 @@ def _slowest(snapshot: WatchSnapshot, step: int) -> tuple[LiveRank, StepRow] | N
     return best
 
 
-def step_lines(snapshot: WatchSnapshot) -> list[str]:
-    """One line per step the primary process completed since the previous refresh: its weight
-    sync, rollout share and step time, the slowest rank's sync when several ranks are followed,
-    and the verdict."""
+def step_lines(snapshot: WatchSnapshot, after: int = -1) -> list[str]:
+    """One line per step numbered above ``after`` that the primary process (the lowest rank
+    with steps) completed since the previous refresh: its weight sync, rollout share and step
+    time, the slowest rank's sync when several ranks are followed, and the verdict as of this
+    refresh.
+
+    Args:
+        snapshot: the refresh.
+        after: the last step number already printed (the primary can change while the ranks'
+            first flushes arrive: a step is printed once).
+    """
     primary = snapshot.ranks[0].label if snapshot.ranks else None
     lines: list[str] = []
     verdict = verdict_word(snapshot.analysis)
     for label, row in snapshot.new_steps:
-        if label != primary:
+        if label != primary or row.step <= after:
             continue
         parts = [f"step {row.step}"]
         sync = row.own_sync_s

@@ -1,8 +1,9 @@
 """Follows a run folder while its traces are written: each poll reads only the rows added since.
 
-Read-only and safe against the writers: each trace is opened with SQLite's ``mode=ro`` and read
-in one read transaction per poll (WAL mode lets a reader see the last committed flush while a
-writer appends), so a trace being written is read up to its last complete flush. A trace that
+Read-only and safe against the writers: each poll opens each trace read-only (``mode=ro`` while
+its writer has it open in WAL mode, ``immutable=1`` once it is closed) and reads it in one read
+transaction (WAL mode lets a reader see the last committed flush while a writer appends), so a
+trace being written is read up to its last complete flush. A trace that
 cannot be read (corrupt, truncated, another schema) keeps what was read before and is retried
 at every poll; its problem is said once. Nothing here analyses.
 """
@@ -19,26 +20,26 @@ from wsprof.trace.reader import SQLITE_MAGIC, ReadCursor, read_since
 
 
 def _open_read_only(path: str) -> sqlite3.Connection:
-    """A read-only connection to ``path``.
+    """A read-only connection to ``path`` that creates no file beside it.
 
-    A WAL-mode database is read through its ``-shm`` index, which the writer creates; after
-    the writer has closed (and SQLite removed ``-wal`` and ``-shm``), ``mode=ro`` may find no
-    index to open: the file no longer changes then, and ``immutable=1`` reads it as it is.
+    A writer in WAL mode keeps ``-wal`` and ``-shm`` beside the trace while it has it open:
+    ``mode=ro`` reads through them. Without a ``-wal`` no writer has it open (a closed trace):
+    ``immutable=1`` reads the file as it is (``mode=ro`` would create the two files and, unable
+    to checkpoint, leave them behind).
 
     Raises:
         sqlite3.Error: it cannot be opened.
     """
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+    if os.path.exists(path + "-wal"):
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+    else:
+        db = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
     try:
         db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return db
     except sqlite3.Error:
         db.close()
-        if os.path.exists(path + "-wal"):
-            raise
-        db = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
-        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return db
+        raise
+    return db
 
 
 @dataclass
@@ -56,7 +57,6 @@ class TraceFollower:
     cursor: ReadCursor = field(default_factory=ReadCursor)
     problem: str | None = None
     polls: int = 0
-    _db: sqlite3.Connection | None = None
 
     def poll(self) -> ProcessTrace | None:
         """The rows added since the last successful poll; None when the file cannot be read
@@ -72,18 +72,28 @@ class TraceFollower:
         if head != SQLITE_MAGIC:
             self.problem = f"{self.path}: not a wsprof trace (not an SQLite file)"
             return None
+        # A connection per poll, closed at once: a writer that closes its trace is then its
+        # last connection, which checkpoints the WAL into the file and removes it (a reader
+        # still connected would leave ``-wal`` and ``-shm`` behind).
+        db: sqlite3.Connection | None = None
         try:
-            if self._db is None:
-                self._db = _open_read_only(self.path)
-            delta = read_since(self._db, self.path, self.cursor)
-        except sqlite3.Error as e:
-            self.close()
-            self.problem = f"{self.path}: cannot open the trace ({e}); it is retried"
+            db = _open_read_only(self.path)
+            delta = read_since(db, self.path, self.cursor)
+        except sqlite3.OperationalError as e:  # locked, or no -shm index to open yet
+            self.problem = f"{self.path}: cannot open the trace ({e}); it is tried again"
+            return None
+        except sqlite3.Error as e:  # "file is not a database", "disk image is malformed"
+            self.problem = (
+                f"{self.path}: corrupt or truncated trace ({e}); what was read of it is kept "
+                "and it is read again at each refresh"
+            )
             return None
         except InputError as e:
-            self.close()  # a fresh connection next time (a file replaced under the same name)
             self.problem = str(e)
             return None
+        finally:
+            if db is not None:
+                db.close()
         if delta is None:
             return None  # its writer has not committed the schema version yet
         self.problem = None
@@ -91,10 +101,7 @@ class TraceFollower:
         return delta
 
     def close(self) -> None:
-        """Close the connection (a later poll reopens it)."""
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        """Nothing stays open between polls; kept for symmetry with :class:`RunFollower`."""
 
 
 @dataclass
