@@ -97,6 +97,19 @@ def step_schedule(
     return out
 
 
+def step_spans(
+    k: int, step_start: int, step_end: int, roll: int, sync0: int, sync1: int
+) -> list[tuple[object, ...]]:
+    """The spans ``wsprof.step()`` and ``wsprof.phase()`` write for step ``k``: the step, then
+    rollout (``roll`` ns), train (until ``sync0``) and weight sync (``sync0`` to ``sync1``)."""
+    return [
+        ("step", str(k), step_start, step_end, k, THREAD),
+        ("phase", "rollout", step_start, step_start + roll, k, THREAD),
+        ("phase", "train", step_start + roll, sync0, k, THREAD),
+        ("phase", "weight_sync", sync0, sync1, k, THREAD),
+    ]
+
+
 def write_rank(
     spec: RankSpec,
     world: int,
@@ -172,12 +185,7 @@ def write_rank(
             [-1] * len(a),
         )
         sync1 = int(m[-1, 1]) + 1_000
-        spans += [
-            ("step", str(k), step_start, step_end, k, THREAD),
-            ("phase", "rollout", step_start, step_start + roll, k, THREAD),
-            ("phase", "train", step_start + roll, sync0, k, THREAD),
-            ("phase", "weight_sync", sync0, sync1, k, THREAD),
-        ]
+        spans += step_spans(k, step_start, step_end, roll, sync0, sync1)
         counters.append((sync1, "rss_bytes", float(2**33 + rng.integers(0, 2**20))))
         pending.append(m)
         n_pending += calls_per_step

@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_many_ranks import (  # noqa: E402 - the script's own folder, put on the path above
+from bench_many_ranks import (
     HOST_MONOTONIC_S,
     PARAM_BYTES,
     ROLLOUT_S,
@@ -40,12 +40,13 @@ from bench_many_ranks import (  # noqa: E402 - the script's own folder, put on t
     THREAD,
     TRAIN_S,
     step_schedule,
+    step_spans,
 )
 
-from wsprof.analysis.live import LiveRun  # noqa: E402
-from wsprof.analysis.run import analyze_path  # noqa: E402
-from wsprof.trace.model import CALL_COLUMNS  # noqa: E402
-from wsprof.trace.writer import TraceWriter  # noqa: E402
+from wsprof.analysis.live import LiveRun
+from wsprof.analysis.run import analyze_path
+from wsprof.trace.model import CALL_COLUMNS
+from wsprof.trace.writer import TraceWriter
 
 
 class RankWriter:
@@ -108,12 +109,7 @@ class RankWriter:
             m[:, 8], m[:, 9], m[:, 10] = sizes, ids["dtype"], ids["grp"]
             m[:, 12], m[:, 13], m[:, 14], m[:, 15] = 0, k, ids["phase"], -1
             sync1 = int(m[-1, 1]) + 1_000
-            spans += [
-                ("step", str(k), step_start, step_end, k, THREAD),
-                ("phase", "rollout", step_start, step_start + roll, k, THREAD),
-                ("phase", "train", step_start + roll, sync0, k, THREAD),
-                ("phase", "weight_sync", sync0, sync1, k, THREAD),
-            ]
+            spans += step_spans(k, step_start, step_end, roll, sync0, sync1)
             counters.append((sync1, "proc.rss_bytes", float(2**33 + rng.integers(0, 2**20))))
             mats.append(m)
         self.w.write({"spans": spans, "counters": counters}, call_matrix=np.concatenate(mats))
@@ -158,9 +154,7 @@ def main() -> None:
                 w.write(schedule, k0, k1, args.calls)
             write_s += time.perf_counter() - t
             snap = live.refresh()
-            stale = max(
-                (r.steps - r.sync_judged_steps for r in snap.ranks if r.steps), default=0
-            )
+            stale = max((r.steps - r.sync_judged_steps for r in snap.ranks if r.steps), default=0)
             rows.append((k1, snap.read_s, snap.refresh_s, snap.rows_read, stale))
             if k1 in (args.steps // 2, args.steps):
                 t = time.perf_counter()
@@ -200,8 +194,7 @@ def main() -> None:
         )
     print(f"refresh with nothing new at step {args.steps}: {idle.refresh_s:.3f} s")
     print(
-        f"last tenth / first tenth, median refresh: "
-        f"{med['last tenth'] / med['first tenth']:.2f}x"
+        f"last tenth / first tenth, median refresh: {med['last tenth'] / med['first tenth']:.2f}x"
     )
     for k, s in full.items():
         print(f"full `wsprof analyze` of the folder at step {k}: {s:.1f} s")

@@ -94,25 +94,35 @@ def test_follower_waits_for_an_empty_file_and_names_a_bad_one(tmp_path: Path) ->
     assert g.problem is not None and "not a wsprof trace" in g.problem
 
 
-def test_a_truncated_trace_is_named_and_the_others_are_still_read(tmp_path: Path) -> None:
+def test_a_truncated_trace_is_read_up_to_its_last_complete_record(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    schedule = MANY.step_schedule(8, 50, 0)
+    steps, calls = 300, 50
+    schedule = MANY.step_schedule(steps, calls, 0)
     good, bad = _writers(run, 2, None)
     for w in (good, bad):
-        w.write(schedule, 0, 8, 50)
+        for k in range(steps):  # one flush per step: rows in write order, step by step
+            w.write(schedule, k, k + 1, calls)
         w.close()
     data = Path(bad.path).read_bytes()
-    Path(bad.path).write_bytes(data[: len(data) // 2 + 100])  # cut mid-page
+    Path(bad.path).write_bytes(data[: int(len(data) * 0.6)])  # cut mid-page
     follower = RunFollower(str(run))
     got = dict(follower.poll())
-    assert got[good.path] is not None and len(got[good.path].calls) == 400
-    assert got[bad.path] is None
+    assert got[good.path] is not None and len(got[good.path].calls) == steps * calls
+    part = got[bad.path]
+    assert part is not None
+    assert 0 < len(part.calls) < steps * calls
     (problem,) = follower.problems()
     assert problem.startswith(bad.path) and "corrupt or truncated" in problem
+    assert "read up to its last complete record" in problem and "cut after rowid" in problem
+    # Unchanged, it is not read again; what was read stays.
+    again = dict(follower.poll())
+    assert again[bad.path] is None and follower.problems() == [problem]
     snap = LiveRun(str(run)).refresh()
-    assert snap.analysis.verdict.status != "no_problem"  # a trace it could not read
+    assert snap.analysis.verdict.status != "no_problem"  # part of a trace: not judged whole
     assert any(bad.path in u for u in snap.analysis.unread)
-    assert [r.steps for r in snap.ranks] == [8]
+    by_path = {r.path: r for r in snap.ranks}
+    assert by_path[good.path].steps == steps
+    assert by_path[bad.path].problem == problem
 
 
 # --- the live analysis against `wsprof analyze` ---------------------------------------------
@@ -321,3 +331,14 @@ def test_a_verdict_judged_on_bins_speaks_of_every_step() -> None:
     assert res.verdict.evidence["steps_per_point"] == 4
     assert res.verdict.slope_per_step == pytest.approx(0.01, rel=1e-3)
     assert res.verdict.fitted[-1] == pytest.approx(values[-1], rel=0.01)
+
+
+def test_the_readme_lists_every_family_with_its_type() -> None:
+    import re
+
+    text = (REPO / "README.md").read_text()
+    rows = re.findall(r"^\| `(wsprof_[a-z_]+)` \| (\w+) \|", text, flags=re.M)
+    listed = {name.removesuffix("_total"): kind for name, kind in rows}
+    assert listed == {name: kind for name, (kind, _) in FAMILIES.items()}
+    for name, kind in rows:
+        assert name.endswith("_total") == (kind == "counter"), name

@@ -62,7 +62,7 @@ from wsprof.analysis.model import (
 )
 from wsprof.analysis.process import with_sync_starts
 from wsprof.analysis.ranks import RankInput, judged_series, rank_series, sync_lags
-from wsprof.analysis.run import counter_series, row_series
+from wsprof.analysis.run import counter_series, facts_of_wrappers, row_series, with_unread
 from wsprof.analysis.steps import steps_from_markers
 from wsprof.analysis.verdict import with_verdict
 from wsprof.contracts.events import Event, EventKind, Patched, WrapperFound
@@ -84,6 +84,7 @@ from wsprof.trace.model import (
     ProcessTrace,
     RecordedIssued,
     Span,
+    process_label,
 )
 from wsprof.trace.salvage import end_of
 
@@ -297,9 +298,7 @@ class LiveProcess:
 
     @property
     def label(self) -> str:
-        if self.rank is not None:
-            return f"rank {self.rank}"
-        return f"pid {self.pid}" if self.pid is not None else self.path
+        return process_label(self.meta)
 
     @property
     def n_calls(self) -> int:
@@ -467,26 +466,7 @@ class LiveProcess:
     def wrappers(self) -> list[WrapperFact]:
         """The wrapper audit (as :func:`wsprof.analysis.run.wrapper_facts`), from the
         ``wrapper`` events and the summed time between layers of each API name."""
-        out: list[WrapperFact] = []
-        seen: set[tuple[str, str, str | None, int | None]] = set()
-        for e in self.wrapper_events:
-            fact = WrapperFact(
-                api=e.api,
-                kind=e.wrapper_kind,
-                qualname=e.qualname,
-                module=e.module,
-                file=e.file,
-                line=e.line,
-                wraps=e.wraps,
-                after_patch=e.after_patch,
-                between_s=self.between_by_api.get(e.api),
-            )
-            key = (fact.api, fact.qualname, fact.file, fact.line)
-            if key not in seen:
-                seen.add(key)
-                out.append(fact)
-        out.sort(key=lambda w: -(w.between_s or 0.0))
-        return out
+        return facts_of_wrappers(self.wrapper_events, self.between_by_api)
 
     def analysis(self) -> ProcessAnalysis:
         """The process as the rules see it: its steps (no per-call points, no samples)."""
@@ -534,6 +514,8 @@ class LiveRun:
 
     Args:
         folder: the run folder; it may not exist yet.
+        host: follow only the traces written on this host (one ``watch`` per node on a shared
+            folder); None: all.
         sync_budget_s: the weight-sync time whose crossing step is projected, s (default:
             ``wsprof analyze``'s, :data:`~wsprof.analysis.findings.TIME_BUDGETS_S`).
         rank_budget_s: wall time per refresh for judging ranks' own series again, s.
@@ -543,6 +525,7 @@ class LiveRun:
     def __init__(
         self,
         folder: str,
+        host: str | None = None,
         sync_budget_s: float | None = None,
         rank_budget_s: float = RANK_JUDGE_BUDGET_S,
         clock: Any = time.perf_counter,
@@ -551,7 +534,7 @@ class LiveRun:
         self.budgets = dict(TIME_BUDGETS_S)
         if sync_budget_s is not None:
             self.budgets[WEIGHT_SYNC_S] = float(sync_budget_s)
-        self.follower = RunFollower(folder)
+        self.follower = RunFollower(folder, host)
         self.procs: dict[str, LiveProcess] = {}
         self.rank_budget_s = rank_budget_s
         self._clock = clock
@@ -773,7 +756,9 @@ class LiveRun:
                 notes=tuple(notes),
                 wrappers=tuple(wrappers),
                 ranks=tuple(ranks),
-                coverage=audit_run([(p.label, p.audit_trace()) for p in procs]),
+                coverage=with_unread(
+                    audit_run([(p.label, p.audit_trace()) for p in procs]), unread
+                ),
                 unread=unread,
                 headline=head,
             )

@@ -554,7 +554,7 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
             notes=tuple(notes),
             wrappers=tuple(wrappers),
             ranks=tuple(ranks),
-            coverage=_with_unread(
+            coverage=with_unread(
                 audit_run(
                     [(pa.label, d.trace) for d, pa in zip(procs, analyses) if not d.sampler_only]
                 ),
@@ -566,7 +566,7 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
     )
 
 
-def _with_unread(cov: Coverage, unread: Sequence[str]) -> Coverage:
+def with_unread(cov: Coverage, unread: Sequence[str]) -> Coverage:
     """The audit with each trace that could not be read named as not audited."""
     if not unread:
         return cov
@@ -589,6 +589,15 @@ def wrapper_facts(trace: ProcessTrace) -> list[WrapperFact]:
         bl = calls.between_layers_ns
         for api in set(calls.api.tolist()):
             between[str(api)] = float(bl[calls.api == api].sum()) / 1e9
+    return facts_of_wrappers(found, between)
+
+
+def facts_of_wrappers(
+    found: Sequence[WrapperFound], between_s: Mapping[str, float]
+) -> list[WrapperFact]:
+    """One fact per distinct wrapper of ``found`` (``wrapper`` events), with the time between
+    layers of the calls through the name it sits on (``between_s``: API name -> s); most of
+    that time first."""
     out: list[WrapperFact] = []
     seen: set[tuple[str, str, str | None, int | None]] = set()
     for e in found:
@@ -601,7 +610,7 @@ def wrapper_facts(trace: ProcessTrace) -> list[WrapperFact]:
             line=e.line,
             wraps=e.wraps,
             after_patch=e.after_patch,
-            between_s=between.get(e.api),
+            between_s=between_s.get(e.api),
         )
         key = (fact.api, fact.qualname, fact.file, fact.line)
         if key not in seen:

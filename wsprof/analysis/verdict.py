@@ -75,8 +75,8 @@ def _reasons(a: Analysis) -> list[str]:
         n = len(a.unread)
         out.append(
             f"{n} trace{'s' if n != 1 else ''} of the run could not be read "
-            f"({a.unread[0].removeprefix('skipped ')}): what they recorded was not judged; "
-            "repair or remove the file, or analyse the readable traces alone"
+            f"({a.unread[0].removeprefix('skipped ')}): what could not be read was not "
+            "judged; repair or remove the file, or analyse the readable traces alone"
         )
     cov = a.coverage
     if cov is not None and cov.incomplete:

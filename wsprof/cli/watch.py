@@ -98,6 +98,12 @@ def _fail_level(snapshot: WatchSnapshot, fail_on: str | None) -> bool:
     help="exit 1 the moment a finding at or above this severity appears (for job schedulers)",
 )
 @click.option(
+    "--host",
+    default=None,
+    help="follow only the traces written on this host (one watch per node on a shared run "
+    "folder; trace names start with the host name)",
+)
+@click.option(
     "--sync-budget",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
@@ -120,6 +126,7 @@ def watch(
     serve_at: str | None,
     every: float,
     fail_on: str | None,
+    host: str | None,
     sync_budget: float | None,
     once: bool,
     forever: bool,
@@ -141,7 +148,7 @@ def watch(
     if serve_at is not None:
         host, port = serve(*parse_serve(serve_at), collector)
         click.echo(f"wsprof watch: serving http://{host}:{port}/metrics", err=True)
-    run = LiveRun(os.path.abspath(run_dir), sync_budget_s=sync_budget)
+    run = LiveRun(os.path.abspath(run_dir), host=host, sync_budget_s=sync_budget)
     stop = threading.Event()
     try:
         if not run.follower.exists():

@@ -75,6 +75,15 @@ SAMPLE_COLUMNS = ("t_start_ns", "t_end_ns", "pid", "tid", "stack", "count")
 STACK_COLUMNS = ("id", "frames")
 
 
+def process_label(meta: dict[str, Any]) -> str:
+    """``rank N`` or ``pid N`` (``pid ?`` when neither is known): how reports name the process
+    whose trace has ``meta``."""
+    rank = meta.get("rank")
+    if isinstance(rank, int):
+        return f"rank {rank}"
+    return f"pid {meta.get('pid', '?')}"
+
+
 @dataclass(frozen=True)
 class Site:
     """A caller location: the first frame outside torch and wsprof."""
@@ -291,6 +300,4 @@ class ProcessTrace:
     @property
     def label(self) -> str:
         """``rank N`` or ``pid N``: how reports name this process."""
-        if self.rank is not None:
-            return f"rank {self.rank}"
-        return f"pid {self.meta.get('pid', '?')}"
+        return process_label(self.meta)

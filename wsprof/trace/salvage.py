@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import sqlite3
+import tempfile
 from typing import Any
 
 import numpy as np
@@ -159,3 +161,77 @@ def _stored_hooks(value: Any) -> dict[int, tuple[int, int, int]]:
 
 def _int(v: Any) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
+
+
+#: Byte offsets in an SQLite file's header (https://www.sqlite.org/fileformat.html): page size
+#: (2 bytes, 1 meaning 65536), write and read format versions (1 rollback journal, 2 WAL), and
+#: the database size in pages.
+_PAGE_SIZE_AT, _WRITE_VERSION_AT, _READ_VERSION_AT, _PAGES_AT = 16, 18, 19, 28
+
+
+def readable_copy(path: str) -> tuple[sqlite3.Connection, list[str]]:
+    """An in-memory copy of what a damaged trace file still gives: each table's rows in rowid
+    (write) order up to the first that cannot be read, rowids kept. The file is never changed.
+
+    A truncated file ends inside some table's pages, and its header still counts the pages it
+    had: a private copy of the whole pages that are left, with that count and the journal mode
+    (rollback, so that no ``-wal`` is looked for) corrected, is what SQLite can read.
+
+    Returns:
+        (the copy, one ``table: cut after rowid N`` line per table that could not be read to
+        its end).
+
+    Raises:
+        OSError: the file cannot be read.
+        sqlite3.Error: not even its list of tables can be read.
+    """
+    with open(path, "rb") as fh:
+        data = bytearray(fh.read())
+    page = int.from_bytes(data[_PAGE_SIZE_AT : _PAGE_SIZE_AT + 2], "big") if len(data) > 18 else 0
+    page = 65536 if page == 1 else page
+    if page < 512:
+        raise sqlite3.DatabaseError("no readable SQLite header")
+    pages = len(data) // page
+    del data[pages * page :]
+    data[_PAGES_AT : _PAGES_AT + 4] = pages.to_bytes(4, "big")
+    data[_WRITE_VERSION_AT] = data[_READ_VERSION_AT] = 1
+    folder = tempfile.mkdtemp(prefix="wsprof-damaged-")
+    try:
+        fixed = os.path.join(folder, "trace")
+        with open(fixed, "wb") as fh:
+            fh.write(data)
+        del data
+        src = sqlite3.connect(fixed)
+        try:
+            return _copy_readable(src)
+        finally:
+            src.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _copy_readable(src: sqlite3.Connection) -> tuple[sqlite3.Connection, list[str]]:
+    tables = [
+        (str(name), str(sql))
+        for name, sql in src.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type='table' AND sql IS NOT NULL"
+        )
+    ]
+    mem = sqlite3.connect(":memory:")
+    cut: list[str] = []
+    for name, sql in tables:
+        mem.execute(sql)
+        columns = [str(r[1]) for r in mem.execute(f"PRAGMA table_info({name})")]
+        insert = (
+            f"INSERT INTO {name} (rowid, {', '.join(columns)}) "
+            f"VALUES ({', '.join('?' * (len(columns) + 1))})"
+        )
+        last = 0
+        try:
+            for row in src.execute(f"SELECT rowid, * FROM {name} ORDER BY rowid"):
+                mem.execute(insert, row)
+                last = int(row[0])
+        except sqlite3.DatabaseError:
+            cut.append(f"{name}: cut after rowid {last}")
+    mem.commit()
+    return mem, cut
