@@ -342,3 +342,46 @@ def test_the_readme_lists_every_family_with_its_type() -> None:
     assert listed == {name: kind for name, (kind, _) in FAMILIES.items()}
     for name, kind in rows:
         assert name.endswith("_total") == (kind == "counter"), name
+
+
+def test_readings_kept_for_the_audit_give_the_audit_of_all_of_them() -> None:
+    from wsprof.analysis.coverage import audit_process
+    from wsprof.analysis.live import _add_readings
+    from wsprof.trace.model import CallTable, IssuedReading, ProcessTrace, RecordedIssued
+
+    readings = [IssuedReading(0, -1, "0", "gloo", 0, "patch")]
+    t, seq = 1, 0
+    for step in range(6):
+        for _ in range(3):  # three flushes per step, two groups interleaved
+            seq += 2
+            readings.append(IssuedReading(t, step, "0", "gloo", seq, "flush"))
+            readings.append(IssuedReading(t + 1, step, "1", "gloo", seq // 2, "flush"))
+            t += 2
+        readings.append(IssuedReading(t, step, "0", "gloo", seq, "step"))
+    readings.append(IssuedReading(t + 1, 5, "1", "gloo", 0, "flush"))  # a new group "1"
+    recorded = [
+        RecordedIssued(s, "0", "broadcast", "api", 6, 6, "dist.broadcast") for s in range(6)
+    ]
+
+    def audit(rs: list[IssuedReading]) -> object:
+        trace = ProcessTrace(
+            "p", {}, CallTable.empty(), {}, [], {}, [], issued=rs, recorded_issued=recorded
+        )
+        return audit_process(trace, "rank 0")
+
+    kept: list[IssuedReading] = []
+    last: dict[str, int] = {}
+    for k in range(0, len(readings), 5):  # arriving a few at a time
+        _add_readings(kept, last, readings[k : k + 5])
+    assert len(kept) < len(readings) / 2
+    assert audit(kept) == audit(readings)
+
+
+def test_one_watch_per_node_follows_only_its_hosts_traces(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    MANY.generate_run(str(run), n_ranks=4, calls_per_rank=400, steps=4, hosts=2)
+    (run / "node-a-x.wsprof").write_bytes(b"")  # not a trace name the recorder writes
+    snap = LiveRun(str(run), host="node-b").refresh()
+    assert [r.rank for r in snap.ranks] == [2, 3]
+    assert {r.host for r in snap.ranks} == {"node-b"}
+    assert len(LiveRun(str(run)).refresh().ranks) == 4

@@ -165,12 +165,23 @@ def _bucket(step: int, read_steps: list[int]) -> int:
 
 def audit_run(traces: Sequence[tuple[str, ProcessTrace]]) -> Coverage:
     """The audit of every process of a run: ``(label, trace)`` pairs."""
+    return coverage_of(
+        [
+            (label, audit_process(t, label), bool(len(t.calls)) or t.totals is not None)
+            for label, t in traces
+        ]
+    )
+
+
+def coverage_of(audits: Sequence[tuple[str, list[GroupCoverage] | None, bool]]) -> Coverage:
+    """The run's coverage from each process's audit: ``(label, its audit (None: its trace has
+    none), whether it recorded calls)``; a process that recorded calls without an audit is
+    named as not audited."""
     groups: list[GroupCoverage] = []
     not_audited: list[str] = []
-    for label, t in traces:
-        res = audit_process(t, label)
+    for label, res, recorded in audits:
         if res is None:
-            if len(t.calls) or t.totals is not None:
+            if recorded:
                 not_audited.append(label)
             continue
         groups.extend(res)

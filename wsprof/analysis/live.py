@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from wsprof.analysis.align import ClockInput, align, anchor_of
-from wsprof.analysis.coverage import audit_run
+from wsprof.analysis.coverage import audit_process, coverage_of
 from wsprof.analysis.diagnoses import diagnose
 from wsprof.analysis.findings import TIME_BUDGETS_S, Facts, run_rules
 from wsprof.analysis.growth import classify
@@ -50,6 +50,7 @@ from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import (
     Analysis,
     CallPoints,
+    GroupCoverage,
     GrowthVerdict,
     LiveRank,
     OpTotal,
@@ -217,27 +218,28 @@ def _totals_take(t: CallTotals, mask: Any) -> CallTotals:
     )
 
 
-def _compact_readings(readings: list[IssuedReading]) -> list[IssuedReading]:
-    """The readings that carry the audit: per group and step the last one (the per-step
-    differences telescope), plus every ``patch`` and ``destroy`` reading and every reading
-    whose count went down (a new group under an old name)."""
-    keep: list[IssuedReading] = []
-    last: dict[str, IssuedReading] = {}
-    for r in readings:
-        prev = last.get(r.group)
+def _add_readings(
+    kept: list[IssuedReading], last: dict[str, int], new: Sequence[IssuedReading]
+) -> None:
+    """Append c10d's readings to ``kept``, keeping of each group's run of ordinary (``flush``)
+    readings within one step only the newest: the audit sums each group's differences per
+    step, which telescope. ``patch`` and ``destroy`` readings, and a count that went down (a
+    new group under an old name), are kept. ``last``: group -> index in ``kept`` of its
+    newest reading."""
+    for r in new:
+        i = last.get(r.group)
+        prev = kept[i] if i is not None else None
         if (
-            keep
-            and prev is not None
-            and keep[-1] is prev
+            prev is not None
+            and i is not None
             and prev.step == r.step
             and prev.at == r.at == "flush"
             and r.seq >= prev.seq
         ):
-            keep[-1] = r
+            kept[i] = r
         else:
-            keep.append(r)
-        last[r.group] = r
-    return keep
+            last[r.group] = len(kept)
+            kept.append(r)
 
 
 @dataclass
@@ -280,6 +282,11 @@ class LiveProcess:
     #: Counter samples not yet behind a row's end, and each counter's last value before them.
     _tail: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     _before: dict[str, float] = field(default_factory=dict)
+    _last_reading: dict[str, int] = field(default_factory=dict)
+    #: The coverage audit of the readings and recorded sums now held (None: the trace has
+    #: none), valid while ``_audited``.
+    _audit: list[GroupCoverage] | None = None
+    _audited: bool = False
 
     @property
     def rank(self) -> int | None:
@@ -315,9 +322,13 @@ class LiveProcess:
         self._take_totals(delta.totals)
         self._take_events(delta.events)
         if delta.issued is not None:
-            self.issued = _compact_readings([*(self.issued or []), *delta.issued])
+            if self.issued is None:
+                self.issued = []
+            _add_readings(self.issued, self._last_reading, delta.issued)
+            self._audited = False
         if delta.recorded_issued is not None:
             self.recorded = [*(self.recorded or []), *delta.recorded_issued]
+            self._audited = False
         calls = delta.calls
         if len(calls):
             first = int(calls.t_start_ns.min())
@@ -486,19 +497,25 @@ class LiveProcess:
             self_overhead=self.self_overhead,
         )
 
-    def audit_trace(self) -> ProcessTrace:
-        """A trace of just what the coverage audit reads (its readings and recorded sums)."""
-        return ProcessTrace(
-            self.path,
-            dict(self.meta),
-            CallTable.empty(),
-            {},
-            [],
-            {},
-            list(self.patched),
-            issued=self.issued,
-            recorded_issued=self.recorded,
-        )
+    def audit(self) -> list[GroupCoverage] | None:
+        """The coverage audit of what was read (:func:`~wsprof.analysis.coverage.audit_process`
+        of its readings and recorded sums), made again only when they changed; None when
+        the trace has no audit."""
+        if not self._audited:
+            trace = ProcessTrace(
+                self.path,
+                dict(self.meta),
+                CallTable.empty(),
+                {},
+                [],
+                {},
+                list(self.patched),
+                issued=self.issued,
+                recorded_issued=self.recorded,
+            )
+            self._audit = audit_process(trace, self.label)
+            self._audited = True
+        return self._audit
 
 
 @dataclass
@@ -757,7 +774,7 @@ class LiveRun:
                 wrappers=tuple(wrappers),
                 ranks=tuple(ranks),
                 coverage=with_unread(
-                    audit_run([(p.label, p.audit_trace()) for p in procs]), unread
+                    coverage_of([(p.label, p.audit(), p.n_calls > 0) for p in procs]), unread
                 ),
                 unread=unread,
                 headline=head,
@@ -766,8 +783,8 @@ class LiveRun:
 
     def _live_rank(self, p: LiveProcess, problem: str | None) -> LiveRank:
         ov = p.self_overhead
-        cov = audit_run([(p.label, p.audit_trace())])
-        issued_known = cov.groups and all(g.issued is not None for g in cov.groups)
+        groups = p.audit() or []
+        issued_known = bool(groups) and all(g.issued is not None for g in groups)
         hit = self._judged.get((p.path, "weight_sync_s"))
         if p.path == self._primary_path and "weight_sync_s" in self._primary_results:
             sync: GrowthVerdict | None = self._primary_results["weight_sync_s"].verdict
@@ -789,8 +806,8 @@ class LiveRun:
                     key=lambda o: -o.seconds,
                 )
             ),
-            issued=sum(g.issued or 0 for g in cov.groups) if issued_known else None,
-            recorded=sum(g.recorded for g in cov.groups) if issued_known else None,
+            issued=sum(g.issued or 0 for g in groups) if issued_known else None,
+            recorded=sum(g.recorded for g in groups) if issued_known else None,
             hook_s=(
                 ov.hook_ns_per_call * p.n_calls / 1e9 if ov.hook_ns_per_call is not None else None
             ),
