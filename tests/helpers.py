@@ -140,3 +140,18 @@ def gloo_world_of_one() -> Iterator[None]:
         yield
     finally:
         dist.destroy_process_group()
+
+
+def load_script(name: str) -> Any:
+    """``scripts/<name>.py`` as a module (the benchmarks' generators write real traces)."""
+    import importlib.util
+    import sys
+
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(mod)
+    return mod

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TARGETS, free_port
+from helpers import TARGETS, free_port, load_script
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 JOB = str(TARGETS / "watched_job.py")
@@ -193,7 +193,9 @@ def port_of(err: Lines) -> int:
 def test_a_growing_sync_flips_the_verdict_while_the_job_runs(tmp_path: Path) -> None:
     run = tmp_path / "run"
     # Started before the job: the run folder does not exist yet and is waited for.
-    w, out, err = watch(run, "--serve", "127.0.0.1:0", "--every", "0.2", "--sync-budget", "2")
+    w, out, err = watch(
+        run, "--serve", "127.0.0.1:0", "--every", "0.2", "--sync-budget", "2", "--linger", "5"
+    )
     fail, _, fail_err = watch(run, "--fail-on", "critical", "--every", "0.2")
     try:
         port = port_of(err)
@@ -253,7 +255,11 @@ def test_a_growing_sync_flips_the_verdict_while_the_job_runs(tmp_path: Path) -> 
             assert STEPS < proj["0"] < 1_000
         finally:
             finish(job)
-        # Every trace ended: watch ends by itself, having printed a line per step.
+        # Every trace ended: the final page stays served a while (--linger), then watch ends
+        # by itself, having printed a line per step.
+        err.wait_for("every trace has ended (3)")
+        final = scrape(port)
+        assert set(by_rank(final, "wsprof_step").values()) == {float(STEPS)}
         assert w.wait(timeout=60) == 0, err.text()
         text = out.text()
         for k in range(STEPS):
@@ -268,7 +274,7 @@ def test_a_growing_sync_flips_the_verdict_while_the_job_runs(tmp_path: Path) -> 
 
 def test_the_healthy_twin_never_flips(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    w, out, err = watch(run, "--serve", "127.0.0.1:0", "--every", "0.2")
+    w, out, err = watch(run, "--serve", "127.0.0.1:0", "--every", "0.2", "--linger", "0")
     try:
         port = port_of(err)
         job = start_job(tmp_path, growth_ms=0)
@@ -367,3 +373,27 @@ def test_bad_addresses_and_a_missing_folder_with_once(tmp_path: Path) -> None:
     )
     line = _one_line_error(_watch_once(str(tmp_path / "nope"), "--once"))
     assert "no such folder" in line
+
+
+def test_non_finite_seconds_are_refused(tmp_path: Path) -> None:
+    for opt, value in (("--every", "nan"), ("--every", "inf"), ("--sync-budget", "nan")):
+        line = _one_line_error(_watch_once(str(tmp_path), opt, value))
+        assert opt in line and ("finite" in line or "range" in line), line
+
+
+def test_once_with_serve_follows_the_traces_and_an_empty_folder_is_an_error(
+    tmp_path: Path,
+) -> None:
+    run = tmp_path / "run"
+    load_script("bench_many_ranks").generate_run(str(run), n_ranks=3, calls_per_rank=600, steps=6)
+    res = _watch_once(str(run), "--once", "--serve", "127.0.0.1:0")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(f"{run}: 3 trace(s), 6 steps; ")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "holds no .wsprof trace yet" in _one_line_error(_watch_once(str(empty), "--once"))
+
+
+def test_an_address_not_of_this_host_says_so(tmp_path: Path) -> None:
+    line = _one_line_error(_watch_once(str(tmp_path), "--serve", "192.0.2.1:9464"))
+    assert "192.0.2.1:9464" in line and "give an address of this host" in line

@@ -3,15 +3,12 @@ written with TraceWriter by the many-ranks benchmark's generator (small: 8 ranks
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
-from helpers import REPO
+from helpers import load_script
 
 from wsprof.analysis.align import (
     BASIS_HOST,
@@ -28,19 +25,7 @@ from wsprof.report.jsonout import to_dict
 from wsprof.report.text import render_text
 from wsprof.trace.reader import read_run, read_trace
 
-
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "bench_many_ranks", REPO / "scripts" / "bench_many_ranks.py"
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(mod)
-    return mod
-
-
-BENCH = _bench()
+BENCH = load_script("bench_many_ranks")
 #: 8 ranks x 2,000 calls: 20 steps of 100 per-parameter broadcasts; ranks 0-3 on node-a,
 #: 4-7 on node-b.
 SMALL: dict[str, Any] = {"n_ranks": 8, "calls_per_rank": 2_000, "steps": 20, "hosts": 2}

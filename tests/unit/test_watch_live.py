@@ -5,16 +5,13 @@ retention rewriting old steps under the reader, binning, and the OpenMetrics pag
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
-from helpers import REPO
+from helpers import REPO, load_script
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
@@ -29,18 +26,8 @@ from wsprof.trace.follow import RunFollower, TraceFollower
 from wsprof.trace.retention import Retention
 from wsprof.trace.writer import TraceWriter
 
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-MANY = _load("bench_many_ranks")
-WATCH_BENCH = _load("bench_watch")
+MANY = load_script("bench_many_ranks")
+WATCH_BENCH = load_script("bench_watch")
 
 
 def _writers(
@@ -385,3 +372,98 @@ def test_one_watch_per_node_follows_only_its_hosts_traces(tmp_path: Path) -> Non
     assert [r.rank for r in snap.ranks] == [2, 3]
     assert {r.host for r in snap.ranks} == {"node-b"}
     assert len(LiveRun(str(run)).refresh().ranks) == 4
+
+
+# --- from a break-it review ---------------------------------------------------------------
+
+
+def test_a_file_shorter_than_a_page_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    MANY.generate_run(str(run), n_ranks=1, calls_per_rank=400, steps=4)
+    (src,) = run.glob("*.wsprof")
+    cut = run / "node-a-1.wsprof"
+    cut.write_bytes(src.read_bytes()[:3000])
+    f = TraceFollower(str(cut))
+    assert f.poll() is None
+    assert f.problem is not None and "corrupt or truncated" in f.problem
+    assert "shorter than one 4096-byte page" in f.problem
+
+
+def test_a_fifo_named_like_a_trace_does_not_hang(tmp_path: Path) -> None:
+    fifo = tmp_path / "node-a-7.wsprof"
+    os.mkfifo(fifo)
+    f = TraceFollower(str(fifo))
+    assert f.poll() is None and f.problem is not None and "not a regular file" in f.problem
+
+
+def test_a_file_replaced_under_its_name_is_read_from_its_start(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    schedule = MANY.step_schedule(12, 10, 0)
+    (w,) = _writers(run, 1, None)
+    w.write(schedule, 0, 8, 10)
+    live = LiveRun(str(run))
+    assert live.refresh().ranks[0].steps == 8
+    other = tmp_path / "other"
+    (v,) = _writers(other, 1, None)
+    v.write(schedule, 0, 2, 10)
+    v.close()
+    w.close()
+    os.replace(v.path, w.path)
+    snap = live.refresh()
+    (rank,) = snap.ranks
+    assert rank.steps == 2 and rank.last is not None and rank.last.step == 1
+    assert rank.state == "closed"
+
+
+def test_a_wal_left_by_a_killed_writer_is_read_without_touching_the_folder(
+    tmp_path: Path,
+) -> None:
+    run = tmp_path / "run"
+    schedule = MANY.step_schedule(6, 10, 0)
+    (w,) = _writers(run, 1, None)
+    w.write(schedule, 0, 6, 10)
+    # What a SIGKILL leaves: the trace and its -wal (here copied while the writer is open),
+    # and no -shm.
+    dead = tmp_path / "dead"
+    dead.mkdir()
+    name = os.path.basename(w.path)
+    shutil.copyfile(w.path, dead / name)
+    shutil.copyfile(w.path + "-wal", dead / (name + "-wal"))
+    w.close()
+    before = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in dead.iterdir()}
+    live = LiveRun(str(dead))
+    snap = live.refresh()
+    assert snap.ranks[0].steps == 6  # the rows in the WAL were read
+    assert live.refresh().rows_read == 0
+    after = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in dead.iterdir()}
+    assert after == before  # nothing created or changed beside it
+
+
+def test_host_is_the_traces_own_host_not_a_name_prefix(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    MANY.generate_run(str(run), n_ranks=2, calls_per_rank=400, steps=4, hosts=2)
+    (b,) = run.glob("node-b-*.wsprof")
+    shutil.copyfile(b, run / "node-5000.wsprof")  # named like host "node", written on node-b
+    snap = LiveRun(str(run), host="node").refresh()
+    assert snap.ranks == ()
+
+
+def test_a_restart_into_the_same_folder_shows_each_label_set_once(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    schedule = MANY.step_schedule(6, 10, 0)
+    (first,) = _writers(run, 1, None)
+    first.write(schedule, 0, 3, 10)
+    first.close()
+    (again,) = _writers(tmp_path / "restart", 1, None)  # rank 0 on node-a again ...
+    again.w.set_meta({"pid": 50000, "anchor": {"monotonic_ns": 1, "unix_ns": 2 * 10**18}})
+    again.write(schedule, 0, 5, 10)  # ... started later, further along
+    again.close()
+    shutil.copyfile(again.path, run / "node-a-50000.wsprof")
+    snap = LiveRun(str(run)).refresh()
+    assert len(snap.ranks) == 2
+    fams = {f.name: f for f in text_string_to_metric_families(exposition(snap))}
+    for fam in fams.values():
+        keys = [(s.name, tuple(sorted(s.labels.items()))) for s in fam.samples]
+        assert len(keys) == len(set(keys)), fam.name
+    (step,) = fams["wsprof_step"].samples
+    assert step.value == 4  # the later run's

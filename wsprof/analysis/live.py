@@ -76,7 +76,7 @@ from wsprof.contracts.series import (
     op_median_key,
 )
 from wsprof.contracts.units import Unit
-from wsprof.trace.follow import RunFollower
+from wsprof.trace.follow import RunFollower, TraceFollower
 from wsprof.trace.model import (
     CALL_COLUMNS,
     CallTable,
@@ -559,6 +559,8 @@ class LiveRun:
         self._primary: dict[str, _Judged] = {}
         self._primary_path: str | None = None
         self._primary_results: dict[str, SeriesResult] = {}
+        #: path -> the generation of its follower whose rows ``procs`` holds.
+        self._generation: dict[str, int] = {}
         #: path -> (what its per-rank row was made from, the row) as last made.
         self._rank_cache: dict[str, tuple[tuple[int, ...], RankSeries]] = {}
         self.refreshes = 0
@@ -572,16 +574,20 @@ class LiveRun:
         for path, delta in self.follower.poll():
             if delta is None:
                 continue
+            gen = self.follower.traces[path].generation
+            if self._generation.get(path, gen) != gen:
+                self._forget(path)  # another file under the same name: read from its start
+            self._generation[path] = gen
             proc = self.procs.setdefault(path, LiveProcess(path))
             rows_read += _rows_in(delta)
             new_steps += [(proc.label, r) for r in proc.add(delta)]
         read_s = self._clock() - t0
         analysis = self._analysis()
         self.refreshes += 1
-        problems = {f.path: f.problem for f in self.follower.traces.values()}
-        ranks = tuple(self._live_rank(p, problems.get(p.path)) for p in self._ordered())
+        followers = self.follower.traces
+        ranks = tuple(self._live_rank(p, followers.get(p.path)) for p in self._ordered())
         states = [r.state for r in ranks]
-        ended = bool(states) and all(s in ("closed", "killed") for s in states)
+        ended = bool(states) and all(s in ("closed", "killed", "removed") for s in states)
         new_steps.sort(key=lambda x: (x[1].step, x[0]))
         return WatchSnapshot(
             source=self.folder,
@@ -598,6 +604,17 @@ class LiveRun:
 
     def close(self) -> None:
         self.follower.close()
+
+    def _forget(self, path: str) -> None:
+        """Drop what was made of the trace at ``path`` (its rows, verdicts, rank row)."""
+        self.procs.pop(path, None)
+        self._rank_cache.pop(path, None)
+        for key in [k for k in self._judged if k[0] == path]:
+            del self._judged[key]
+        if self._primary_path == path:
+            self._primary_path = None
+            self._primary.clear()
+            self._primary_results.clear()
 
     def _ordered(self) -> list[LiveProcess]:
         """Primary first, as ``wsprof analyze`` orders processes: one with steps, by rank
@@ -781,8 +798,11 @@ class LiveRun:
             )
         )
 
-    def _live_rank(self, p: LiveProcess, problem: str | None) -> LiveRank:
+    def _live_rank(self, p: LiveProcess, follower: TraceFollower | None) -> LiveRank:
         ov = p.self_overhead
+        problem = follower.problem if follower is not None else None
+        removed = follower is None or follower.removed
+        anchor = anchor_of(p.meta)
         groups = p.audit() or []
         issued_known = bool(groups) and all(g.issued is not None for g in groups)
         hit = self._judged.get((p.path, "weight_sync_s"))
@@ -797,7 +817,8 @@ class LiveRun:
             host=p.host,
             pid=p.pid,
             path=p.path,
-            state=end_of(p.meta),
+            state="removed" if removed else end_of(p.meta),
+            started_unix_ns=anchor[1] if anchor else None,
             steps=len(p.rows),
             last=p.rows[-1] if p.rows else None,
             ops=tuple(

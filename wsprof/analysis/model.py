@@ -803,7 +803,10 @@ class LiveRank:
         pid: process id, None when unknown.
         path: its trace file.
         state: how its trace stands: ``live`` (being written), ``closed`` (a clean exit),
-            ``killed`` (its process is gone without closing it) or ``unknown``.
+            ``killed`` (its process is gone without closing it), ``removed`` (the file is
+            gone) or ``unknown``.
+        started_unix_ns: wall-clock ns of its clock anchor (about when its process started),
+            None without one.
         steps: completed steps seen.
         last: the last completed step, None before the first.
         ops: collective calls and time by op, most time first.
@@ -832,6 +835,7 @@ class LiveRank:
     state: str
     steps: int
     last: StepRow | None
+    started_unix_ns: int | None = None
     ops: tuple[OpTotal, ...] = ()
     issued: int | None = None
     recorded: int | None = None

@@ -9,7 +9,10 @@ updates what ``/metrics`` serves (:mod:`wsprof.report.openmetrics`).
 
 from __future__ import annotations
 
+import errno
+import math
 import os
+import socket
 import sys
 import threading
 from typing import Any
@@ -25,6 +28,9 @@ from wsprof.errors import EXIT_FINDINGS, EXIT_OK, InputError
 DEFAULT_EVERY_S = 5.0
 #: Default address ``--serve PORT`` binds: this host only; another only when given.
 DEFAULT_HOST = "127.0.0.1"
+#: Default seconds the final page stays served after the run ended: two scrapes at
+#: Prometheus' default 15 s interval.
+DEFAULT_LINGER_S = 30.0
 
 
 def parse_serve(value: str) -> tuple[str, int]:
@@ -48,6 +54,11 @@ def parse_serve(value: str) -> tuple[str, int]:
     return host, n
 
 
+def address(host: str, port: int) -> str:
+    """``host:port``, an IPv6 host in brackets (``[::1]:9464``)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def serve(host: str, port: int, collector: Any) -> tuple[str, int]:
     """Serve ``collector`` at ``http://host:port/metrics`` from a daemon thread (the official
     client's server: it answers an OpenMetrics scraper in OpenMetrics, others in the
@@ -63,12 +74,24 @@ def serve(host: str, port: int, collector: Any) -> tuple[str, int]:
     try:
         server, _ = start_http_server(port, addr=host, registry=registry_for(collector))
     except OSError as e:
+        if isinstance(e, socket.gaierror) or e.errno == errno.EADDRNOTAVAIL:
+            hint = "give an address of this host (127.0.0.1, 0.0.0.0, ::1, or one of its own)"
+        elif e.errno == errno.EACCES:
+            hint = "a port below 1024 needs privileges: choose a port above it"
+        else:
+            hint = "choose another port (or stop what holds it)"
         raise InputError(
-            f"--serve {host}:{port}: cannot listen there ({e.strerror or e}); choose another "
-            "port (or stop what holds it)"
+            f"--serve {address(host, port)}: cannot listen there ({e.strerror or e}); {hint}"
         ) from e
     bound = server.server_address
     return str(bound[0]), int(bound[1])
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """Refuse NaN and infinity (``click.FloatRange`` lets both through)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number of seconds")
+    return value
 
 
 def _fail_level(snapshot: WatchSnapshot, fail_on: str | None) -> bool:
@@ -86,7 +109,8 @@ def _fail_level(snapshot: WatchSnapshot, fail_on: str | None) -> bool:
 )
 @click.option(
     "--every",
-    type=click.FloatRange(min=0.05),
+    type=click.FloatRange(min=0.05, max=86_400),
+    callback=_finite,
     default=DEFAULT_EVERY_S,
     show_default=True,
     help="seconds between refreshes",
@@ -106,6 +130,7 @@ def _fail_level(snapshot: WatchSnapshot, fail_on: str | None) -> bool:
 @click.option(
     "--sync-budget",
     type=click.FloatRange(min=0, min_open=True),
+    callback=_finite,
     default=None,
     metavar="S",
     help="project the step at which weight sync reaches S seconds "
@@ -121,6 +146,15 @@ def _fail_level(snapshot: WatchSnapshot, fail_on: str | None) -> bool:
     is_flag=True,
     help="keep watching (and serving) after every trace has ended",
 )
+@click.option(
+    "--linger",
+    type=click.FloatRange(min=0, max=86_400),
+    callback=_finite,
+    default=DEFAULT_LINGER_S,
+    show_default=True,
+    help="with --serve: seconds the final page stays served after every trace has ended "
+    "(so that the last scrape sees the end)",
+)
 def watch(
     run_dir: str,
     serve_at: str | None,
@@ -130,6 +164,7 @@ def watch(
     sync_budget: float | None,
     once: bool,
     forever: bool,
+    linger: float,
 ) -> int:
     """Follow RUN_DIR (a run folder being written by `wsprof run` or wsprof.patch()): a line
     per completed step, a block per verdict change, OpenMetrics with --serve. Ends when every
@@ -146,8 +181,8 @@ def watch(
 
     collector = SnapshotCollector()
     if serve_at is not None:
-        host, port = serve(*parse_serve(serve_at), collector)
-        click.echo(f"wsprof watch: serving http://{host}:{port}/metrics", err=True)
+        bound = serve(*parse_serve(serve_at), collector)
+        click.echo(f"wsprof watch: serving http://{address(*bound)}/metrics", err=True)
     run = LiveRun(os.path.abspath(run_dir), host=host, sync_budget_s=sync_budget)
     stop = threading.Event()
     try:
@@ -172,6 +207,11 @@ def watch(
                     problems.add(p)
                     click.echo(f"wsprof watch: {p}", err=True)
             if once:
+                if not snap.ranks and not run.follower.problems():
+                    raise InputError(
+                        f"{run_dir}: folder holds no .wsprof trace yet; point at the run folder "
+                        "the job writes (`wsprof run --out`, $WSPROF_OUT)"
+                    )
                 click.echo(status_line(snap))
                 for line in change_lines(None, snap)[1:]:
                     click.echo(line)
@@ -194,6 +234,8 @@ def watch(
                     f"`wsprof analyze {run_dir}` for the whole run",
                     err=True,
                 )
+                if serve_at is not None and linger > 0:
+                    stop.wait(linger)  # the last scrapes see the end
                 return EXIT_OK
             sys.stdout.flush()
             stop.wait(every)

@@ -10,7 +10,7 @@ an ``op`` label. Every family is listed in :data:`FAMILIES` and in the README.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from prometheus_client.core import (
@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from wsprof.analysis.model import SEVERITIES, VERDICT_STATUSES, LiveRank, WatchSnapshot
 from wsprof.contracts.series import WEIGHT_SYNC_S
+from wsprof.contracts.units import Unit
 
 #: Family name (without ``_total``) -> (type, help). The README's table is this one.
 FAMILIES: dict[str, tuple[str, str]] = {
@@ -36,12 +37,12 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "wsprof_collective_seconds": ("counter", "host time in collective calls, by canonical op"),
     "wsprof_series_accumulating": (
         "gauge",
-        "1 when the per-step series grows step after step (an accumulating verdict), else 0; "
-        "shape label: the curve's shape",
+        "1 when the per-step series grows step after step (the curve's verdict), else 0",
     ),
+    "wsprof_series_shape": ("gauge", "1 for the shape the series' curve has now"),
     "wsprof_series_growth_per_step": (
         "gauge",
-        "fitted growth of the series per step, in the series' unit (seconds for *_s series)",
+        "fitted growth of the series per step, in the unit its unit label names",
     ),
     "wsprof_series_judged_steps": ("gauge", "steps the series' verdict was judged on"),
     "wsprof_weight_sync_projected_step": (
@@ -84,7 +85,30 @@ def rank_label(r: LiveRank) -> str:
     """The ``rank`` label of a process: its rank, or ``pid<N>`` when unknown."""
     if r.rank is not None:
         return str(r.rank)
-    return f"pid{r.pid}" if r.pid is not None else r.path
+    return f"pid{r.pid}" if r.pid is not None else "unknown"
+
+
+#: The ``unit`` label of a growth per step, by the series' unit (Prometheus base units).
+_UNIT_LABELS = {
+    Unit.SECONDS: "seconds",
+    Unit.MICROSECONDS: "microseconds",
+    Unit.NANOSECONDS: "nanoseconds",
+    Unit.BYTES: "bytes",
+    Unit.SHARE: "ratio",
+}
+
+
+def latest_per_label(ranks: Sequence[LiveRank]) -> list[LiveRank]:
+    """One process per ``(rank, host)`` label pair, the one started last: a job restarted into
+    the same folder leaves its first run's traces, and a label set appears once per family."""
+    chosen: dict[tuple[str, str], LiveRank] = {}
+    for r in ranks:
+        key = (rank_label(r), r.host or "")
+        have = chosen.get(key)
+        if have is None or (r.started_unix_ns or 0) >= (have.started_unix_ns or 0):
+            chosen[key] = r
+    keep = {id(r) for r in chosen.values()}
+    return [r for r in ranks if id(r) in keep]
 
 
 def _gauge(name: str, labels: list[str] | None = None) -> GaugeMetricFamily:
@@ -118,12 +142,14 @@ def families(snapshot: WatchSnapshot, rows_read_total: int) -> list[Metric]:
     lost = _counter("wsprof_records_lost", _RANK_LABELS)
     errors = _counter("wsprof_internal_errors", _RANK_LABELS)
     readable = _gauge("wsprof_trace_readable", _RANK_LABELS)
-    acc = _gauge("wsprof_series_accumulating", [*_RANK_LABELS, "series", "shape"])
-    growth = _gauge("wsprof_series_growth_per_step", [*_RANK_LABELS, "series"])
+    acc = _gauge("wsprof_series_accumulating", [*_RANK_LABELS, "series"])
+    shape = _gauge("wsprof_series_shape", [*_RANK_LABELS, "series", "shape"])
+    growth = _gauge("wsprof_series_growth_per_step", [*_RANK_LABELS, "series", "unit"])
     judged = _gauge("wsprof_series_judged_steps", [*_RANK_LABELS, "series"])
     budget = snapshot.sync_budget_s
     proj = _gauge("wsprof_weight_sync_projected_step", [*_RANK_LABELS, "threshold_seconds"])
-    for r in snapshot.ranks:
+    ranks = latest_per_label(snapshot.ranks)
+    for r in ranks:
         lv = [rank_label(r), r.host or ""]
         steps.add_metric(lv, r.steps)
         readable.add_metric(lv, 0 if r.problem else 1)
@@ -152,24 +178,28 @@ def families(snapshot: WatchSnapshot, rows_read_total: int) -> list[Metric]:
         lost.add_metric(lv, r.lost_calls)
         errors.add_metric(lv, r.internal_errors)
         if r.sync is not None:
-            acc.add_metric([*lv, WEIGHT_SYNC_S, r.sync.shape], 1 if r.sync.accumulating else 0)
-            growth.add_metric([*lv, WEIGHT_SYNC_S], r.sync.slope_per_step)
+            acc.add_metric([*lv, WEIGHT_SYNC_S], 1 if r.sync.accumulating else 0)
+            shape.add_metric([*lv, WEIGHT_SYNC_S, r.sync.shape], 1)
+            growth.add_metric([*lv, WEIGHT_SYNC_S, "seconds"], r.sync.slope_per_step)
             judged.add_metric([*lv, WEIGHT_SYNC_S], r.sync_judged_steps)
             if r.sync.budget_step is not None:
                 proj.add_metric([*lv, f"{budget:g}"], r.sync.budget_step)
     # The headline series (the primary process's), other than weight sync (given above).
     a = snapshot.analysis
     primary = snapshot.ranks[0] if snapshot.ranks else None
-    if primary is not None:
+    if primary is not None and any(r is primary for r in ranks):
         lv = [rank_label(primary), primary.host or ""]
         for res in a.series:
             if res.series.name == WEIGHT_SYNC_S:
                 continue
             v = res.verdict
-            acc.add_metric([*lv, res.series.name, v.shape], 1 if v.accumulating else 0)
-            growth.add_metric([*lv, res.series.name], v.slope_per_step)
+            acc.add_metric([*lv, res.series.name], 1 if v.accumulating else 0)
+            shape.add_metric([*lv, res.series.name, v.shape], 1)
+            unit = _UNIT_LABELS.get(res.series.unit, "count")
+            growth.add_metric([*lv, res.series.name, unit], v.slope_per_step)
             judged.add_metric([*lv, res.series.name], primary.steps)
-    out += [step, steps, sync, rollout, ratio, step_s, calls, call_s, acc, growth, judged, proj]
+    out += [step, steps, sync, rollout, ratio, step_s, calls, call_s]
+    out += [acc, shape, growth, judged, proj]
     out += [issued, recorded, overhead, dropped, lost, errors, readable]
     verdict = StateSetMetricFamily(
         "wsprof_verdict",

@@ -5,7 +5,7 @@ Reads only a :class:`~wsprof.analysis.model.WatchSnapshot`.
 
 from __future__ import annotations
 
-from wsprof.analysis.model import SEVERITIES, Analysis, LiveRank, StepRow, WatchSnapshot
+from wsprof.analysis.model import SEVERITIES, Analysis, StepRow, WatchSnapshot
 from wsprof.contracts.units import fmt_duration
 from wsprof.report.text import diagnosis_lines
 
@@ -36,15 +36,15 @@ def verdict_key(analysis: Analysis) -> tuple[str, int, tuple[str, ...]]:
     return (analysis.verdict.status, analysis.verdict.n_problems, causes)
 
 
-def _slowest(snapshot: WatchSnapshot, step: int) -> tuple[LiveRank, StepRow] | None:
-    """The rank whose weight sync of ``step`` took longest (among those whose last step it is)."""
-    best: tuple[LiveRank, StepRow] | None = None
-    for r in snapshot.ranks:
-        row = r.last
-        if row is None or row.step != step or row.weight_sync_s is None:
+def _slowest(snapshot: WatchSnapshot, step: int) -> tuple[str, StepRow] | None:
+    """The rank whose weight sync of ``step`` took longest, of those that completed it in this
+    refresh."""
+    best: tuple[str, StepRow] | None = None
+    for label, row in snapshot.new_steps:
+        if row.step != step or row.weight_sync_s is None:
             continue
         if best is None or row.weight_sync_s > (best[1].weight_sync_s or 0.0):
-            best = (r, row)
+            best = (label, row)
     return best
 
 
@@ -69,8 +69,8 @@ def step_lines(snapshot: WatchSnapshot, after: int = -1) -> list[str]:
         sync = row.own_sync_s
         parts.append(f"weight sync {fmt_duration(sync)}" if sync is not None else "weight sync -")
         slow = _slowest(snapshot, row.step) if len(snapshot.ranks) > 1 else None
-        if slow is not None and slow[0].label != label and slow[1].weight_sync_s is not None:
-            parts[-1] += f" (slowest {slow[0].label}: {fmt_duration(slow[1].weight_sync_s)})"
+        if slow is not None and slow[0] != label and slow[1].weight_sync_s is not None:
+            parts[-1] += f" (slowest {slow[0]}: {fmt_duration(slow[1].weight_sync_s)})"
         share = row.rollout_share
         parts.append(f"rollout {share:.0%}" if share is not None else "rollout -")
         parts.append(f"step {fmt_duration(row.step_s)}")

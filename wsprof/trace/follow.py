@@ -1,18 +1,24 @@
 """Follows a run folder while its traces are written: each poll reads only the rows added since.
 
 Read-only and safe against the writers: each poll opens each trace read-only (``mode=ro`` while
-its writer has it open in WAL mode, ``immutable=1`` once it is closed) and reads it in one read
-transaction (WAL mode lets a reader see the last committed flush while a writer appends), so a
-trace being written is read up to its last complete flush. A corrupt or
-truncated trace is read up to its last complete record (each table's rows in write order up to
-the first that cannot be read, :func:`~wsprof.trace.salvage.readable_copy`), again only when
-the file changes; its problem is said once. Nothing here analyses.
+a writer may have it open in WAL mode, ``immutable=1`` once it is closed) and reads it in one
+read transaction (WAL mode lets a reader see the last committed flush while a writer appends),
+so a trace being written is read up to its last complete flush. A WAL left without its index
+(``-wal`` but no ``-shm``: its writer is gone) is read from a private copy, so that nothing is
+created beside it. A corrupt or truncated trace is read up to its last complete record (each
+table's rows in write order up to the first that cannot be read,
+:func:`~wsprof.trace.salvage.readable_copy`), again only when the file changes; a file replaced
+under the same name is read again from its start. Problems are said once. Nothing here
+analyses.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
+import stat
+import tempfile
 from dataclasses import dataclass, field
 
 from wsprof.errors import InputError
@@ -27,6 +33,10 @@ def _signature(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_size, st.st_mtime_ns)
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return (st.st_dev, st.st_ino)
 
 
 def _open_read_only(path: str) -> sqlite3.Connection:
@@ -61,19 +71,46 @@ class TraceFollower:
         cursor: where the last successful read stopped.
         problem: why the last poll could not read it (one line), None when it could.
         polls: successful reads so far.
+        generation: how many times the file was found replaced under its name (its reader
+            starts again from its first row each time).
+        removed: the file is gone (what was read of it stays).
     """
 
     path: str
     cursor: ReadCursor = field(default_factory=ReadCursor)
     problem: str | None = None
     polls: int = 0
+    generation: int = 0
+    removed: bool = False
     #: (size, mtime) of the file when its readable part was last copied: a damaged trace is
     #: read again only when it changes.
     _damaged: tuple[int, int] | None = None
+    _identity: tuple[int, int] | None = None
+    #: Signatures of the trace and its ``-wal`` when an orphaned WAL was last read.
+    _orphan: tuple[tuple[int, int] | None, tuple[int, int] | None] | None = None
 
     def poll(self) -> ProcessTrace | None:
         """The rows added since the last successful poll; None when the file cannot be read
         yet (still empty: its writer has not flushed) or now (see :attr:`problem`)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self.removed = True
+            self.problem = f"{self.path}: removed while watched; what was read of it is kept"
+            return None
+        except OSError as e:
+            self.problem = f"{self.path}: cannot read ({e.strerror}); check permissions"
+            return None
+        self.removed = False
+        if not stat.S_ISREG(st.st_mode):
+            self.problem = f"{self.path}: not a regular file; a trace is a file"
+            return None
+        if self._identity is not None and _identity(st) != self._identity:
+            # Another file under the same name (a job restarted into the folder, a copy):
+            # read it from its start.
+            self.cursor, self._damaged, self._orphan = ReadCursor(), None, None
+            self.generation += 1
+        self._identity = _identity(st)
         try:
             with open(self.path, "rb") as fh:
                 head = fh.read(16)
@@ -87,6 +124,12 @@ class TraceFollower:
             return None
         if self._damaged is not None and self._damaged == _signature(self.path):
             return None  # unchanged since its readable part was read
+        if os.path.exists(self.path + "-wal") and not os.path.exists(self.path + "-shm"):
+            sig = (_signature(self.path), _signature(self.path + "-wal"))
+            if sig == self._orphan:
+                return None  # read already; its writer is gone, so it no longer changes
+            self._orphan = sig
+            return self._read_orphaned_wal()
         # A connection per poll, closed at once: a writer that closes its trace is then its
         # last connection, which checkpoints the WAL into the file and removes it (a reader
         # still connected would leave ``-wal`` and ``-shm`` behind).
@@ -109,11 +152,35 @@ class TraceFollower:
         finally:
             if db is not None:
                 db.close()
+        return self._took(delta)
+
+    def _took(self, delta: ProcessTrace | None) -> ProcessTrace | None:
         if delta is None:
             return None  # its writer has not committed the schema version yet
         self.problem = None
         self.polls += 1
         return delta
+
+    def _read_orphaned_wal(self) -> ProcessTrace | None:
+        """A ``-wal`` without its ``-shm``: its writer is gone (a live writer keeps both). Read
+        from a private copy of the two files, where SQLite may rebuild the index, since a
+        reader of the originals would create ``-shm`` in the run folder."""
+        folder = tempfile.mkdtemp(prefix="wsprof-follow-")
+        try:
+            copy = os.path.join(folder, "trace")
+            shutil.copyfile(self.path, copy)
+            shutil.copyfile(self.path + "-wal", copy + "-wal")
+            db = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
+            try:
+                delta = read_since(db, self.path, self.cursor)
+            finally:
+                db.close()
+        except (OSError, sqlite3.Error, InputError) as e:
+            self.problem = f"{self.path}: cannot read the trace and its WAL ({e}); tried again"
+            return None
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return self._took(delta)
 
     def _read_damaged(self, error: Exception) -> ProcessTrace | None:
         """A corrupt or truncated trace: its rows up to the first that cannot be read
@@ -146,14 +213,16 @@ class RunFollower:
 
     Attributes:
         folder: the run folder (it may not exist yet).
-        host: follow only the traces written on this host (file names ``<host>-<pid>...``,
-            as the recorder names them); None: every trace.
+        host: follow only the traces written on this host: file names ``<host>-<pid>...``
+            (as the recorder names them) whose meta names the same host; None: every trace.
         traces: path -> its follower, in the order found.
     """
 
     folder: str
     host: str | None = None
     traces: dict[str, TraceFollower] = field(default_factory=dict)
+    #: Traces left out: another host's (by their meta), found at their first read.
+    ignored: set[str] = field(default_factory=set)
 
     def _mine(self, name: str) -> bool:
         if not name.endswith(TRACE_SUFFIX):
@@ -176,7 +245,9 @@ class RunFollower:
         new = sorted(
             os.path.join(self.folder, n)
             for n in names
-            if self._mine(n) and os.path.join(self.folder, n) not in self.traces
+            if self._mine(n)
+            and os.path.join(self.folder, n) not in self.traces
+            and os.path.join(self.folder, n) not in self.ignored
         )
         for p in new:
             self.traces[p] = TraceFollower(p)
@@ -186,7 +257,15 @@ class RunFollower:
         """One read of every trace: ``(path, rows added since, or None)`` per followed trace,
         new ones included."""
         self.discover()
-        return [(p, f.poll()) for p, f in self.traces.items()]
+        out: list[tuple[str, ProcessTrace | None]] = []
+        for p, f in list(self.traces.items()):
+            delta = f.poll()
+            if delta is not None and self.host is not None and delta.meta.get("host") != self.host:
+                del self.traces[p]  # ``trainer-2-5678`` is not host ``trainer``'s
+                self.ignored.add(p)
+                continue
+            out.append((p, delta))
+        return out
 
     def problems(self) -> list[str]:
         """The traces that the last poll could not read, one line each."""

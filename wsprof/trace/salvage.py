@@ -192,6 +192,8 @@ def readable_copy(path: str) -> tuple[sqlite3.Connection, list[str]]:
     if page < 512:
         raise sqlite3.DatabaseError("no readable SQLite header")
     pages = len(data) // page
+    if pages == 0:
+        raise sqlite3.DatabaseError(f"shorter than one {page}-byte page: no table left")
     del data[pages * page :]
     data[_PAGES_AT : _PAGES_AT + 4] = pages.to_bytes(4, "big")
     data[_WRITE_VERSION_AT] = data[_READ_VERSION_AT] = 1
