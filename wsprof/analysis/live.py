@@ -44,7 +44,7 @@ import numpy as np
 from wsprof.analysis.align import ClockInput, align, anchor_of
 from wsprof.analysis.coverage import audit_process, coverage_of
 from wsprof.analysis.diagnoses import diagnose
-from wsprof.analysis.findings import TIME_BUDGETS_S, Facts, run_rules
+from wsprof.analysis.findings import TIME_BUDGETS_S, TIME_SERIES, Facts, run_rules
 from wsprof.analysis.growth import classify
 from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import (
@@ -779,7 +779,7 @@ class LiveRun:
             )
         unread = tuple(f"skipped {m}" for m in self.follower.problems())
         findings = run_rules(facts)
-        return with_verdict(
+        analysis = with_verdict(
             Analysis(
                 source=self.folder,
                 kind="run",
@@ -797,6 +797,21 @@ class LiveRun:
                 headline=head,
             )
         )
+        held = [
+            r.series.name
+            for r in results
+            if r.verdict.evidence.get("newest_step_alone") and r.series.name in TIME_SERIES
+        ]
+        if held and analysis.verdict.status == "no_problem":
+            # Growth waits for the next step to confirm it: not a "no problem" meanwhile.
+            reason = (
+                f"{', '.join(held)} grows only with its newest step: judged again at the next step"
+            )
+            analysis = replace(
+                analysis,
+                verdict=replace(analysis.verdict, status="inconclusive", reasons=(reason,)),
+            )
+        return analysis
 
     def _live_rank(self, p: LiveProcess, follower: TraceFollower | None) -> LiveRank:
         ov = p.self_overhead
