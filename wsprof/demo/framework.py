@@ -18,10 +18,14 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-#: Segments the pool gains per training step under ``fault="probe"``; with ~120 collectives per
-#: sync this makes weight sync grow by roughly 0.2-0.3 s per step on a laptop core, well above
-#: the noise of three ranks sharing two cores.
-SEGMENTS_PER_STEP = 25_000
+#: How much the pool's gain per training step grows under ``fault="probe"``: step ``s`` (from 0)
+#: adds ``SEGMENT_GAIN_PER_STEP * (s + 1)`` segments, so the count grows quadratically and weight
+#: sync accelerates, as in the seed case (143 s, 363 s, 966 s, 1596 s). With ~120 collectives per
+#: sync, step 12 walks about 300,000 segments per probe (about 3 s of sync on a laptop core).
+#: A linear count (25,000 a step, until 2026-12) made the last half of a 12-step run rise by
+#: only ~1.7x: on a CI machine whose speed changed mid-run that half came out flat, and the
+#: classifier rightly could not tell the run from a plateau. Quadratic growth rises ~3x there.
+SEGMENT_GAIN_PER_STEP = 4_000
 
 #: Free bytes below which the probe would empty the cache (never reached: tens of GB free).
 LOW_MEMORY_BYTES = 1 << 20
@@ -63,6 +67,11 @@ POOL: SegmentPool | None = None
 #: step, one collective each: the call count grows); ``none`` is healthy. ``probe+calls`` runs
 #: both, two independent causes in one run.
 FAULTS = ("probe", "calls", "probe+calls", "none")
+
+
+def segments_gained(fault: str, step: int) -> int:
+    """Segments the pool gains at training step ``step`` (from 0): none unless the fault probes."""
+    return SEGMENT_GAIN_PER_STEP * (step + 1) if "probe" in faults(fault) else 0
 
 
 def faults(fault: str) -> frozenset[str]:

@@ -138,7 +138,6 @@ def rank_main(rank: int, cfg: DemoConfig, rollouts: Any, ready: Any) -> None:
     model = build_model(cfg.params)
     shard = torch.full((256,), float(rank))
     step_marker = wsprof.step if cfg.markers else (lambda: None)
-    probe = "probe" in framework.faults(cfg.fault)
     extra: list[Any] = []  # the calls fault: grows every step on every rank alike
 
     def grow_extra() -> None:
@@ -167,7 +166,7 @@ def rank_main(rank: int, cfg: DemoConfig, rollouts: Any, ready: Any) -> None:
                     opt.zero_grad()
                     loss.backward()  # type: ignore[no-untyped-call]
                     opt.step()
-                pool.grow(framework.SEGMENTS_PER_STEP if probe else 0)
+                pool.grow(framework.segments_gained(cfg.fault, step))
                 wsprof.counter("demo.allocator_segments", len(pool.segments))
                 grow_extra()
             with phase("weight_sync"):
@@ -177,7 +176,7 @@ def rank_main(rank: int, cfg: DemoConfig, rollouts: Any, ready: Any) -> None:
             step_marker()
             with phase("rollout"):
                 rollouts.put(generate(model, BATCH, SEQ, seed=cfg.seed + 1000 * step + rank))
-            pool.grow(framework.SEGMENTS_PER_STEP if probe else 0)
+            pool.grow(framework.segments_gained(cfg.fault, step))
             grow_extra()
             with phase("weight_sync"):
                 sync_weights(model, step, rank, cfg.world_size, shard, extra)
