@@ -45,6 +45,12 @@ class SegmentPool:
         self.segments.extend([(2 << 20, False)] * n)
         self.total_free_bytes += n * (2 << 20)
 
+    def grow_at_step(self, step: int) -> None:
+        """Gain training step ``step``'s segments (from 0): ``SEGMENT_GAIN_PER_STEP * (step + 1)``
+        when the fault probes, none when healthy."""
+        if self.probes:
+            self.grow(SEGMENT_GAIN_PER_STEP * (step + 1))
+
     def free_bytes(self) -> int:
         """The probe. ``fault="probe"``: walk every segment (cost grows with the pool)."""
         if not self.probes:
@@ -67,11 +73,6 @@ POOL: SegmentPool | None = None
 #: step, one collective each: the call count grows); ``none`` is healthy. ``probe+calls`` runs
 #: both, two independent causes in one run.
 FAULTS = ("probe", "calls", "probe+calls", "none")
-
-
-def segments_gained(fault: str, step: int) -> int:
-    """Segments the pool gains at training step ``step`` (from 0): none unless the fault probes."""
-    return SEGMENT_GAIN_PER_STEP * (step + 1) if "probe" in faults(fault) else 0
 
 
 def faults(fault: str) -> frozenset[str]:

@@ -166,7 +166,7 @@ def rank_main(rank: int, cfg: DemoConfig, rollouts: Any, ready: Any) -> None:
                     opt.zero_grad()
                     loss.backward()  # type: ignore[no-untyped-call]
                     opt.step()
-                pool.grow(framework.segments_gained(cfg.fault, step))
+                pool.grow_at_step(step)
                 wsprof.counter("demo.allocator_segments", len(pool.segments))
                 grow_extra()
             with phase("weight_sync"):
@@ -176,7 +176,7 @@ def rank_main(rank: int, cfg: DemoConfig, rollouts: Any, ready: Any) -> None:
             step_marker()
             with phase("rollout"):
                 rollouts.put(generate(model, BATCH, SEQ, seed=cfg.seed + 1000 * step + rank))
-            pool.grow(framework.segments_gained(cfg.fault, step))
+            pool.grow_at_step(step)
             grow_extra()
             with phase("weight_sync"):
                 sync_weights(model, step, rank, cfg.world_size, shard, extra)
