@@ -100,20 +100,35 @@ BINARY_PROBE_BYTES = 8192
 #: Longest step number, in digits.
 MAX_STEP_DIGITS = 18
 
-_NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|[nN]a[nN]|[iI]nf(?:inity)?)"
+#: Longest number token taken as a value, in characters: longer digit runs are ids, hashes or
+#: damage, not a metric (a float holds 17 significant digits; 64 leaves room for a sign, a
+#: fraction and an exponent). Every quantifier of :data:`_NUM` is bounded by it, so matching a
+#: token costs O(64) whatever follows it (``\d+\.?\d*`` took 11 s on 16,000 digits).
+MAX_NUMBER_CHARS = 64
+
+_D = rf"\d{{1,{MAX_NUMBER_CHARS}}}"  # a digit run of a number
+_EXP = r"(?:[eE][-+]?\d{1,4})?"
+_NUM = (
+    rf"[-+]?(?:{_D}(?:\.\d{{0,{MAX_NUMBER_CHARS}}})?{_EXP}|\.{_D}{_EXP}"
+    r"|[nN]a[nN]|[iI]nf(?:inity)?)"
+)
 #: A value: a number, optionally inside a wrapper call (``np.float64(1.5)``, ``tensor(1.5, ...)``).
 _VALUE = rf"(?:[A-Za-z_][\w.]{{0,40}}\(\s*)?(?P<val>{_NUM})"
 _NUM_RE = re.compile(_NUM)
 _STEP = rf"(?P<step>\d{{1,{MAX_STEP_DIGITS}}})"
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]?")
-_RAY_PREFIX_RE = re.compile(r"^\s*\((?:[^()]*?\s)?pid=\d+(?:,[^()]*)?\)\s*")
-_RAY_REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+#: Ray's prefix; its parts bounded (a prefix is short), so a long line of ``pid=1,`` is no
+#: quadratic search.
+_RAY_PREFIX_RE = re.compile(r"^\s*\((?:[^()]{0,200}?\s)?pid=\d{1,10}(?:,[^()]{0,500})?\)\s*")
+#: Searched from each ``[`` only (no leading ``\s*``: tried at every blank of a long run of
+#: blanks, that was quadratic); the blanks before it are stripped after.
+_RAY_REPEATED_RE = re.compile(r"\[repeated \d{1,12}x across cluster\]\s*$")
 
 
 #: ``'key': value`` (or ``"key": value``) inside a dict repr or JSON object.
 _DICT_PAIR_RE = re.compile(
-    rf"""(?P<q>['"])(?P<key>[^'"\\\n]{{1,200}})(?P=q)\s*:\s*{_VALUE}(?=\s*\)?\s*(?:[,}}\])]|$))"""
+    rf"""(?P<q>['"])(?P<key>[^'"\\\n]{{1,200}})(?P=q)\s*:\s*{_VALUE}(?=\s*(?:\)\s*)?(?:[,}}\])]|$))"""
 )
 #: ``key:value`` between verl's `` - `` separators (the key may hold ``:``; the last one splits).
 _VERL_PAIR_RE = re.compile(rf"(?P<key>\S(?:.{{0,200}}\S)?):{_VALUE}\)?")
@@ -137,7 +152,9 @@ def clean_line(line: str) -> str:
             break
         text = stripped
     if "[repeated " in text:
-        text = _RAY_REPEATED_RE.sub("", text)
+        m = _RAY_REPEATED_RE.search(text)
+        if m:
+            text = text[: m.start()]
     return text.strip()
 
 
@@ -150,7 +167,7 @@ def parse_number(text: str) -> float | None:
     Returns:
         The float, or None for text that is no number, ``nan`` or an infinity.
     """
-    if not _NUM_RE.fullmatch(text):
+    if len(text) > MAX_NUMBER_CHARS or not _NUM_RE.fullmatch(text):
         return None
     try:
         value = float(text)
