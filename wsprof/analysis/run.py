@@ -645,11 +645,16 @@ def analyze_series(series: Sequence[Series], source: str) -> Analysis:
     ``Series.kind``): durations are judged as times per step (slowdown), bytes and resource
     counts as held memory or resources (growth); every other kind (step counters, quality
     metrics, learning rates, rates, unknown metrics) is fitted and shown but gets no finding.
+    At most :data:`~wsprof.importers.limits.MAX_METRICS` series are analysed; a note names the
+    rest.
     """
     from wsprof.analysis.kinds import HELD_KINDS, kinds_note, series_kind
+    from wsprof.importers.limits import MetricCap
 
+    cap = MetricCap()  # at most MAX_METRICS series, headline ones first (importers hold to it)
+    series = [s for s in series if cap.admit(s.name)]
     kinds = {s.name: series_kind(s).kind for s in series}
-    notes: list[str] = []
+    notes: list[str] = [n for n in (cap.note("series"),) if n]
     results = classify_series([replace(s, kind=kinds[s.name]) for s in series], notes)
     head = headline_of(None, results, source)
     facts = Facts(

@@ -20,17 +20,28 @@ Example::
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import os
+from array import array
+from collections import Counter
+from collections.abc import Iterable
+
+import numpy as np
+import numpy.typing as npt
 
 from wsprof.contracts.series import Series, imported_series
 from wsprof.contracts.units import UNIT_WORDS, unit_of_word
 from wsprof.errors import InputError, quote
+from wsprof.importers.limits import MetricCap
 
 #: Name of the step column (compared case-insensitively).
 STEP_COLUMN = "step"
 #: Name of the optional text column naming each step's configuration.
 CONFIG_COLUMN = "config"
+#: Steps are below this in magnitude (they are held as 64-bit integers; 10^18 as in
+#: :mod:`wsprof.importers.metrics_csv`).
+MAX_STEP = 10**18
 
 #: Column-name suffix -> unit text (``_gib`` -> ``GiB``): ``_`` and each word of
 #: :data:`wsprof.contracts.units.UNIT_WORDS` (the unit texts and their families live there).
@@ -63,67 +74,125 @@ def load_series_csv(path: str) -> list[Series]:
 
     Returns:
         One series per numeric column, in column order, rows sorted by step. A single data row
-        is fine.
+        is fine. At most :data:`~wsprof.importers.limits.MAX_METRICS` columns
+        (:func:`read_series_csv` says which were left out).
+
+    Raises:
+        InputError: as :func:`read_series_csv`.
+    """
+    return read_series_csv(path)[0]
+
+
+def read_series_csv(path: str) -> tuple[list[Series], list[str]]:
+    """Read a per-step CSV file, streamed row by row into one float array per column.
+
+    No row is kept as text: memory is one 8-byte value per kept cell (and the config label of
+    each row). At most :data:`~wsprof.importers.limits.MAX_METRICS` value columns are read
+    (the headline series first, then in column order); the cells of the others are not
+    parsed, and a note names them.
+
+    Args:
+        path: the CSV file.
+
+    Returns:
+        One series per numeric column read (column order, rows sorted by step), and notes.
 
     Raises:
         InputError: the file is missing, unreadable or empty; it has no ``step`` column, no
             numeric column, a column with no values, a ragged row, a non-integer or duplicate
-            step, or a cell that is not a number outside the ``config`` column. The message is
-            one line: what is wrong and what to do.
+            step, or a cell that is not a number outside the ``config`` column (in a column
+            read). The message is one line: what is wrong and what to do.
     """
-    header, rows = _read_rows(path)
-    step_col, config_col, value_cols = _columns(path, header)
-    records: list[tuple[int, list[float], str | None]] = []
-    for line_no, row in rows:
-        if len(row) != len(header):
-            raise InputError(
-                f"{path}: line {line_no} has {len(row)} cells but the header has {len(header)}; "
-                "give every row one cell per column"
-            )
-        step = _parse_step(path, line_no, row[step_col])
-        values = [_parse_value(path, line_no, header[c], row[c]) for c in value_cols]
-        config = row[config_col].strip() if config_col is not None else None
-        records.append((step, values, config))
-    records.sort(key=lambda r: r[0])
-    _check_unique_steps(path, [r[0] for r in records])
-    for j, c in enumerate(value_cols):
-        if all(math.isnan(r[1][j]) for r in records):
+    _check_file(path)
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            rows = ((reader.line_num, row) for row in reader if any(c.strip() for c in row))
+            first = next(rows, None)
+            if first is None:
+                raise InputError(f"{path}: the file is empty; {_FORMAT_HINT}")
+            header = [cell.strip() for cell in first[1]]
+            second = next(rows, None)
+            if second is None:
+                raise InputError(f"{path}: a header but no data rows; add one row per step")
+            rest = itertools.chain([second], rows)
+            step_col, config_col, value_cols = _columns(path, header)
+            cap = MetricCap()  # headline columns kept wherever they are, then column order
+            kept = [c for c in value_cols if cap.admit(header[c])]
+            table = _read_table(path, rest, header, step_col, config_col, kept)
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise InputError(f"{path}: cannot be read as CSV ({e}); {_FORMAT_HINT}") from e
+    note = cap.note("columns")
+    steps_arr, values, configs = table
+    order = np.argsort(steps_arr, kind="stable")
+    steps_sorted = steps_arr[order]
+    dup = np.flatnonzero(steps_sorted[1:] == steps_sorted[:-1])
+    if dup.size:
+        raise InputError(
+            f"{path}: step {int(steps_sorted[dup[0]])} appears more than once; keep one row per "
+            "step (e.g. aggregate repeated measurements first)"
+        )
+    for c, col in zip(kept, values, strict=True):
+        if np.isnan(col).all():
             raise InputError(
                 f"{path}: column {quote(header[c])} has no values; fill it or remove the column"
             )
-    steps = tuple(r[0] for r in records)
-    configs = tuple(r[2] or "" for r in records) if config_col is not None else None
-    return [
+    steps = tuple(steps_sorted.tolist())
+    config = None if configs is None else tuple(configs[i] for i in order.tolist())
+    series = [
         imported_series(
-            header[c].strip(),
-            unit_of(header[c]),
-            steps,
-            tuple(r[1][j] for r in records),
-            config=configs,
+            header[c].strip(), unit_of(header[c]), steps, tuple(col[order].tolist()), config=config
         )
-        for j, c in enumerate(value_cols)
+        for c, col in zip(kept, values, strict=True)
     ]
+    return series, [note] if note else []
 
 
-def _read_rows(path: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
-    """Header and non-blank data rows (with their 1-based line numbers)."""
+def _check_file(path: str) -> None:
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file; check the path")
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory; give the path of a .csv file")
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
-            lines = [(reader.line_num, row) for row in reader]
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise InputError(f"{path}: cannot be read as CSV ({e}); {_FORMAT_HINT}") from e
-    lines = [(n, row) for n, row in lines if any(cell.strip() for cell in row)]
-    if not lines:
-        raise InputError(f"{path}: the file is empty; {_FORMAT_HINT}")
-    header = [cell.strip() for cell in lines[0][1]]
-    if len(lines) == 1:
-        raise InputError(f"{path}: a header but no data rows; add one row per step")
-    return header, lines[1:]
+
+
+_Table = tuple[npt.NDArray[np.int64], list[npt.NDArray[np.float64]], list[str] | None]
+
+
+def _read_table(
+    path: str,
+    rows: Iterable[tuple[int, list[str]]],
+    header: list[str],
+    step_col: int,
+    config_col: int | None,
+    kept: list[int],
+) -> _Table:
+    """Steps, one float array per kept column and the config labels, in file order."""
+    steps = array("q")
+    cols = [array("d") for _ in kept]
+    configs: list[str] | None = [] if config_col is not None else None
+    labels: dict[str, str] = {}  # one string object per distinct config label
+    width = len(header)
+    for line_no, row in rows:
+        if len(row) != width:
+            raise InputError(
+                f"{path}: line {line_no} has {len(row)} cells but the header has {width}; "
+                "give every row one cell per column"
+            )
+        steps.append(_parse_step(path, line_no, row[step_col]))
+        for col, c in zip(cols, kept, strict=True):
+            cell = row[c]
+            try:
+                col.append(float(cell))
+            except ValueError:
+                col.append(_parse_value(path, line_no, header[c], cell))
+        if configs is not None and config_col is not None:
+            label = row[config_col].strip()
+            configs.append(labels.setdefault(label, label))
+    return (
+        np.frombuffer(steps, dtype=np.int64),
+        [np.frombuffer(col, dtype=np.float64) for col in cols],
+        configs,
+    )
 
 
 #: Header cells an error message lists before ``...``.
@@ -139,7 +208,7 @@ def _header_excerpt(header: list[str]) -> str:
 def _columns(path: str, header: list[str]) -> tuple[int, int | None, list[int]]:
     """Indexes of the step column, the config column (or None) and the value columns."""
     lowered = [h.lower() for h in header]
-    dup = sorted({h for h in lowered if lowered.count(h) > 1})
+    dup = sorted(h for h, k in Counter(lowered).items() if k > 1)  # O(n): 100,000 columns
     if dup:
         raise InputError(f"{path}: column {quote(dup[0])} appears twice; give each column one name")
     if STEP_COLUMN not in lowered:
@@ -163,7 +232,7 @@ def _parse_step(path: str, line_no: int, cell: str) -> int:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value != int(value):
+    if not math.isfinite(value) or value != int(value) or abs(value) >= MAX_STEP:
         raise InputError(
             f"{path}: line {line_no}, column 'step': {quote(text)} is not a whole number; "
             "give each row its integer step"
@@ -182,13 +251,3 @@ def _parse_value(path: str, line_no: int, column: str, cell: str) -> float:
             f"{path}: line {line_no}, column {quote(column)}: {quote(text)} is not a number; "
             f"only the '{CONFIG_COLUMN}' column may hold text (leave a cell empty if missing)"
         ) from None
-
-
-def _check_unique_steps(path: str, steps: list[int]) -> None:
-    """Steps are sorted; raise on the first one that appears twice."""
-    for a, b in zip(steps, steps[1:], strict=False):
-        if a == b:
-            raise InputError(
-                f"{path}: step {a} appears more than once; keep one row per step "
-                "(e.g. aggregate repeated measurements first)"
-            )

@@ -62,7 +62,7 @@ import math
 import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO
 
 from wsprof import frameworks
@@ -70,6 +70,7 @@ from wsprof.contracts.series import ROLLOUT_S, STEP_S, WEIGHT_SYNC_S, Series, im
 from wsprof.errors import InputError, quote
 from wsprof.frameworks import LineShape, LogFormat
 from wsprof.importers.csv_series import unit_of
+from wsprof.importers.limits import ALWAYS_KEPT, MetricCap
 
 #: The headline series, in the order they are listed.
 HEADLINE_SERIES = (WEIGHT_SYNC_S, ROLLOUT_S, STEP_S)
@@ -77,6 +78,10 @@ HEADLINE_SERIES = (WEIGHT_SYNC_S, ROLLOUT_S, STEP_S)
 #: keep their own names). The name itself comes first: an export may already use it. From the
 #: registry (:attr:`wsprof.frameworks.Framework.metric_keys`).
 SERIES_KEYS: dict[str, tuple[str, ...]] = frameworks.series_keys(HEADLINE_SERIES)
+
+#: Keys always read, whatever the number of metrics (:class:`MetricCap`): every key of a
+#: headline series.
+_ALWAYS_KEYS = ALWAYS_KEPT | {k for keys in SERIES_KEYS.values() for k in keys}
 
 _METRIC_KEYS = [m for fw in frameworks.FRAMEWORKS for m in fw.metric_keys]
 #: Keys logged late, and by how many steps their values move back (slime: line N holds the
@@ -276,6 +281,12 @@ class _Collected:
 
     records: dict[int, dict[str, float]]
     lines: int = 0
+    cap: MetricCap = field(default_factory=lambda: MetricCap(always=_ALWAYS_KEYS))
+
+    def add(self, step: int, values: dict[str, float]) -> None:
+        """Keep ``values`` of ``step`` (last value wins), for the metrics the cap admits."""
+        kept = {k: v for k, v in values.items() if self.cap.admit(k)}
+        self.records.setdefault(step, {}).update(kept)
 
 
 def _collect(lines: Iterable[str]) -> dict[str, _Collected]:
@@ -292,7 +303,7 @@ def _collect(lines: Iterable[str]) -> dict[str, _Collected]:
                 continue
             got = found[fmt.name]
             got.lines += 1
-            got.records.setdefault(hit[0], {}).update(hit[1])
+            got.add(hit[0], hit[1])
             if fmt.shape is LineShape.TABLE:
                 table_step[fmt.name] = hit[0]
                 stepped = True
@@ -300,7 +311,7 @@ def _collect(lines: Iterable[str]) -> dict[str, _Collected]:
             row = parse_table_row(line)
             if row:
                 for name, step in table_step.items():
-                    found[name].records[step].update(row)
+                    found[name].add(step, row)
     return found
 
 
@@ -437,6 +448,9 @@ def parse_log_lines(lines: Iterable[str], source: str) -> Imported:
         f"read as a {best.name} log: {got.lines} step lines, {len(steps)} steps "
         f"({steps[0]}-{steps[-1]}), {len(series)} metrics"
     )
+    left_out = got.cap.note()
+    if left_out:
+        notes.append(left_out)
     if not any(s.name == WEIGHT_SYNC_S for s in series):
         notes.append(
             "no weight-sync time in this log (keys tried: "

@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Iterable
 
 from wsprof.errors import InputError, quote
-from wsprof.importers.csv_series import load_series_csv
+from wsprof.importers.csv_series import read_series_csv
+from wsprof.importers.limits import ALWAYS_KEPT, MetricCap
 from wsprof.importers.logs import SERIES_KEYS, Imported, build_series, parse_number
 
 #: Step columns, the first present wins (compared case-insensitively): slime's
@@ -114,7 +116,8 @@ def load_csv(path: str) -> Imported:
     """
     header = _first_row(path)
     if header is None or not is_metrics_export(header):
-        return Imported(tuple(load_series_csv(path)), (), "csv")
+        series, notes = read_series_csv(path)
+        return Imported(tuple(series), tuple(notes), "csv")
     return load_metrics_csv(path)
 
 
@@ -134,6 +137,60 @@ def _step_of(path: str, line_no: int, column: str, cell: str) -> int | None:
     return int(value)
 
 
+def _metric_columns(
+    path: str, header: list[str]
+) -> tuple[int, dict[str, int], list[str], MetricCap]:
+    """The step column, metric name -> column read (at most
+    :data:`~wsprof.importers.limits.MAX_METRICS`, headline keys wherever they are), names in
+    several columns, and the cap that says what was left out."""
+    lowered = [h.lower() for h in header]
+    step_name = next((c for c in STEP_COLUMNS if c in lowered), None)
+    if step_name is None:
+        raise InputError(f"{path}: no step column (tried {', '.join(STEP_COLUMNS)}); {_HINT}")
+    step_col = lowered.index(step_name)
+    columns: dict[str, int] = {}
+    repeated: list[str] = []
+    cap = MetricCap(always=ALWAYS_KEPT | FRAMEWORK_KEYS)
+    for i, name in enumerate(header):
+        if (
+            i == step_col
+            or not name
+            or name.startswith("_")
+            or name.endswith(BAND_SUFFIXES)
+            or name.lower() in NOT_METRICS
+            or name.lower() in STEP_COLUMNS
+        ):
+            continue
+        if name in columns:
+            repeated.append(name)
+        elif cap.admit(name):
+            columns[name] = i
+    return step_col, columns, repeated, cap
+
+
+def _read_records(
+    path: str,
+    rows: Iterable[tuple[int, list[str]]],
+    header: list[str],
+    step_col: int,
+    columns: dict[str, int],
+) -> dict[int, dict[str, float]]:
+    """Step -> metric -> last value, streamed row by row (no row kept as text)."""
+    records: dict[int, dict[str, float]] = {}
+    for line_no, row in rows:
+        if step_col >= len(row):
+            continue
+        step = _step_of(path, line_no, header[step_col], row[step_col])
+        if step is None:
+            continue
+        values = records.setdefault(step, {})
+        for name, i in columns.items():
+            value = parse_number(row[i].strip()) if i < len(row) else None
+            if value is not None:
+                values[name] = value
+    return records
+
+
 def load_metrics_csv(path: str) -> Imported:
     """Read a metric export (see the module docstring for the columns read).
 
@@ -150,45 +207,15 @@ def load_metrics_csv(path: str) -> Imported:
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.reader(f)
-            rows = [(reader.line_num, row) for row in reader if any(c.strip() for c in row)]
+            rows = ((reader.line_num, row) for row in reader if any(c.strip() for c in row))
+            first = next(rows, None)
+            if first is None:
+                raise InputError(f"{path}: the file is empty; {_HINT}")
+            header = [metric_name(h) for h in first[1]]
+            step_col, columns, repeated, cap = _metric_columns(path, header)
+            records = _read_records(path, rows, header, step_col, columns)
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise InputError(f"{path}: cannot be read as CSV ({e}); {_HINT}") from e
-    if not rows:
-        raise InputError(f"{path}: the file is empty; {_HINT}")
-    header = [metric_name(h) for h in rows[0][1]]
-    lowered = [h.lower() for h in header]
-    step_name = next((c for c in STEP_COLUMNS if c in lowered), None)
-    if step_name is None:
-        raise InputError(f"{path}: no step column (tried {', '.join(STEP_COLUMNS)}); {_HINT}")
-    step_col = lowered.index(step_name)
-    columns: dict[str, int] = {}
-    repeated: list[str] = []
-    for i, name in enumerate(header):
-        if (
-            i == step_col
-            or not name
-            or name.startswith("_")
-            or name.endswith(BAND_SUFFIXES)
-            or name.lower() in NOT_METRICS
-            or name.lower() in STEP_COLUMNS
-        ):
-            continue
-        if name in columns:
-            repeated.append(name)
-        else:
-            columns[name] = i
-    records: dict[int, dict[str, float]] = {}
-    for line_no, row in rows[1:]:
-        if step_col >= len(row):
-            continue
-        step = _step_of(path, line_no, header[step_col], row[step_col])
-        if step is None:
-            continue
-        values = records.setdefault(step, {})
-        for name, i in columns.items():
-            value = parse_number(row[i].strip()) if i < len(row) else None
-            if value is not None:
-                values[name] = value
     records = {s: v for s, v in records.items() if v}
     if not records:
         raise InputError(
@@ -206,6 +233,9 @@ def load_metrics_csv(path: str) -> Imported:
         f"read as a metric export: step column {header[step_col]!r}, {len(steps)} steps "
         f"({steps[0]}-{steps[-1]}), {len(series)} metrics"
     )
+    left_out = cap.note("metric columns")
+    if left_out:
+        notes.append(left_out)
     if repeated:
         notes.append(
             f"{len(repeated)} metric(s) in several columns (several runs?), the first "
