@@ -25,6 +25,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from wsprof.trace import outputs
+
 #: No-op ``wsprof.patch()`` (a yes/no flag).
 ENV_DISABLE = "WSPROF_DISABLE"
 #: Hook layers, ``both`` or ``api``.
@@ -275,17 +277,24 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
     )
 
 
-def child_env(out: str, preset: str | None = None) -> dict[str, str]:
+def child_env(
+    out: str, preset: str | None = None, allow_shared_out: bool = False
+) -> dict[str, str]:
     """The variables ``wsprof run`` sets in its command's environment.
 
     Args:
         out: the run folder (absolute).
         preset: the framework preset, or None to leave ``WSPROF_PRESET`` as it is.
+        allow_shared_out: the user allowed a shared run folder (``--allow-shared-out``):
+            its processes may write their traces in it (``WSPROF_ALLOW_SHARED_OUT``, read
+            where run folders are checked, :mod:`wsprof.trace.outputs`).
 
     Returns:
         ``{name: value}`` to merge into the child's environment.
     """
     env = {ENV_RUN: "1", ENV_OUT: out}
+    if allow_shared_out:
+        env[outputs.ENV_ALLOW_SHARED_OUT] = "1"
     if preset:
         env[ENV_PRESET] = preset
     return env

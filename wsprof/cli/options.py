@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from wsprof.analysis.model import SEVERITIES, Analysis
 from wsprof.errors import InputError
 from wsprof.trace.model import TRACE_SUFFIX
+from wsprof.trace.outputs import make_private_dir
 
 
 def default_report_path(source: str) -> str:
@@ -36,31 +37,30 @@ def _report_name(source: str) -> str:
     return f"wsprof-{socket.gethostname()}-{name}-{stamp}.html"
 
 
-def make_run_folder(path: str, option: str = "--out") -> list[str]:
-    """Create the run folder ``path`` (and its missing parents) and check that a file can be
-    written in it, before any process is started or attached to.
+def make_run_folder(
+    path: str, option: str = "--out", allow_shared: bool | None = None
+) -> list[str]:
+    """Create the run folder ``path`` (and its missing parents) user-only (0700), refuse it
+    when another user owns it or can write in it, and check that a file can be written in it,
+    before any process is started or attached to (:func:`wsprof.trace.outputs.make_private_dir`).
 
     Args:
         path: the run folder.
         option: the option that names it, for the error.
+        allow_shared: accept a shared folder (``--allow-shared-out``); None:
+            ``$WSPROF_ALLOW_SHARED_OUT``.
 
     Returns:
         The folders created, deepest first (for :func:`remove_run_folder`); empty when ``path``
         existed.
 
     Raises:
-        InputError: it cannot be created or written (one line: which, why, what to do).
+        InputError: it is shared (and that was not allowed), or it cannot be created or
+            written (one line: which, why, what to do).
     """
     missing: list[str] = []
-    here = os.path.abspath(path)
-    while not os.path.lexists(here):
-        missing.append(here)
-        parent = os.path.dirname(here)
-        if parent == here:
-            break
-        here = parent
     try:
-        os.makedirs(path, exist_ok=True)
+        missing = make_private_dir(path, allow_shared, option)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".wsprof-probe-"):
             pass
     except OSError as e:

@@ -1,5 +1,7 @@
-"""``wsprof run [--out DIR] [--preset NAME] -- CMD ...``: run CMD with every Python process it
-starts patched (the bootstrap in ``hooks/`` on ``PYTHONPATH``); CMD's exit code is returned."""
+"""``wsprof run [--out DIR] [--allow-shared-out] [--preset NAME] -- CMD ...``: run CMD with every
+Python process it starts patched (the bootstrap in ``hooks/`` on ``PYTHONPATH``); CMD's exit code
+is returned. The run folder is created user-only (0700); one another user owns or can write in
+is refused (exit 2) unless ``--allow-shared-out`` (or ``WSPROF_ALLOW_SHARED_OUT=1``)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,13 @@ def hooks_dir() -> str:
     help="run folder (default: $WSPROF_OUT, else ./wsprof-out/<time>)",
 )
 @click.option(
+    "--allow-shared-out",
+    is_flag=True,
+    default=False,
+    help="use a run folder another user owns or can write in (group/other-writable); files "
+    "are still created exclusively, never through a link (also $WSPROF_ALLOW_SHARED_OUT=1)",
+)
+@click.option(
     "--preset",
     type=click.Choice(sorted(PRESETS)),
     default=None,
@@ -45,20 +54,24 @@ def hooks_dir() -> str:
     "and write the HTML report into the folder",
 )
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(out: str | None, preset: str | None, want_report: bool, cmd: tuple[str, ...]) -> int:
+def run(
+    out: str | None,
+    allow_shared_out: bool,
+    preset: str | None,
+    want_report: bool,
+    cmd: tuple[str, ...],
+) -> int:
     """Run CMD (after `--`) with wsprof patched into every Python process it starts; CMD's
     exit code is returned whatever the analysis finds."""
     from wsprof.capture import settings as cfg
     from wsprof.capture.recorder import default_out_dir
+    from wsprof.cli.options import make_run_folder
+    from wsprof.trace.outputs import shared_out_allowed
 
-    folder = os.path.abspath(out or default_out_dir(cfg.read()))
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:
-        raise InputError(
-            f"{folder}: cannot create the run folder ({e.strerror}); choose a "
-            "writable one with --out"
-        ) from e
+    s = cfg.read()
+    folder = os.path.abspath(out or default_out_dir(s))
+    allow = allow_shared_out or shared_out_allowed()
+    make_run_folder(folder, "--out" if out else f"--out (or ${cfg.ENV_OUT})", allow)
     hooks = hooks_dir()
     if not os.path.isfile(os.path.join(hooks, "sitecustomize.py")):
         raise InputError(
@@ -66,7 +79,7 @@ def run(out: str | None, preset: str | None, want_report: bool, cmd: tuple[str, 
         )
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (hooks, env.get("PYTHONPATH", "")) if p)
-    env.update(settings.child_env(folder, preset))
+    env.update(settings.child_env(folder, preset, allow_shared_out=allow))
     try:
         proc = subprocess.Popen(list(cmd), env=env)
     except OSError as e:

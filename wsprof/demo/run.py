@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import queue
 import socket
 from collections.abc import Callable
@@ -13,6 +12,7 @@ from wsprof.capture import pyspy
 from wsprof.capture.pyspy.sampler import PySpySampler
 from wsprof.demo.workload import DemoConfig, rank_main
 from wsprof.errors import WsprofError
+from wsprof.trace.outputs import make_private_dir
 
 #: Seconds to wait for rank 0 to come up before giving up.
 START_TIMEOUT_S = 120.0
@@ -42,9 +42,10 @@ def run_job(cfg: DemoConfig, sample: bool = True, say: Callable[[str], None] = p
 
     Raises:
         DemoFailed: a rank exited non-zero or rank 0 never started.
+        SharedFolderError: ``cfg.out`` is another user's or writable by others (one line).
     """
     cfg = replace(cfg, port=free_port())
-    os.makedirs(cfg.out, exist_ok=True)
+    make_private_dir(cfg.out)  # user-only (0700); a shared one refused (trace.outputs)
     ctx = mp.get_context("spawn")
     rollouts = ctx.Queue()
     ready = ctx.Queue()

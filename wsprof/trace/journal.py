@@ -13,11 +13,16 @@ One JSON array per line: ``["s", id, text]``, ``["site", id, file, line, functio
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from wsprof.trace.outputs import create_file
 
 #: Suffix of the journal file beside ``<host>-<pid>.wsprof``.
 JOURNAL_SUFFIX = ".journal"
@@ -36,17 +41,16 @@ class Journal:
     Thread-safe: hooks on any thread add, the writer thread takes.
 
     Args:
-        path: the journal file, created (truncated) user-only (0600).
+        path: the journal file, created user-only (0600), exclusively: never over a file or
+            through a link already there (:func:`wsprof.trace.outputs.create_file`).
 
     Raises:
-        OSError: the file cannot be created.
+        FileExistsError: ``path`` exists (or is a link); OSError: it cannot be created.
     """
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._fd: int | None = os.open(
-            path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600
-        )
+        self._fd: int | None = create_file(path, os.O_WRONLY | os.O_APPEND)
         #: the writing process: a forked child shares the file and must never append to it
         self._pid = os.getpid()
         # Re-entrant: a signal handler (the SIGTERM flush) may interrupt an add on its thread.
@@ -135,37 +139,110 @@ def rows(entries: list[Entry]) -> JournalRows:
     return out
 
 
+#: Bytes read at a time by :func:`read_entries`.
+READ_BLOCK_BYTES = 1 << 20
+#: Longest journal line read, bytes: a longer one (no entry is near it: strings, sites and
+#: event details are short) is skipped as damaged without being held in memory.
+MAX_LINE_BYTES = 1 << 20
+#: Most journal bytes replayed: a journal holds each string, site and hook once, so a real
+#: one is far smaller; entries past this are left out with one line (a bound on memory: a
+#: parsed entry costs about ten times its line).
+MAX_JOURNAL_BYTES = 256 << 20
+
+
+def _lines(
+    fd: int, offset: int, end: int, problems: list[str], path: str
+) -> Iterator[bytes | None]:
+    """Complete lines of the file from ``offset`` to ``end`` (without their newline), read in
+    blocks of :data:`READ_BLOCK_BYTES`; None for a line longer than :data:`MAX_LINE_BYTES` or
+    one that runs into a hole of a sparse file (never written: damage). A last line with no
+    newline is a line in ``problems``. Memory: one block plus one line."""
+    seek_data = getattr(os, "SEEK_DATA", None)
+    part = bytearray()
+    spoiled = False  # the line being gathered is damaged: skip to its newline
+    pos = offset
+    while pos < end:
+        if seek_data is not None:
+            try:
+                at = os.lseek(fd, pos, seek_data)
+            except OSError as e:
+                at = end if e.errno == errno.ENXIO else pos
+            if at > pos:  # a hole: zeros no write made; the line around it is damage
+                spoiled, pos = True, min(at, end)
+                part.clear()
+                continue
+        block = os.pread(fd, min(READ_BLOCK_BYTES, end - pos), pos)
+        if not block:
+            break
+        pos += len(block)
+        start = 0
+        while True:
+            nl = block.find(b"\n", start)
+            if nl < 0:
+                if not spoiled:
+                    part += block[start:]
+                    if len(part) > MAX_LINE_BYTES:
+                        spoiled = True
+                        part.clear()
+                break
+            if spoiled or len(part) + nl - start > MAX_LINE_BYTES:
+                yield None
+            else:
+                part += block[start:nl]
+                yield bytes(part)
+            part.clear()
+            spoiled = False
+            start = nl + 1
+    if part or spoiled:
+        problems.append(f"{path}: last journal entry torn (the process died writing it)")
+
+
 def read_entries(path: str, offset: int = 0) -> tuple[list[Entry], list[str]]:
     """Entries of the journal file after byte ``offset``. Never raises.
 
+    Read in blocks: memory is one block, one line (at most :data:`MAX_LINE_BYTES`) and the
+    entries, of at most :data:`MAX_JOURNAL_BYTES` of journal, whatever the file's size; a
+    sparse file's holes are skipped unread.
+
     Returns:
         (entries, problems): problems has one line for a torn last line (the process died
-        while writing it) and one for lines that do not parse.
+        while writing it), one for lines that do not parse (or are too long) and one for a
+        journal longer than :data:`MAX_JOURNAL_BYTES`.
     """
+    problems: list[str] = []
     try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, int(offset)))
-            data = fh.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         return [], [f"{path}: cannot read the journal ({e.strerror or e})"]
-    problems: list[str] = []
-    lines = data.split(b"\n")
-    if lines and lines[-1]:
-        problems.append(f"{path}: last journal entry torn (the process died writing it)")
     entries: list[Entry] = []
     bad = 0
-    for raw in lines[:-1]:
-        if not raw:
-            continue  # the end of a line a failed write left torn
-        try:
-            entry = json.loads(raw)
-        except (ValueError, RecursionError):
-            bad += 1
-            continue
-        if isinstance(entry, list) and entry:
-            entries.append(entry)
-        else:
-            bad += 1
+    try:
+        st = os.fstat(fd)
+        size = st.st_size if stat.S_ISREG(st.st_mode) else 0
+        start = min(max(0, int(offset)), size)
+        end = min(size, start + MAX_JOURNAL_BYTES)
+        for raw in _lines(fd, start, end, problems, path):
+            if not raw:
+                bad += raw is None  # an empty line: the end of a line a failed write left torn
+                continue
+            try:
+                entry = json.loads(raw)
+            except (ValueError, RecursionError):
+                bad += 1
+                continue
+            if isinstance(entry, list) and entry:
+                entries.append(entry)
+            else:
+                bad += 1
+        if end < size:
+            problems.append(
+                f"{path}: journal longer than {MAX_JOURNAL_BYTES >> 20} MiB after byte {start} "
+                f"({size - start} bytes); entries after that left out"
+            )
+    except OSError as e:
+        problems.append(f"{path}: cannot read the journal ({e.strerror or e})")
+    finally:
+        os.close(fd)
     if bad:
         problems.append(f"{path}: {bad} damaged journal line(s) skipped")
     return entries, problems

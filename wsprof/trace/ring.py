@@ -31,8 +31,8 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import errno
-import mmap
 import os
+import stat
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from wsprof.trace.outputs import create_file
 
 #: First 8 bytes of a ring file.
 MAGIC = b"WSPRING1"
@@ -124,7 +126,9 @@ def capacity_for(records: int) -> int:
 
 
 def create(path: str, capacity: int, pid: int) -> int:
-    """Create (truncate) a ring file of ``capacity`` records, user-only (0600), with its header.
+    """Create a ring file of ``capacity`` records, user-only (0600), with its header:
+    exclusively (:func:`wsprof.trace.outputs.create_file`), never over a file or through a link
+    already at ``path``.
 
     The file's blocks are allocated here (where the file system can): a full disk fails the
     creation, never a hook's write into the mapping (SIGBUS).
@@ -133,11 +137,12 @@ def create(path: str, capacity: int, pid: int) -> int:
         An open read-write file descriptor (the caller maps and closes it).
 
     Raises:
-        OSError: the file cannot be created or sized; ValueError: capacity not a power of two.
+        FileExistsError: ``path`` exists (or is a link); OSError: the file cannot be created or
+        sized; ValueError: capacity not a power of two.
     """
     if capacity < 1 or capacity & (capacity - 1):
         raise ValueError(f"ring capacity must be a power of two, not {capacity}")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = create_file(path, os.O_RDWR)
     try:
         size = HEADER_BYTES + capacity * RECORD_BYTES
         os.ftruncate(fd, size)
@@ -187,8 +192,29 @@ def checks(m: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
     return ok
 
 
+#: Records read at a time by :func:`read_tail` (1 MiB of file).
+READ_BLOCK_RECORDS = 8192
+
+
+def _data_from(fd: int, offset: int, end: int) -> int:
+    """The first offset at or after ``offset`` that holds data (``SEEK_DATA``): the holes of a
+    sparse file (never-written slots: all zeros) are skipped without reading them. ``end`` when
+    no data follows; ``offset`` where the file system cannot tell."""
+    seek_data = getattr(os, "SEEK_DATA", None)
+    if seek_data is None:
+        return offset
+    try:
+        return min(os.lseek(fd, offset, seek_data), end)
+    except OSError as e:
+        return end if e.errno == errno.ENXIO else offset
+
+
 def read_tail(path: str, drained: int) -> RingTail:
     """Records of the ring file at ``path`` with a sequence number above ``drained``.
+
+    Read in blocks of :data:`READ_BLOCK_RECORDS` (holes of a sparse file skipped): memory is
+    one block plus the records kept, whatever capacity the header claims; a header claiming
+    more records than the file holds is read as far as the file goes.
 
     Never raises for damage: a missing or short header, a truncated file, torn or corrupt
     records give fewer records and a line in :attr:`RingTail.problems`.
@@ -199,61 +225,81 @@ def read_tail(path: str, drained: int) -> RingTail:
     """
     empty = np.zeros((0, RECORD_WORDS), dtype=np.int64)
     try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if size < _HEADER.size:
-                return RingTail(
-                    empty,
-                    problems=[
-                        f"{path}: ring file too short for its header "
-                        f"({size} bytes); nothing recovered from it"
-                    ],
-                )
-            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError) as e:
+        # O_NONBLOCK: a FIFO put at the name is not waited on (no effect on a regular file)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
         return RingTail(empty, problems=[f"{path}: cannot read the ring file ({e})"])
     try:
-        magic, version, rec_bytes, cap, hdr, _pid, _hint, dropped, closed = _HEADER.unpack_from(
-            mm, 0
-        )
-        if (
-            magic != MAGIC
-            or version != VERSION
-            or rec_bytes != RECORD_BYTES
-            or hdr != HEADER_BYTES
-            or cap < 1
-            or cap & (cap - 1)
-        ):
-            return RingTail(
-                empty,
-                problems=[
-                    f"{path}: not a wsprof ring file of this version (damaged header); nothing "
-                    "recovered from it"
-                ],
-            )
-        problems: list[str] = []
-        avail = max(0, (size - HEADER_BYTES) // RECORD_BYTES)
-        if avail < cap:
-            problems.append(
-                f"{path}: ring file truncated ({size} of {HEADER_BYTES + cap * RECORD_BYTES} bytes)"
-            )
-        n = min(avail, cap)
-        m = (
-            np.frombuffer(mm, dtype="<i8", count=n * RECORD_WORDS, offset=HEADER_BYTES)
-            .reshape(n, RECORD_WORDS)
-            .astype(np.int64)
-            if n
-            else (np.zeros((0, RECORD_WORDS), dtype=np.int64))
-        )
+        return _read_tail(fd, path, drained)
+    except OSError as e:
+        return RingTail(empty, problems=[f"{path}: cannot read the ring file ({e})"])
     finally:
-        mm.close()
-    seq = m[:, 0]
-    slot = np.arange(n, dtype=np.int64)
-    kind = m[:, 1] & 0xFF
-    written = seq != 0
-    ok = written & checks(m) & ((seq & (cap - 1)) == slot) & np.isin(kind, KINDS)
-    bad = int((written & ~ok).sum())
-    keep = m[ok & (seq > drained)]
+        os.close(fd)
+
+
+def _read_tail(fd: int, path: str, drained: int) -> RingTail:
+    empty = np.zeros((0, RECORD_WORDS), dtype=np.int64)
+    st = os.fstat(fd)
+    size = st.st_size if stat.S_ISREG(st.st_mode) else 0
+    head = os.pread(fd, _HEADER.size, 0) if size >= _HEADER.size else b""
+    if len(head) < _HEADER.size:
+        return RingTail(
+            empty,
+            problems=[
+                f"{path}: ring file too short for its header ({size} bytes); nothing "
+                "recovered from it"
+            ],
+        )
+    magic, version, rec_bytes, cap, hdr, _pid, _hint, dropped, closed = _HEADER.unpack(head)
+    if (
+        magic != MAGIC
+        or version != VERSION
+        or rec_bytes != RECORD_BYTES
+        or hdr != HEADER_BYTES
+        or cap < 1
+        or cap & (cap - 1)
+    ):
+        return RingTail(
+            empty,
+            problems=[
+                f"{path}: not a wsprof ring file of this version (damaged header); nothing "
+                "recovered from it"
+            ],
+        )
+    problems: list[str] = []
+    avail = max(0, (size - HEADER_BYTES) // RECORD_BYTES)
+    if avail < cap:
+        problems.append(
+            f"{path}: ring file truncated ({size} of {HEADER_BYTES + cap * RECORD_BYTES} bytes)"
+        )
+    n = min(avail, cap)
+    end = HEADER_BYTES + n * RECORD_BYTES
+    kept: list[npt.NDArray[np.int64]] = []
+    bad = 0
+    slot0 = 0
+    while slot0 < n:
+        # jump over a hole to the block holding the next data
+        at = _data_from(fd, HEADER_BYTES + slot0 * RECORD_BYTES, end)
+        slot0 = max(slot0, (at - HEADER_BYTES) // RECORD_BYTES)
+        if slot0 >= n:
+            break
+        count = min(READ_BLOCK_RECORDS, n - slot0)
+        raw = os.pread(fd, count * RECORD_BYTES, HEADER_BYTES + slot0 * RECORD_BYTES)
+        count = len(raw) // RECORD_BYTES  # the file shrank meanwhile: what was read
+        if count == 0:
+            break
+        m = np.frombuffer(raw, dtype="<i8", count=count * RECORD_WORDS).reshape(count, RECORD_WORDS)
+        seq = m[:, 0]
+        written = seq != 0
+        if written.any():
+            slot = np.arange(slot0, slot0 + count, dtype=np.int64)
+            ok = written & checks(m) & ((seq & (cap - 1)) == slot) & np.isin(m[:, 1] & 0xFF, KINDS)
+            bad += int((written & ~ok).sum())
+            take = ok & (seq > drained)
+            if take.any():
+                kept.append(m[take].astype(np.int64, copy=False))
+        slot0 += count
+    keep = np.concatenate(kept) if kept else empty
     keep = keep[np.argsort(keep[:, 0], kind="stable")]
     missing = 0
     if len(keep):

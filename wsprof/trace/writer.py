@@ -1,4 +1,5 @@
-"""Writes trace rows to one SQLite file (WAL mode), created user-only (0600)."""
+"""Writes trace rows to one SQLite file (WAL mode), created user-only (0600), exclusively (never
+through a link, never over a file that exists: :mod:`wsprof.trace.outputs`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import itertools
 import json
 import os
 import sqlite3
+import stat
 import threading
 import zlib
 from collections.abc import Iterable, Mapping
@@ -16,6 +18,7 @@ import numpy.typing as npt
 
 from wsprof.trace.chunks import pack_columns
 from wsprof.trace.model import CALL_COLUMNS, CALL_STRING_COLUMNS, SCHEMA_VERSION
+from wsprof.trace.outputs import create_file, make_private_dir
 from wsprof.trace.retention import Retention, totals_rows
 from wsprof.trace.schema import DDL, INSERT
 
@@ -111,33 +114,80 @@ def encode_calls(rows: Iterable[tuple[Any, ...]], strings: StringTable) -> npt.N
 _STEP = CALL_COLUMNS.index("step")
 
 
+def _open_created(path: str) -> sqlite3.Connection:
+    """Create ``path`` exclusively (0600, no link followed) and open SQLite on it, checking
+    (same device and inode, a regular file) that SQLite opened the file created here.
+
+    Raises:
+        FileExistsError: ``path`` exists; OSError: it cannot be created, or was replaced
+        before SQLite opened it (a folder others can write in).
+    """
+    fd = create_file(path, os.O_RDWR)
+    try:
+        made = os.fstat(fd)
+    finally:
+        os.close(fd)
+
+    def same() -> bool:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        return stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == (made.st_dev, made.st_ino)
+
+    replaced = OSError(f"{path}: replaced by another file while being opened; not written")
+    if not same():
+        raise replaced
+    try:
+        db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    except sqlite3.Error as e:
+        raise OSError(f"{path}: cannot open the new trace ({e})") from e
+    if not same():
+        db.close()
+        raise replaced
+    return db
+
+
 class TraceWriter:
     """Appends batches of rows to a trace file.
 
     Not thread-safe: one thread (the recorder's writer thread, or a sampler) owns it.
 
     Args:
-        path: trace file to create or append to.
+        path: trace file to create: a new name (a file or link already there is never opened:
+            ``FileExistsError``); its folder is created user-only (0700) when missing.
         retention: which steps keep full call detail (see :mod:`wsprof.trace.retention`);
             None keeps every call.
+        allow_shared_out: accept a folder owned by another user or writable by group/others;
+            None: ``$WSPROF_ALLOW_SHARED_OUT`` (:func:`wsprof.trace.outputs.check_private_dir`).
 
     Raises:
-        OSError: the folder cannot be created or the file cannot be opened.
+        FileExistsError: ``path`` exists (or is a link).
+        SharedFolderError: the folder is not private and sharing was not allowed (one line).
+        OSError: the folder cannot be created or the file cannot be created or opened.
     """
 
-    def __init__(self, path: str, retention: Retention | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        retention: Retention | None = None,
+        allow_shared_out: bool | None = None,
+    ) -> None:
         self.path = path
         self.retention = retention
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        if not os.path.exists(path):
-            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
-            os.close(fd)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(DDL)
-        self.strings = StringTable()
-        self.set_meta({"schema_version": SCHEMA_VERSION})
+        make_private_dir(
+            os.path.dirname(os.path.abspath(path)), allow_shared_out, "WSPROF_OUT / --out"
+        )
+        self._db = _open_created(path)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(DDL)
+            self.strings = StringTable()
+            self.set_meta({"schema_version": SCHEMA_VERSION})
+        except BaseException:
+            self._db.close()
+            raise
 
     @classmethod
     def on(cls, db: sqlite3.Connection) -> TraceWriter:

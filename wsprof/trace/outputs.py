@@ -1,0 +1,197 @@
+"""Files and folders wsprof writes, made so that no other user can redirect or read them.
+
+A run folder may be shared (``/tmp``, a team's scratch folder) and the names wsprof writes in
+it are predictable (``<host>-<pid>.wsprof`` and its ``.ring`` / ``.journal``), so:
+
+* every output file is created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` (:func:`create_file`):
+  a name that exists, a symbolic link above all, is never opened, truncated or written
+  through; the caller picks another name (:func:`unique_path`) or reports the failure;
+* folders wsprof creates are user-only, mode 0700 (:func:`make_private_dir`), so that nothing
+  can be planted in them afterwards (SQLite's ``-wal`` / ``-shm`` / ``-journal`` side files
+  included);
+* a run folder owned by another user, or writable by group or others, is refused
+  (:class:`SharedFolderError`, one line) unless the user says it is fine: ``wsprof run
+  --allow-shared-out`` or ``WSPROF_ALLOW_SHARED_OUT=1`` (:data:`ENV_ALLOW_SHARED_OUT`). Even
+  then files are only ever created exclusively, never written through a link.
+
+This is the standard of py-spy's and memray's outputs: nothing another user can write is
+written through. Nothing here imports torch or :mod:`wsprof.capture`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Mapping
+
+from wsprof.errors import InputError
+
+#: A yes/no flag: accept a run folder owned by another user or writable by group/others
+#: (files in it are still created exclusively, never through a link).
+ENV_ALLOW_SHARED_OUT = "WSPROF_ALLOW_SHARED_OUT"
+#: Spellings of "yes" for :data:`ENV_ALLOW_SHARED_OUT` (compared lower case, stripped).
+_YES = ("1", "true", "yes", "on")
+#: Group and other write bits: anyone but the owner can add, rename or remove entries.
+_SHARED_WRITE = stat.S_IWGRP | stat.S_IWOTH
+#: Most suffixes :func:`unique_path` tries before giving up.
+MAX_UNIQUE_TRIES = 1000
+
+
+class SharedFolderError(InputError):
+    """A run folder another user can write in (or owns): one line, naming the way out."""
+
+
+def shared_out_allowed(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether :data:`ENV_ALLOW_SHARED_OUT` says yes.
+
+    Args:
+        environ: the environment; default ``os.environ``.
+    """
+    env = os.environ if environ is None else environ
+    return str(env.get(ENV_ALLOW_SHARED_OUT, "")).strip().lower() in _YES
+
+
+def _uid_name(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _problem(st: os.stat_result, ok_owners: tuple[int, ...], sticky_ok: bool) -> str | None:
+    """Why a folder with status ``st`` is not private to this user, or None when it is."""
+    if st.st_uid not in ok_owners:
+        return f"is owned by {_uid_name(st.st_uid)}"
+    if st.st_mode & _SHARED_WRITE and not (sticky_ok and st.st_mode & stat.S_ISVTX):
+        return f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def check_private_dir(path: str, allow_shared: bool | None = None, option: str = "--out") -> None:
+    """Check that the run folder ``path`` is this user's own: owned by the effective user
+    and not writable by group or others (a sticky bit does not help: files in it keep
+    predictable names), and not reached through a link another user owns.
+
+    Args:
+        path: an existing folder.
+        allow_shared: accept a shared folder anyway; None: :func:`shared_out_allowed`.
+        option: the option or variable that named the folder, for the error.
+
+    Raises:
+        SharedFolderError: it is not private (one line: why, and what to do).
+        OSError: it is not a folder (``NotADirectoryError``) or cannot be examined.
+    """
+    st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
+    if allow_shared if allow_shared is not None else shared_out_allowed():
+        return
+    euid = os.geteuid()
+    why = _problem(st, (euid,), sticky_ok=False)
+    lst = os.lstat(path)
+    if why is None and stat.S_ISLNK(lst.st_mode) and lst.st_uid not in (euid, 0):
+        why = f"is a link owned by {_uid_name(lst.st_uid)}"
+    if why is not None:
+        raise SharedFolderError(
+            f"{path}: run folder {why}: another user could read the traces or plant files "
+            f"in it; choose a folder of your own (mode 0700) with {option}, or pass "
+            f"--allow-shared-out / set {ENV_ALLOW_SHARED_OUT}=1 to use it anyway"
+        )
+
+
+def make_private_dir(
+    path: str, allow_shared: bool | None = None, option: str = "--out"
+) -> list[str]:
+    """Create the run folder ``path`` and its missing parents user-only (mode 0700), then
+    check it with :func:`check_private_dir`.
+
+    A missing folder is only created under one that another user cannot rename it out of:
+    the deepest existing parent must be owned by this user or root and either not writable
+    by group/others or sticky (``/tmp``).
+
+    Args:
+        path: the run folder.
+        allow_shared: accept shared folders; None: :func:`shared_out_allowed`.
+        option: the option or variable that named the folder, for the error.
+
+    Returns:
+        The folders created, deepest first (empty when ``path`` existed).
+
+    Raises:
+        SharedFolderError: the folder or the parent it goes in is not private (one line).
+        OSError: a folder cannot be created or examined, or ``path`` is not a folder.
+    """
+    allow = shared_out_allowed() if allow_shared is None else allow_shared
+    here = os.path.abspath(path)
+    missing: list[str] = []
+    while not os.path.lexists(here):
+        missing.append(here)
+        parent = os.path.dirname(here)
+        if parent == here:
+            break
+        here = parent
+    if missing and not allow:
+        why = _problem(os.stat(here), (os.geteuid(), 0), sticky_ok=True)
+        if why is not None:
+            raise SharedFolderError(
+                f"{here}: {why}: a run folder made in it could be swapped by another user; "
+                f"choose a folder of your own with {option}, or pass --allow-shared-out / "
+                f"set {ENV_ALLOW_SHARED_OUT}=1 to use it anyway"
+            )
+    created: list[str] = []
+    try:
+        for d in reversed(missing):
+            try:
+                os.mkdir(d, 0o700)
+            except FileExistsError:
+                continue  # made meanwhile (another rank): checked below like any folder
+            created.insert(0, d)
+            os.chmod(d, 0o700)  # the umask may have taken bits the mode needs; never adds any
+        check_private_dir(path, allow, option)
+    except BaseException:
+        for d in created:
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
+        raise
+    return created
+
+
+def create_file(path: str, flags: int = os.O_RDWR, mode: int = 0o600) -> int:
+    """Create ``path`` exclusively (``O_CREAT | O_EXCL | O_NOFOLLOW``), user-only.
+
+    Args:
+        path: a name that must not exist yet (not even as a dangling link).
+        flags: access flags to add (``os.O_RDWR``, ``os.O_WRONLY | os.O_APPEND``).
+        mode: permission bits (default 0600).
+
+    Returns:
+        An open file descriptor (close-on-exec) of a new, empty, regular file.
+
+    Raises:
+        FileExistsError: the name exists (a file or a link, planted or not).
+        OSError: the file cannot be created.
+    """
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    return os.open(
+        path, flags | os.O_CREAT | os.O_EXCL | nofollow | getattr(os, "O_CLOEXEC", 0), mode
+    )
+
+
+def unique_path(base: str, suffix: str, siblings: tuple[str, ...] = ()) -> str:
+    """``base + suffix``, or ``base-2 + suffix``, ``base-3 + suffix``, ... : the first name
+    that exists neither itself nor with any of ``siblings`` appended (a link counts as
+    existing). The caller still creates it with :func:`create_file` (a name taken meanwhile
+    fails there, it is never written through).
+
+    Raises:
+        FileExistsError: :data:`MAX_UNIQUE_TRIES` names are all taken.
+    """
+    for k in range(1, MAX_UNIQUE_TRIES + 1):
+        path = f"{base}{suffix}" if k == 1 else f"{base}-{k}{suffix}"
+        if not any(os.path.lexists(path + s) for s in ("", *siblings)):
+            return path
+    raise FileExistsError(f"{base}{suffix}: {MAX_UNIQUE_TRIES} names like it are all taken")
