@@ -146,8 +146,8 @@ READ_BLOCK_BYTES = 1 << 20
 MAX_LINE_BYTES = 1 << 20
 #: Most journal bytes replayed: a journal holds each string, site and hook once, so a real
 #: one is far smaller; entries past this are left out with one line (a bound on memory: a
-#: parsed entry costs about ten times its line).
-MAX_JOURNAL_BYTES = 256 << 20
+#: parsed entry costs about nine times its line: 32 MiB of the smallest entries, about 280 MB).
+MAX_JOURNAL_BYTES = 32 << 20
 
 
 def _lines(
