@@ -151,9 +151,27 @@ FALLBACK_PATTERNS: dict[str, list[str]] = {WEIGHT_SYNC: COLLECTIVE_PATTERNS}
 _COLLECTIVE_RE = re.compile("|".join(f"(?:{r})" for r in COLLECTIVE_PATTERNS))
 
 
+#: Dot-separated parts of a frame's qualified function name that patterns see, the innermost
+#: ones: a pattern names a function and at most its class and module (``Actor\.update_weights``),
+#: and the optional qualifier of :func:`wsprof.frameworks.model.frame_regex` followed by a
+#: function pattern of any name backtracks quadratically in a longer name (a 65 KB name of
+#: dots took 17 s per frame).
+MAX_NAME_PARTS = 8
+
+
+def pattern_text(frame: str) -> str:
+    """``frame`` as phase and framework patterns see it: its qualified function name cut to
+    its last :data:`MAX_NAME_PARTS` dot-separated parts (linear in the frame's length)."""
+    end = frame.find(" (")
+    name = frame if end < 0 else frame[:end]
+    if name.count(".") < MAX_NAME_PARTS:
+        return frame
+    return ".".join(name.rsplit(".", MAX_NAME_PARTS)[1:]) + frame[len(name) :]
+
+
 def is_collective_frame(frame: str) -> bool:
     """True for a py-spy frame of a weight-moving collective (see :data:`COLLECTIVE_PATTERNS`)."""
-    return _COLLECTIVE_RE.search(frame) is not None
+    return _COLLECTIVE_RE.search(pattern_text(frame)) is not None
 
 
 _Tier = tuple[tuple[str, "re.Pattern[str]"], ...]
@@ -315,8 +333,9 @@ def classify_stack(frames: Sequence[str], patterns: PhasePatterns) -> str:
         return OTHER
     if idle_stack(code):
         return IDLE
+    texts = [pattern_text(f) for f in reversed(code)]
     for tier in patterns.tiers:
-        for frame in reversed(code):
+        for frame in texts:
             for phase, regex in tier:
                 if regex.search(frame):
                     return phase
@@ -363,7 +382,9 @@ def detect_framework(windows: Iterable[SampleWindow]) -> str | None:
             for fw in frameworks.NAMES:
                 for frame in frames:
                     file = split_frame(frame)[1] or ""
-                    if regexes[fw].search(frame) or _MODULE_RE[fw].search(file.replace("\\", "/")):
+                    if regexes[fw].search(pattern_text(frame)) or _MODULE_RE[fw].search(
+                        file.replace("\\", "/")
+                    ):
                         found.append(fw)
                         break
             hits = seen[frames] = tuple(found)

@@ -18,6 +18,44 @@ from wsprof.trace.model import CALL_COLUMNS
 
 _NARROW = (np.int8, np.int16, np.int32, np.int64)
 
+#: The most bytes one chunk may inflate to (a drain of two million calls with every column
+#: int64; a default ring holds 131,072): a chunk declaring more is refused, never allocated.
+MAX_CHUNK_BYTES = 256 * 1024 * 1024
+
+
+def inflate(data: Any, expected_bytes: int, what: str = "a call chunk") -> bytes:
+    """zlib ``data`` that must inflate to exactly ``expected_bytes`` (what its row count and
+    column types say), inflated in bounded memory: never more than ``expected_bytes + 1``
+    bytes are produced, so a zlib bomb costs what its row count declares, at most
+    :data:`MAX_CHUNK_BYTES`.
+
+    Args:
+        data: the compressed bytes of one chunk.
+        expected_bytes: its rows times their width (bytes).
+        what: the chunk's name in messages.
+
+    Raises:
+        ValueError: the declared size is over :data:`MAX_CHUNK_BYTES`, or the data inflates
+            to another size; zlib.error: it does not decompress.
+    """
+    if expected_bytes > MAX_CHUNK_BYTES:
+        raise ValueError(
+            f"{what} declares {expected_bytes} bytes of rows, over the "
+            f"{MAX_CHUNK_BYTES >> 20} MiB a chunk may hold"
+        )
+    if not isinstance(data, bytes):
+        raise ValueError(f"{what} holds {type(data).__name__}, not compressed bytes")
+    z = zlib.decompressobj()
+    raw = z.decompress(data, expected_bytes + 1)
+    if len(raw) > expected_bytes:
+        raise ValueError(f"{what} inflates to more than the {expected_bytes} bytes its rows hold")
+    if len(raw) < expected_bytes or not z.eof:
+        raise ValueError(
+            f"{what} shorter than its columns (inflates to {len(raw)} bytes, its rows hold "
+            f"{expected_bytes})"
+        )
+    return raw
+
 
 def pack_columns(m: npt.NDArray[np.int64]) -> tuple[str, bytes]:
     """An ``(n, 16)`` call matrix -> (columns JSON, zlib data) of one ``call_chunks`` row.
@@ -74,26 +112,25 @@ def unpack_columns(
     Columns this wsprof does not know are skipped.
 
     Raises:
-        ValueError: a negative row count, data shorter than its columns, or a column of
+        ValueError: a negative row count, data that does not inflate to its rows' size or
+            to more than :data:`MAX_CHUNK_BYTES` (:func:`inflate`), or a column of
             :data:`CALL_COLUMNS` missing; zlib.error: the data does not decompress.
     """
     names = chunk_columns(columns)
-    raw = zlib.decompress(data)
     n, off = int(n_rows), 0
     if n < 0:
         raise ValueError(f"call chunk of {quote(n)} rows")
+    missing = set(CALL_COLUMNS) - {name for name, _ in names}
+    if missing:
+        raise ValueError(f"call chunk lacks columns {sorted(missing)}")
+    raw = inflate(data, n * sum(dt.itemsize for _, dt in names))
     out: dict[str, npt.NDArray[Any]] = {}
     for name, dt in names:
         size = n * dt.itemsize
-        if off + size > len(raw):
-            raise ValueError("call chunk shorter than its columns")
         if name in CALL_COLUMNS:
             col = np.frombuffer(raw, dtype=dt, count=n, offset=off)
             out[name] = col.astype(np.int64) if widen else col.astype(dt.newbyteorder("="))
         off += size
-    missing = set(CALL_COLUMNS) - set(out)
-    if missing:
-        raise ValueError(f"call chunk lacks columns {sorted(missing)}")
     return out
 
 

@@ -1,27 +1,27 @@
 """Follows a run folder while its traces are written: each poll reads only the rows added since.
 
-Read-only and safe against the writers: each poll opens each trace read-only (``mode=ro`` while
-a writer may have it open in WAL mode, ``immutable=1`` once it is closed) and reads it in one
+Read-only and safe against the writers and against the files: each poll opens each trace
+through :mod:`wsprof.trace.untrusted` (schema checked, queries bounded; ``mode=ro`` while a
+writer may have it open in WAL mode, ``immutable=1`` once it is closed) and reads it in one
 read transaction (WAL mode lets a reader see the last committed flush while a writer appends),
 so a trace being written is read up to its last complete flush. A WAL left without its index
-(``-wal`` but no ``-shm``: its writer is gone) is read from a private copy, so that nothing is
-created beside it. A corrupt or truncated trace is read up to its last complete record (each
-table's rows in write order up to the first that cannot be read,
-:func:`~wsprof.trace.salvage.readable_copy`), again only when the file changes; a file replaced
-under the same name is read again from its start. Problems are said once. Nothing here
-analyses.
+(``-wal`` but no ``-shm``: its writer is gone) or a ``-journal`` is read from a private copy, so
+that nothing is created, rolled back or checkpointed beside it. A corrupt or truncated trace is
+read up to its last complete record (each table's rows in write order up to the first that
+cannot be read, :func:`~wsprof.trace.salvage.readable_copy`), again only when the file
+changes; a file replaced under the same name is read again from its start. Problems are said
+once. Nothing here analyses.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import sqlite3
 import stat
-import tempfile
 from dataclasses import dataclass, field
 
 from wsprof.errors import InputError
+from wsprof.trace import untrusted
 from wsprof.trace.model import TRACE_SUFFIX, ProcessTrace
 from wsprof.trace.reader import SQLITE_MAGIC, ReadCursor, read_since
 from wsprof.trace.salvage import readable_copy
@@ -37,29 +37,6 @@ def _signature(path: str) -> tuple[int, int] | None:
 
 def _identity(st: os.stat_result) -> tuple[int, int]:
     return (st.st_dev, st.st_ino)
-
-
-def _open_read_only(path: str) -> sqlite3.Connection:
-    """A read-only connection to ``path`` that creates no file beside it.
-
-    A writer in WAL mode keeps ``-wal`` and ``-shm`` beside the trace while it has it open:
-    ``mode=ro`` reads through them. Without a ``-wal`` no writer has it open (a closed trace):
-    ``immutable=1`` reads the file as it is (``mode=ro`` would create the two files and, unable
-    to checkpoint, leave them behind).
-
-    Raises:
-        sqlite3.Error: it cannot be opened.
-    """
-    if os.path.exists(path + "-wal"):
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
-    else:
-        db = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
-    try:
-        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.Error:
-        db.close()
-        raise
-    return db
 
 
 @dataclass
@@ -124,18 +101,22 @@ class TraceFollower:
             return None
         if self._damaged is not None and self._damaged == _signature(self.path):
             return None  # unchanged since its readable part was read
-        if os.path.exists(self.path + "-wal") and not os.path.exists(self.path + "-shm"):
-            sig = (_signature(self.path), _signature(self.path + "-wal"))
+        wal, journal = os.path.exists(self.path + "-wal"), os.path.exists(self.path + "-journal")
+        if journal or (wal and not os.path.exists(self.path + "-shm")):
+            sig = (
+                _signature(self.path),
+                _signature(self.path + ("-journal" if journal else "-wal")),
+            )
             if sig == self._orphan:
                 return None  # read already; its writer is gone, so it no longer changes
             self._orphan = sig
-            return self._read_orphaned_wal()
+            return self._read_orphaned()
         # A connection per poll, closed at once: a writer that closes its trace is then its
         # last connection, which checkpoints the WAL into the file and removes it (a reader
         # still connected would leave ``-wal`` and ``-shm`` behind).
         db: sqlite3.Connection | None = None
         try:
-            db = _open_read_only(self.path)
+            db = untrusted.open_live(self.path)
             delta = read_since(db, self.path, self.cursor)
         except sqlite3.OperationalError as e:  # locked, or no -shm index to open yet
             self.problem = f"{self.path}: cannot open the trace ({e}); it is tried again"
@@ -161,25 +142,18 @@ class TraceFollower:
         self.polls += 1
         return delta
 
-    def _read_orphaned_wal(self) -> ProcessTrace | None:
-        """A ``-wal`` without its ``-shm``: its writer is gone (a live writer keeps both). Read
-        from a private copy of the two files, where SQLite may rebuild the index, since a
-        reader of the originals would create ``-shm`` in the run folder."""
-        folder = tempfile.mkdtemp(prefix="wsprof-follow-")
+    def _read_orphaned(self) -> ProcessTrace | None:
+        """A ``-wal`` without its ``-shm`` (its writer is gone: a live writer keeps both) or a
+        ``-journal`` (a writer's transaction cut short): read from a private copy of the file
+        and the sidecar (:func:`~wsprof.trace.untrusted.open_snapshot`), where SQLite may
+        rebuild the WAL's index or roll the journal back, since a reader of the originals
+        would create ``-shm`` or roll the input back."""
         try:
-            copy = os.path.join(folder, "trace")
-            shutil.copyfile(self.path, copy)
-            shutil.copyfile(self.path + "-wal", copy + "-wal")
-            db = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
-            try:
+            with untrusted.open_snapshot(self.path) as db:
                 delta = read_since(db, self.path, self.cursor)
-            finally:
-                db.close()
         except (OSError, sqlite3.Error, InputError) as e:
-            self.problem = f"{self.path}: cannot read the trace and its WAL ({e}); tried again"
+            self.problem = f"{self.path}: cannot read the trace and its sidecar ({e}); tried again"
             return None
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
         return self._took(delta)
 
     def _read_damaged(self, error: Exception) -> ProcessTrace | None:
@@ -188,11 +162,8 @@ class TraceFollower:
         self._damaged = _signature(self.path)
         what = f"{self.path}: corrupt or truncated trace ({error})"
         try:
-            mem, cut = readable_copy(self.path)
-            try:
-                delta = read_since(mem, self.path, self.cursor)
-            finally:
-                mem.close()
+            with readable_copy(self.path) as (copy, cut):
+                delta = read_since(copy, self.path, self.cursor)
         except (OSError, sqlite3.Error, InputError) as e:
             self.problem = f"{what}; nothing more could be read of it ({e})"
             return None

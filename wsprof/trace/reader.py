@@ -21,8 +21,8 @@ import numpy.typing as npt
 from wsprof.contracts.events import parse_event
 from wsprof.contracts.overhead import self_overhead_from_meta
 from wsprof.errors import InputError, quote
-from wsprof.trace import salvage
-from wsprof.trace.chunks import unpack_columns
+from wsprof.trace import salvage, untrusted
+from wsprof.trace.chunks import inflate, unpack_columns
 from wsprof.trace.model import (
     CALL_COLUMNS,
     CALL_STRING_COLUMNS,
@@ -76,6 +76,8 @@ def find_traces(path: str) -> list[str]:
 _REREAD_HINT = "the other traces of its run folder are still read; re-record to get this one back"
 #: What to do about a file that is not a trace at all.
 _NOT_A_TRACE_HINT = "give a run folder written by wsprof, a .wsprof trace or a .csv series"
+#: What to do about a trace whose content wsprof never writes (edited, or made to attack).
+_NOT_OURS_HINT = "it was not written by wsprof or was edited: not read"
 
 
 #: The first 16 bytes of every SQLite file.
@@ -106,7 +108,12 @@ def require_trace_file(path: str) -> None:
         )
 
 
-def _connect(path: str) -> sqlite3.Connection:
+def _check_header(path: str) -> None:
+    """Refuse, in one line, a file that cannot be an intact SQLite trace by its first bytes.
+
+    Raises:
+        InputError: unreadable, empty, not SQLite, or not a whole number of pages.
+    """
     try:
         with open(path, "rb") as fh:
             header = fh.read(18)
@@ -130,14 +137,6 @@ def _connect(path: str) -> sqlite3.Connection:
             f"{path}: corrupt or truncated trace ({size} bytes is not a whole number of "
             f"{page}-byte pages); {_REREAD_HINT}"
         )
-    db = sqlite3.connect(path)
-    try:
-        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except (sqlite3.Error, UnicodeDecodeError):  # SQLite quotes a damaged name in its message
-        # A read-only folder (or a damaged file: then reading fails below, as it should).
-        db.close()
-        db = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
-    return db
 
 
 @contextlib.contextmanager
@@ -145,8 +144,25 @@ def _as_input_error(path: str) -> Iterator[None]:
     """Every way reading ``path``'s SQLite can fail, as one :class:`InputError` line."""
     try:
         yield
+    except sqlite3.OperationalError as e:
+        if str(e) == "interrupted":  # the progress handler of untrusted.harden
+            raise InputError(
+                f"{path}: a query on this trace ran past its budget "
+                f"({untrusted.OPS_PER_BYTE} SQLite instructions a byte); {_NOT_OURS_HINT}"
+            ) from e
+        if "too big" in str(e):  # a value over untrusted.MAX_VALUE_BYTES
+            raise InputError(
+                f"{path}: a value in this trace is over "
+                f"{untrusted.MAX_VALUE_BYTES >> 20} MiB ({e}); {_NOT_OURS_HINT}"
+            ) from e
+        raise InputError(f"{path}: corrupt or truncated trace ({e}); {_REREAD_HINT}") from e
     except (sqlite3.Error, UnicodeDecodeError) as e:
         raise InputError(f"{path}: corrupt or truncated trace ({e}); {_REREAD_HINT}") from e
+    except MemoryError as e:
+        raise InputError(
+            f"{path}: reading this trace ran out of memory; {_NOT_OURS_HINT}, or read it "
+            "on a machine with more memory"
+        ) from e
     except zlib.error as e:
         raise InputError(
             f"{path}: corrupt trace (a call chunk does not decompress: {e}); {_REREAD_HINT}"
@@ -176,11 +192,17 @@ def read_trace(path: str) -> ProcessTrace:
     """
     if not os.path.isfile(path):
         raise InputError(f"{path}: not a regular file; give a run folder or a .wsprof trace")
-    try:
-        db = _connect(path)
-    except sqlite3.Error as e:
-        raise InputError(f"{path}: cannot open the trace ({e}); {_REREAD_HINT}") from e
-    try:
+    _check_header(path)
+    with contextlib.ExitStack() as stack:
+        try:
+            db = stack.enter_context(untrusted.open_snapshot(path))
+        except sqlite3.Error as e:
+            raise InputError(f"{path}: corrupt or truncated trace ({e}); {_REREAD_HINT}") from e
+        except OSError as e:
+            raise InputError(
+                f"{path}: cannot copy the trace and its -wal/-journal to read them "
+                f"({e.strerror or e}); try again"
+            ) from e
         with _as_input_error(path):
             # One read transaction: a trace still being written (and thinned) is read as one
             # consistent snapshot, not strings from before a flush and calls from after it.
@@ -191,13 +213,12 @@ def read_trace(path: str) -> ProcessTrace:
             if end in ("live", "killed"):
                 # Not closed: the ring and the journal hold what the trace has not received.
                 mem, recovered = salvage.salvage(db, path, meta)
-                db.close()
+                stack.callback(mem.close)
                 db = mem
             trace = _read(db, path)
             trace.meta["end"] = {"state": end, **({"recovered": recovered} if recovered else {})}
             return trace
-    finally:
-        db.close()
+    raise AssertionError("unreachable")  # pragma: no cover - mypy: the with block returns
 
 
 #: Tables an incremental read follows by rowid (meta and sites are read whole each time).
@@ -382,9 +403,9 @@ def _join_updates(
         for n_rows, data in db.execute(
             f"SELECT n_rows, data FROM update_chunks {where} ORDER BY id", args
         ):
-            raw = zlib.decompress(data)
-            if int(n_rows) < 0 or len(raw) != int(n_rows) * 32:
-                raise ValueError(f"an update chunk of {quote(n_rows)} rows holds {len(raw)} bytes")
+            if int(n_rows) < 0:
+                raise ValueError(f"an update chunk of {quote(n_rows)} rows")
+            raw = inflate(data, int(n_rows) * 32, "an update chunk")
             parts.append(np.frombuffer(raw, dtype="<i8").reshape(-1, 4).astype(np.int64))
     m = np.concatenate(parts)
     if not len(m) or not len(table):
@@ -429,6 +450,27 @@ def _meta(db: sqlite3.Connection, path: str) -> dict[str, Any]:
         except (TypeError, ValueError, RecursionError):
             meta[k] = v
     return meta
+
+
+#: The longest py-spy frame kept (characters): a real frame (``function (file:line)``) is a
+#: few hundred at most; a longer one is cut and ends in :data:`CUT_FRAME_MARK`, so that the
+#: analysis of frames stays linear in what it reads, whatever a file holds.
+MAX_FRAME_CHARS = 1024
+#: Ends a frame cut to :data:`MAX_FRAME_CHARS`.
+CUT_FRAME_MARK = "...[cut]"
+
+
+def _cap_frames(frames: Any) -> tuple[str, ...]:
+    """A ``stacks.frames`` JSON value as a stack: a list of strings, each cut to
+    :data:`MAX_FRAME_CHARS`.
+
+    Raises:
+        ValueError: not a list of strings.
+    """
+    if not isinstance(frames, list) or not all(isinstance(f, str) for f in frames):
+        raise ValueError(f"a py-spy stack is not a list of frames: {quote(frames)}")
+    keep = MAX_FRAME_CHARS - len(CUT_FRAME_MARK)
+    return tuple(f if len(f) <= MAX_FRAME_CHARS else f[:keep] + CUT_FRAME_MARK for f in frames)
 
 
 def _read(db: sqlite3.Connection, path: str, since: ReadCursor | None = None) -> ProcessTrace:
@@ -484,7 +526,7 @@ def _read(db: sqlite3.Connection, path: str, since: ReadCursor | None = None) ->
     ]
     where, args = _after(since, "stacks")
     stacks = {
-        int(i): tuple(json.loads(f))
+        int(i): _cap_frames(json.loads(f))
         for i, f in db.execute(f"SELECT id, frames FROM stacks {where}", args)
     }
     if since is not None:

@@ -11,18 +11,20 @@ host), ``killed`` (it does not) or ``unknown`` (written before the capture buffe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
 import socket
 import sqlite3
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from wsprof.trace import journal as jfmt
 from wsprof.trace import ring as fmt
+from wsprof.trace import untrusted
 from wsprof.trace.writer import TraceWriter
 
 #: How a trace ended (``meta['end']['state']``).
@@ -95,7 +97,8 @@ def salvage(
     hooks = _stored_hooks(meta.get("hooks"))
     hooks.update(jfmt.rows(every).hooks)
     new = jfmt.rows(after)
-    mem = sqlite3.connect(":memory:")
+    # The copy's schema is the trace's, checked (no trigger to fire on the inserts below).
+    mem = untrusted.harden(sqlite3.connect(":memory:"), os.path.getsize(path))
     db.backup(mem)
     strings = dict(mem.execute("SELECT id, value FROM strings").fetchall())
     # A string the trace holds already is never written twice (a journal entry repeated
@@ -107,17 +110,14 @@ def salvage(
     calls = None
     unnamed = 0
     if len(raw):
-        top = max(hooks, default=-1) + 1
-        lookup = np.full((top + 1, 3), -1, dtype=np.int64)
-        for h, ids in hooks.items():
-            if 0 <= h < top:
-                lookup[h] = ids
-        hook = raw[:, 5]
-        named = (hook >= 0) & (hook < top)
-        named &= lookup[np.clip(hook, 0, top)][:, 0] >= 0
+        # Hook ids through the map, per distinct id recovered: memory follows the records
+        # read, never the largest id a journal or record names (ids are any int64).
+        seen, which = np.unique(raw[:, 5], return_inverse=True)
+        ids = np.array([hooks.get(int(h), (-1, -1, -1)) for h in seen], dtype=np.int64)
+        ids = ids.reshape(-1, 3)[which.reshape(-1)]
+        named = ids[:, 0] >= 0
         unnamed = int((~named).sum())
-        raw = raw[named]
-        calls = np.concatenate([raw[:, :5], lookup[raw[:, 5]], raw[:, 6:]], axis=1)
+        calls = np.concatenate([raw[named, :5], ids[named], raw[named, 6:]], axis=1)
     if unnamed:
         problems.append(
             f"{path}: {unnamed} recovered call(s) name a hook the journal lacks; skipped"
@@ -169,61 +169,77 @@ def _int(v: Any) -> int:
 _PAGE_SIZE_AT, _WRITE_VERSION_AT, _READ_VERSION_AT, _PAGES_AT = 16, 18, 19, 28
 
 
-def readable_copy(path: str) -> tuple[sqlite3.Connection, list[str]]:
-    """An in-memory copy of what a damaged trace file still gives: each table's rows in rowid
+#: Bytes copied at a time from a damaged trace into its private copy.
+_COPY_BLOCK_BYTES = 1 << 20
+
+
+@contextlib.contextmanager
+def readable_copy(path: str) -> Iterator[tuple[sqlite3.Connection, list[str]]]:
+    """A private copy of what a damaged trace file still gives: each table's rows in rowid
     (write) order up to the first that cannot be read, rowids kept. The file is never changed.
 
     A truncated file ends inside some table's pages, and its header still counts the pages it
     had: a private copy of the whole pages that are left, with that count and the journal mode
-    (rollback, so that no ``-wal`` is looked for) corrected, is what SQLite can read.
+    (rollback, so that no ``-wal`` is looked for) corrected, is what SQLite can read. The file
+    is copied in blocks and the rows go to a file in the same private (0700) folder, removed
+    on exit: memory stays bounded whatever the file's size.
 
-    Returns:
-        (the copy, one ``table: cut after rowid N`` line per table that could not be read to
-        its end).
+    Yields:
+        (a hardened connection to the copy, one ``table: cut after rowid N`` line per table
+        that could not be read to its end).
 
     Raises:
         OSError: the file cannot be read.
         sqlite3.Error: not even its list of tables can be read.
+        InputError: its schema is not wsprof's (:func:`wsprof.trace.untrusted.check_schema`).
     """
-    with open(path, "rb") as fh:
-        data = bytearray(fh.read())
-    page = int.from_bytes(data[_PAGE_SIZE_AT : _PAGE_SIZE_AT + 2], "big") if len(data) > 18 else 0
-    page = 65536 if page == 1 else page
-    if page < 512:
-        raise sqlite3.DatabaseError("no readable SQLite header")
-    pages = len(data) // page
-    if pages == 0:
-        raise sqlite3.DatabaseError(f"shorter than one {page}-byte page: no table left")
-    del data[pages * page :]
-    data[_PAGES_AT : _PAGES_AT + 4] = pages.to_bytes(4, "big")
-    data[_WRITE_VERSION_AT] = data[_READ_VERSION_AT] = 1
-    folder = tempfile.mkdtemp(prefix="wsprof-damaged-")
-    try:
+    with open(path, "rb") as fh, tempfile.TemporaryDirectory(prefix="wsprof-damaged-") as folder:
+        size = os.fstat(fh.fileno()).st_size
+        head = bytearray(fh.read(100))
+        page = (
+            int.from_bytes(head[_PAGE_SIZE_AT : _PAGE_SIZE_AT + 2], "big") if len(head) > 18 else 0
+        )
+        page = 65536 if page == 1 else page
+        if page < 512:
+            raise sqlite3.DatabaseError("no readable SQLite header")
+        pages = size // page
+        if pages == 0:
+            raise sqlite3.DatabaseError(f"shorter than one {page}-byte page: no table left")
+        head[_PAGES_AT : _PAGES_AT + 4] = pages.to_bytes(4, "big")
+        head[_WRITE_VERSION_AT] = head[_READ_VERSION_AT] = 1
         fixed = os.path.join(folder, "trace")
-        with open(fixed, "wb") as fh:
-            fh.write(data)
-        del data
-        src = sqlite3.connect(fixed)
+        with open(fixed, "wb") as out:
+            out.write(head)
+            left = pages * page - len(head)
+            while left > 0:
+                block = fh.read(min(_COPY_BLOCK_BYTES, left))
+                if not block:
+                    break
+                out.write(block)
+                left -= len(block)
+        src = untrusted.harden(sqlite3.connect(fixed), size)
         try:
-            return _copy_readable(src)
+            untrusted.check_schema(src, path)
+            dst = untrusted.harden(sqlite3.connect(os.path.join(folder, "rows")), size)
+            try:
+                yield dst, _copy_readable(src, dst)
+            finally:
+                dst.close()
         finally:
             src.close()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
-def _copy_readable(src: sqlite3.Connection) -> tuple[sqlite3.Connection, list[str]]:
+def _copy_readable(src: sqlite3.Connection, dst: sqlite3.Connection) -> list[str]:
     tables = [
         (str(name), str(sql))
         for name, sql in src.execute(
             "SELECT name, sql FROM sqlite_master WHERE type='table' AND sql IS NOT NULL"
         )
     ]
-    mem = sqlite3.connect(":memory:")
     cut: list[str] = []
     for name, sql in tables:
-        mem.execute(sql)
-        columns = [str(r[1]) for r in mem.execute(f"PRAGMA table_info({name})")]
+        dst.execute(sql)
+        columns = [str(r[1]) for r in dst.execute(f"PRAGMA table_info({name})")]
         insert = (
             f"INSERT INTO {name} (rowid, {', '.join(columns)}) "
             f"VALUES ({', '.join('?' * (len(columns) + 1))})"
@@ -231,9 +247,9 @@ def _copy_readable(src: sqlite3.Connection) -> tuple[sqlite3.Connection, list[st
         last = 0
         try:
             for row in src.execute(f"SELECT rowid, * FROM {name} ORDER BY rowid"):
-                mem.execute(insert, row)
+                dst.execute(insert, row)
                 last = int(row[0])
         except sqlite3.DatabaseError:
             cut.append(f"{name}: cut after rowid {last}")
-    mem.commit()
-    return mem, cut
+    dst.commit()
+    return cut
