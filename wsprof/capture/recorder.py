@@ -33,6 +33,7 @@ from wsprof.capture import buffer
 from wsprof.capture import settings as cfg
 from wsprof.contracts.events import EventKind
 from wsprof.trace import journal as jfmt
+from wsprof.trace import outputs
 from wsprof.trace import ring as fmt
 from wsprof.trace.model import TRACE_SUFFIX
 from wsprof.trace.retention import Retention
@@ -96,16 +97,16 @@ def trace_path(out_dir: str, pid: int | None = None) -> str:
 
 def new_trace_path(out_dir: str, tag: str = "") -> str:
     """``<out_dir>/<host>-<pid><tag>.wsprof``, or with ``-2``, ``-3``, ... before the suffix when
-    that file exists (a second ``patch()`` in one process, a pid reused by a container): never
-    append to an older trace."""
-    path = trace_path(out_dir)
-    base = path[: -len(TRACE_SUFFIX)] + tag
-    path = base + TRACE_SUFFIX
-    k = 2
-    while os.path.lexists(path):
-        path = f"{base}-{k}{TRACE_SUFFIX}"
-        k += 1
-    return path
+    that file, its ring or its journal exists (a second ``patch()`` in one process, a pid reused
+    by a container, a link planted at the predictable name in a shared folder): never append to
+    an older trace, never open a name someone else made. The files are then created
+    exclusively (:func:`wsprof.trace.outputs.create_file`): a name taken meanwhile fails there.
+
+    Raises:
+        FileExistsError: every name tried is taken.
+    """
+    base = trace_path(out_dir)[: -len(TRACE_SUFFIX)] + tag
+    return outputs.unique_path(base, TRACE_SUFFIX, siblings=(fmt.RING_SUFFIX, jfmt.JOURNAL_SUFFIX))
 
 
 def _identity_from_env() -> dict[str, Any]:
@@ -220,12 +221,25 @@ class Recorder:
         self._flushing_here = threading.local()
         self._stop = threading.Event()
         self._writer = TraceWriter(self.path, retention=retention)
-        self.journal = jfmt.Journal(jfmt.journal_path(self.path))
+        made = [self.path]
+        try:
+            self.journal = jfmt.Journal(jfmt.journal_path(self.path))
+            made.append(jfmt.journal_path(self.path))
+            self.ring, self._mm = buffer.open_ring(
+                fmt.ring_path(self.path), self.capacity, self.pid, native=s.native
+            )
+        except BaseException:
+            # A name taken under us (a link planted between the check and the create): the
+            # files made so far are ours; leave no empty trace behind.
+            self._writer.close()
+            if len(made) > 1:
+                self.journal.close()
+            for path in made:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+            raise
         self.strings = self._writer.strings
         self.strings.journal = self.journal
-        self.ring, self._mm = buffer.open_ring(
-            fmt.ring_path(self.path), self.capacity, self.pid, native=s.native
-        )
         self._view: npt.NDArray[np.int64] = np.frombuffer(
             self._mm, dtype="<i8", count=self.capacity * fmt.RECORD_WORDS, offset=fmt.HEADER_BYTES
         ).reshape(self.capacity, fmt.RECORD_WORDS)
