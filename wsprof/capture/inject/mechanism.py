@@ -11,8 +11,9 @@ safe point, holding the GIL, as it runs a signal handler. The page (4 KiB) stays
 **sys.remote_exec** (Python >= 3.14 on both sides, PEP 768): the interpreter's own safe-point
 hook runs the bootstrap file; no debugger, no pause.
 
-The 1-line program only runs the bootstrap file by its path (in the injector's private
-folder); nothing else is ever written into the target.
+The 1-line program (:func:`program`) checks the injector's private folder and the bootstrap
+file in it (owner, mode, no symlink) and runs the bytes it checked; nothing else is ever
+written into the target.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ MAX_PROGRAM_BYTES = 1024
 #: Seconds between two reads of the target's state while gdb holds it (pause measurement).
 STATE_POLL_S = 0.0005
 #: A path the 1-line program may name: no quote, backslash or control character can end up
-#: in the target (the folder is the injector's own, made by tempfile).
+#: in the target (the folder is the injector's own, made by tempfile in its 0700 parent).
 SAFE_PATH = re.compile(r"^/[A-Za-z0-9_./+-]+$")
 
 
@@ -61,26 +62,66 @@ class Queued:
     wall_s: float
 
 
-def program(bootstrap_path: str) -> str:
-    """The 1-line program run in the target: the bootstrap file, in a namespace of its own
-    (nothing is bound in the target's ``__main__``).
+#: What the 1-line program runs (in a namespace of its own: nothing is bound in the target's
+#: ``__main__``): open the parent folder, the injection's folder and the bootstrap each with
+#: ``O_NOFOLLOW`` relative to the one before (no symlink, no path swapped between check and
+#: use; each descriptor closed once the next is open), ``fstat`` each (a folder, a regular
+#: file; owner the injector's uid or root; neither group nor others may write), read the
+#: bootstrap from the descriptor it checked (at most 1 MiB) and run those bytes. Any
+#: failure raises inside and is swallowed: nothing runs.
+_CHECKER = (
+    "import os,stat as S\n"
+    "F=os.O_RDONLY|os.O_NOFOLLOW|os.O_CLOEXEC|os.O_NONBLOCK\n"
+    "def o(p,d,k):\n"
+    " try:f=os.open(p,F,dir_fd=d)\n"
+    " finally:\n"
+    "  if d is not None:os.close(d)\n"
+    " s=os.fstat(f)\n"
+    " if k(s.st_mode) and s.st_uid in(0,{uid}) and not s.st_mode&18:return f\n"
+    " os.close(f);raise OSError\n"
+    "a=o('{parent}',None,S.S_ISDIR)\n"
+    "b=o('{name}',a,S.S_ISDIR)\n"
+    "c=o('{boot}',b,S.S_ISREG)\n"
+    "with open(c,'rb') as h:t=h.read(1<<20)\n"
+    "p='{parent}/{name}/{boot}'\n"
+    "exec(compile(t,p,'exec'),{{'__name__':'__wsprof_inject__','__file__':p}})\n"
+)
+
+
+def program(folder: str, uid: int, boot_name: str = "bootstrap.py") -> str:
+    """The 1-line program run in the target: checks the injection's ``folder``, its parent
+    and the bootstrap file in it (owner ``uid`` or root, no group/other write, no symlink:
+    :data:`_CHECKER`) and runs the bytes it checked; nothing escapes into the target.
+
+    Args:
+        folder: the injection's private folder (absolute; in the injector's 0700 parent).
+        uid: the injector's effective uid (besides root, the only owner trusted).
+        boot_name: the bootstrap's file name in ``folder``.
 
     Raises:
-        InjectFailed: the path is not one this module writes into a target.
+        InjectFailed: the path is not one this module writes into a target, or the program
+            would not fit in :data:`MAX_PROGRAM_BYTES`.
     """
-    if not SAFE_PATH.match(bootstrap_path):
-        raise InjectFailed(f"unsafe bootstrap path {bootstrap_path!r}")
+    parent, name = os.path.split(folder.rstrip("/"))
+    if (
+        not SAFE_PATH.fullmatch(folder)
+        or not (parent and name)
+        or "/" in boot_name
+        or ".." in folder
+    ):
+        raise InjectFailed(f"unsafe injection folder {folder!r}")
+    if not SAFE_PATH.fullmatch("/" + boot_name) or not isinstance(uid, int) or uid < 0:
+        raise InjectFailed(f"unsafe bootstrap name {boot_name!r} or uid {uid!r}")
+    inner = _CHECKER.format(parent=parent, name=name, boot=boot_name, uid=int(uid))
     # A try without ``as`` binds no name in the target's __main__, and nothing escapes: an
     # exception out of a pending call would make the job's next bytecode raise SystemError
-    # (a withdrawn request, whose bootstrap file is gone, must be a no-op).
-    text = (
-        "try:\n"
-        f" __import__('runpy').run_path('{bootstrap_path}',run_name='__wsprof_inject__')\n"
-        "except BaseException:\n"
-        " pass\n"
-    )
+    # (a withdrawn request, or a folder that fails a check, must be a no-op).
+    text = f"try:\n exec({inner!r},{{}})\nexcept BaseException:\n pass\n"
     if len(text) + 1 > MAX_PROGRAM_BYTES:
-        raise InjectFailed("the bootstrap path is too long; set TMPDIR to a shorter folder")
+        raise InjectFailed(
+            "the injection folder's path is too long; set XDG_RUNTIME_DIR or TMPDIR to a "
+            "shorter folder"
+        )
     return text
 
 
@@ -210,12 +251,12 @@ def _release(pid: int) -> None:
         time.sleep(0.01)
 
 
-def queue_with_gdb(pid: int, bootstrap_path: str, gdb: str, timeout_s: float) -> Queued:
+def queue_with_gdb(pid: int, text: str, gdb: str, timeout_s: float) -> Queued:
     """Queue the bootstrap in ``pid`` with gdb (module docstring).
 
     Args:
         pid: the target.
-        bootstrap_path: the bootstrap file, in the injector's private folder.
+        text: the 1-line program (:func:`program`).
         gdb: the gdb binary.
         timeout_s: gdb is killed after this many seconds (the target is then resumed).
 
@@ -225,7 +266,7 @@ def queue_with_gdb(pid: int, bootstrap_path: str, gdb: str, timeout_s: float) ->
     from wsprof.capture.inject.elf import addresses
 
     addrs = addresses(pid)
-    cmds = gdb_commands(program(bootstrap_path), addrs)
+    cmds = gdb_commands(text, addrs)
     argv = [gdb, "-batch", "-nx", "-q", "-iex", "set auto-solib-add off"]
     if addrs is not None:  # no symbol file is read while the target is stopped
         argv += ["--readnever", "-p", str(pid)]
@@ -279,18 +320,19 @@ def can_remote_exec(target_version: tuple[int, int] | None) -> bool:
     return hasattr(sys, "remote_exec") and target_version == sys.version_info[:2]
 
 
-def queue_with_remote_exec(pid: int, bootstrap_path: str) -> Queued:
-    # The interpreter runs the file it is given with no ``__file__``: the launcher beside the
-    # bootstrap is the same one-line program gdb writes, which names the bootstrap's path.
-    """Queue the bootstrap with ``sys.remote_exec`` (PEP 768).
+def queue_with_remote_exec(pid: int, folder: str, text: str) -> Queued:
+    """Queue the bootstrap with ``sys.remote_exec`` (PEP 768). The interpreter runs the file
+    it is given with no ``__file__``: the launcher written beside the bootstrap (created new,
+    never through a symlink) is the same 1-line program gdb writes, with the same checks.
 
     Raises:
         InjectFailed: the interpreter refused (remote debugging disabled in the target with
             ``PYTHON_DISABLE_REMOTE_DEBUG``, no permission, another build).
     """
-    launcher = os.path.join(os.path.dirname(bootstrap_path), "launch.py")
-    with open(launcher, "w", encoding="ascii") as fh:
-        fh.write(program(bootstrap_path))
+    launcher = os.path.join(folder, "launch.py")
+    fd = os.open(launcher, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with open(fd, "w", encoding="ascii") as fh:
+        fh.write(text)
     t0 = time.perf_counter()
     try:
         sys.remote_exec(pid, launcher)  # type: ignore[attr-defined]
