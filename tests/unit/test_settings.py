@@ -151,6 +151,7 @@ def test_preset_is_a_framework_name() -> None:
         ("NATIVE", "native", True),
         ("QUIET", "quiet", False),
         ("RUN", "run", False),
+        ("ALLOW_SHARED_OUT", "allow_shared_out", False),
     ],
 )
 def test_tuning_flags_and_their_bad_values(var: str, field: str, default: bool) -> None:
@@ -180,6 +181,7 @@ def test_child_env_uses_the_module_names() -> None:
     assert cfg.child_env("/runs/a", "verl")[cfg.ENV_PRESET] == "verl"
     s = cfg.read(cfg.child_env("/runs/a", "verl"))
     assert (s.run, s.out, s.preset) == (True, "/runs/a", "verl")
+    assert cfg.read(cfg.child_env("/runs/a", allow_shared_out=True)).allow_shared_out is True
 
 
 def test_no_other_module_reads_a_wsprof_variable_from_the_environment() -> None:

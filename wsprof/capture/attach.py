@@ -27,6 +27,7 @@ from typing import Any
 
 import psutil
 
+from wsprof.capture import settings as cfg
 from wsprof.capture.nvml import Nvml
 from wsprof.capture.process_stats import process_reading
 from wsprof.capture.pyspy.ptrace import ptrace_problem
@@ -34,6 +35,7 @@ from wsprof.capture.recorder import identity_meta
 from wsprof.contracts.events import EventKind, TargetExited
 from wsprof.errors import InputError
 from wsprof.trace.model import TRACE_SUFFIX
+from wsprof.trace.outputs import unique_path
 from wsprof.trace.writer import TraceWriter
 
 _now = time.monotonic_ns
@@ -223,13 +225,10 @@ class ProcessPoller:
         self._stop = threading.Event()
         self._nvml = Nvml()
         host = socket.gethostname()
+        allow_shared = cfg.read().allow_shared_out
         for pid in pids:
-            path = os.path.join(out_dir, f"{host}-{pid}{TRACE_TAG}{TRACE_SUFFIX}")
-            k = 2
-            while os.path.lexists(path):
-                path = os.path.join(out_dir, f"{host}-{pid}{TRACE_TAG}-{k}{TRACE_SUFFIX}")
-                k += 1
-            w = TraceWriter(path)
+            path = unique_path(os.path.join(out_dir, f"{host}-{pid}{TRACE_TAG}"), TRACE_SUFFIX)
+            w = TraceWriter(path, allow_shared_out=allow_shared)
             meta = {
                 **identity_meta("attach"),
                 **(extra_meta or {}),

@@ -220,7 +220,9 @@ class Recorder:
         self.lock = threading.Lock()  # held by a drain
         self._flushing_here = threading.local()
         self._stop = threading.Event()
-        self._writer = TraceWriter(self.path, retention=retention)
+        self._writer = TraceWriter(
+            self.path, retention=retention, allow_shared_out=s.allow_shared_out
+        )
         made = [self.path]
         try:
             self.journal = jfmt.Journal(jfmt.journal_path(self.path))

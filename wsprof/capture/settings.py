@@ -25,8 +25,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from wsprof.trace import outputs
-
 #: No-op ``wsprof.patch()`` (a yes/no flag).
 ENV_DISABLE = "WSPROF_DISABLE"
 #: Hook layers, ``both`` or ``api``.
@@ -61,6 +59,9 @@ ENV_QUIET = "WSPROF_QUIET"
 ENV_RUN = "WSPROF_RUN"
 #: The py-spy binary of ``wsprof attach`` (read by its ``--pyspy`` option).
 ENV_PYSPY = "WSPROF_PYSPY"
+#: Accept a run folder owned by another user or writable by group/others (files in it are
+#: still created exclusively, never through a link: :mod:`wsprof.trace.outputs`).
+ENV_ALLOW_SHARED_OUT = "WSPROF_ALLOW_SHARED_OUT"
 
 #: Spellings of a yes/no ``WSPROF_*`` flag (compared lower case, stripped).
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -105,6 +106,8 @@ class Settings:
         run: ``WSPROF_RUN``: this process was started by ``wsprof run``.
         pyspy: ``WSPROF_PYSPY``, the py-spy binary; None when unset or empty (``wsprof
             attach`` reads the variable through its ``--pyspy`` option's ``envvar``).
+        allow_shared_out: ``WSPROF_ALLOW_SHARED_OUT``: a run folder another user owns or can
+            write in is used anyway (default False: refused in one line).
         warnings: one line per variable whose value was replaced by its default.
         errors: (variable, one line) for a bad ``WSPROF_DISABLE`` / ``WSPROF_LAYERS``.
     """
@@ -125,6 +128,7 @@ class Settings:
     quiet: bool = False
     run: bool = False
     pyspy: str | None = None
+    allow_shared_out: bool = False
     warnings: tuple[str, ...] = ()
     errors: tuple[tuple[str, str], ...] = ()
 
@@ -272,6 +276,7 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
         quiet=r.flag(ENV_QUIET, False),
         run=r.flag(ENV_RUN, False),
         pyspy=r.text(ENV_PYSPY),
+        allow_shared_out=r.flag(ENV_ALLOW_SHARED_OUT, False),
         warnings=tuple(r.warnings),
         errors=tuple(r.errors),
     )
@@ -286,15 +291,14 @@ def child_env(
         out: the run folder (absolute).
         preset: the framework preset, or None to leave ``WSPROF_PRESET`` as it is.
         allow_shared_out: the user allowed a shared run folder (``--allow-shared-out``):
-            its processes may write their traces in it (``WSPROF_ALLOW_SHARED_OUT``, read
-            where run folders are checked, :mod:`wsprof.trace.outputs`).
+            its processes may write their traces in it (:data:`ENV_ALLOW_SHARED_OUT`).
 
     Returns:
         ``{name: value}`` to merge into the child's environment.
     """
     env = {ENV_RUN: "1", ENV_OUT: out}
     if allow_shared_out:
-        env[outputs.ENV_ALLOW_SHARED_OUT] = "1"
+        env[ENV_ALLOW_SHARED_OUT] = "1"
     if preset:
         env[ENV_PRESET] = preset
     return env

@@ -48,7 +48,7 @@ def make_run_folder(
         path: the run folder.
         option: the option that names it, for the error.
         allow_shared: accept a shared folder (``--allow-shared-out``); None:
-            ``$WSPROF_ALLOW_SHARED_OUT``.
+            ``WSPROF_ALLOW_SHARED_OUT`` (:mod:`wsprof.capture.settings`).
 
     Returns:
         The folders created, deepest first (for :func:`remove_run_folder`); empty when ``path``
@@ -60,6 +60,10 @@ def make_run_folder(
     """
     missing: list[str] = []
     try:
+        if allow_shared is None:
+            from wsprof.capture.settings import read
+
+            allow_shared = read().allow_shared_out
         missing = make_private_dir(path, allow_shared, option)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".wsprof-probe-"):
             pass

@@ -66,11 +66,10 @@ def run(
     from wsprof.capture import settings as cfg
     from wsprof.capture.recorder import default_out_dir
     from wsprof.cli.options import make_run_folder
-    from wsprof.trace.outputs import shared_out_allowed
 
     s = cfg.read()
     folder = os.path.abspath(out or default_out_dir(s))
-    allow = allow_shared_out or shared_out_allowed()
+    allow = allow_shared_out or s.allow_shared_out
     make_run_folder(folder, "--out" if out else f"--out (or ${cfg.ENV_OUT})", allow)
     hooks = hooks_dir()
     if not os.path.isfile(os.path.join(hooks, "sitecustomize.py")):

@@ -10,9 +10,10 @@ it are predictable (``<host>-<pid>.wsprof`` and its ``.ring`` / ``.journal``), s
   can be planted in them afterwards (SQLite's ``-wal`` / ``-shm`` / ``-journal`` side files
   included);
 * a run folder owned by another user, or writable by group or others, is refused
-  (:class:`SharedFolderError`, one line) unless the user says it is fine: ``wsprof run
-  --allow-shared-out`` or ``WSPROF_ALLOW_SHARED_OUT=1`` (:data:`ENV_ALLOW_SHARED_OUT`). Even
-  then files are only ever created exclusively, never written through a link.
+  (:class:`SharedFolderError`, one line) unless the caller says it is fine (the user's
+  ``wsprof run --allow-shared-out`` or ``WSPROF_ALLOW_SHARED_OUT=1``, read with every other
+  variable in :mod:`wsprof.capture.settings`; :data:`ALLOW_HINT`). Even then files are only
+  ever created exclusively, never written through a link.
 
 This is the standard of py-spy's and memray's outputs: nothing another user can write is
 written through. Nothing here imports torch or :mod:`wsprof.capture`.
@@ -24,15 +25,13 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Mapping
 
 from wsprof.errors import InputError
 
-#: A yes/no flag: accept a run folder owned by another user or writable by group/others
-#: (files in it are still created exclusively, never through a link).
-ENV_ALLOW_SHARED_OUT = "WSPROF_ALLOW_SHARED_OUT"
-#: Spellings of "yes" for :data:`ENV_ALLOW_SHARED_OUT` (compared lower case, stripped).
-_YES = ("1", "true", "yes", "on")
+#: How to use a shared run folder anyway (``--allow-shared-out`` on ``wsprof run``, or
+#: ``WSPROF_ALLOW_SHARED_OUT``, read in :mod:`wsprof.capture.settings`); files in it are still
+#: created exclusively, never through a link.
+ALLOW_HINT = "pass --allow-shared-out / set WSPROF_ALLOW_SHARED_OUT=1 to use it anyway"
 #: Group and other write bits: anyone but the owner can add, rename or remove entries.
 _SHARED_WRITE = stat.S_IWGRP | stat.S_IWOTH
 #: Most suffixes :func:`unique_path` tries before giving up.
@@ -41,16 +40,6 @@ MAX_UNIQUE_TRIES = 1000
 
 class SharedFolderError(InputError):
     """A run folder another user can write in (or owns): one line, naming the way out."""
-
-
-def shared_out_allowed(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether :data:`ENV_ALLOW_SHARED_OUT` says yes.
-
-    Args:
-        environ: the environment; default ``os.environ``.
-    """
-    env = os.environ if environ is None else environ
-    return str(env.get(ENV_ALLOW_SHARED_OUT, "")).strip().lower() in _YES
 
 
 def _uid_name(uid: int) -> str:
@@ -71,14 +60,14 @@ def _problem(st: os.stat_result, ok_owners: tuple[int, ...], sticky_ok: bool) ->
     return None
 
 
-def check_private_dir(path: str, allow_shared: bool | None = None, option: str = "--out") -> None:
+def check_private_dir(path: str, allow_shared: bool = False, option: str = "--out") -> None:
     """Check that the run folder ``path`` is this user's own: owned by the effective user
     and not writable by group or others (a sticky bit does not help: files in it keep
     predictable names), and not reached through a link another user owns.
 
     Args:
         path: an existing folder.
-        allow_shared: accept a shared folder anyway; None: :func:`shared_out_allowed`.
+        allow_shared: accept a shared folder anyway.
         option: the option or variable that named the folder, for the error.
 
     Raises:
@@ -88,7 +77,7 @@ def check_private_dir(path: str, allow_shared: bool | None = None, option: str =
     st = os.stat(path)
     if not stat.S_ISDIR(st.st_mode):
         raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
-    if allow_shared if allow_shared is not None else shared_out_allowed():
+    if allow_shared:
         return
     euid = os.geteuid()
     why = _problem(st, (euid,), sticky_ok=False)
@@ -98,14 +87,11 @@ def check_private_dir(path: str, allow_shared: bool | None = None, option: str =
     if why is not None:
         raise SharedFolderError(
             f"{path}: run folder {why}: another user could read the traces or plant files "
-            f"in it; choose a folder of your own (mode 0700) with {option}, or pass "
-            f"--allow-shared-out / set {ENV_ALLOW_SHARED_OUT}=1 to use it anyway"
+            f"in it; choose a folder of your own (mode 0700) with {option}, or {ALLOW_HINT}"
         )
 
 
-def make_private_dir(
-    path: str, allow_shared: bool | None = None, option: str = "--out"
-) -> list[str]:
+def make_private_dir(path: str, allow_shared: bool = False, option: str = "--out") -> list[str]:
     """Create the run folder ``path`` and its missing parents user-only (mode 0700), then
     check it with :func:`check_private_dir`.
 
@@ -115,7 +101,7 @@ def make_private_dir(
 
     Args:
         path: the run folder.
-        allow_shared: accept shared folders; None: :func:`shared_out_allowed`.
+        allow_shared: accept shared folders.
         option: the option or variable that named the folder, for the error.
 
     Returns:
@@ -125,7 +111,7 @@ def make_private_dir(
         SharedFolderError: the folder or the parent it goes in is not private (one line).
         OSError: a folder cannot be created or examined, or ``path`` is not a folder.
     """
-    allow = shared_out_allowed() if allow_shared is None else allow_shared
+    allow = allow_shared
     here = os.path.abspath(path)
     missing: list[str] = []
     while not os.path.lexists(here):
@@ -139,8 +125,7 @@ def make_private_dir(
         if why is not None:
             raise SharedFolderError(
                 f"{here}: {why}: a run folder made in it could be swapped by another user; "
-                f"choose a folder of your own with {option}, or pass --allow-shared-out / "
-                f"set {ENV_ALLOW_SHARED_OUT}=1 to use it anyway"
+                f"choose a folder of your own with {option}, or {ALLOW_HINT}"
             )
     created: list[str] = []
     try:

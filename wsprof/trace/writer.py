@@ -158,8 +158,9 @@ class TraceWriter:
             ``FileExistsError``); its folder is created user-only (0700) when missing.
         retention: which steps keep full call detail (see :mod:`wsprof.trace.retention`);
             None keeps every call.
-        allow_shared_out: accept a folder owned by another user or writable by group/others;
-            None: ``$WSPROF_ALLOW_SHARED_OUT`` (:func:`wsprof.trace.outputs.check_private_dir`).
+        allow_shared_out: accept a folder owned by another user or writable by group/others
+            (:func:`wsprof.trace.outputs.check_private_dir`; the capture side passes
+            ``Settings.allow_shared_out``).
 
     Raises:
         FileExistsError: ``path`` exists (or is a link).
@@ -171,7 +172,7 @@ class TraceWriter:
         self,
         path: str,
         retention: Retention | None = None,
-        allow_shared_out: bool | None = None,
+        allow_shared_out: bool = False,
     ) -> None:
         self.path = path
         self.retention = retention

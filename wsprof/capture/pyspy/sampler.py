@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 import psutil
 
+from wsprof.capture import settings as cfg
 from wsprof.capture.pyspy.binary import PYSPY_INSTALL_HINT, find_pyspy
 from wsprof.capture.pyspy.parse import MAX_ERROR_CHARS, error_line, parse_raw, permission_denied
 from wsprof.capture.pyspy.ptrace import SYSCTL_FIX, ptrace_problem
@@ -218,7 +219,7 @@ class PySpySampler:
                         f"`ps -p {pid}`"
                     )
             self.path = new_trace_path(self.out_dir, TRACE_TAG)
-            self._writer = TraceWriter(self.path)
+            self._writer = TraceWriter(self.path, allow_shared_out=cfg.read().allow_shared_out)
             self._writer.set_meta(self._meta())
             self._writer.write({"events": [(_now(), EVENT_KIND, self._started_detail())]})
             self.state = "running"
