@@ -8,6 +8,7 @@ import click
 
 from wsprof.analysis.model import SEVERITIES
 from wsprof.cli.options import FAIL_ON, fails
+from wsprof.contracts.safe_text import escape_controls
 from wsprof.errors import EXIT_FINDINGS, EXIT_OK
 from wsprof.report.renderers import ANALYZE_RENDERERS, choices_help
 
@@ -49,7 +50,8 @@ def analyze(path: str, fmt: str, fail_on: str | None, show_all: bool) -> int:
     )
     if fails(analysis, fail_on):
         if analysis.verdict.status == "inconclusive":
-            sys.stderr.write(f"wsprof: exit 1: inconclusive: {analysis.verdict.reasons[0]}\n")
+            reason = escape_controls(analysis.verdict.reasons[0])
+            sys.stderr.write(f"wsprof: exit 1: inconclusive: {reason}\n")
             return EXIT_FINDINGS
         level = "warning" if fail_on == "inconclusive" else str(fail_on)
         n = sum(

@@ -9,6 +9,7 @@ import time
 import click
 
 from wsprof.cli.options import source_name
+from wsprof.contracts.safe_text import escape_controls
 from wsprof.errors import EXIT_OK
 from wsprof.report.renderers import DIFF_RENDERERS, choices_help
 
@@ -78,7 +79,7 @@ def diff(
     text = renderer.render(result)
     if renderer.writes_file or output:
         path = output or default_diff_path(before, after, renderer.suffix)
-        click.echo(write_text(path, text, "the diff"))
+        click.echo(escape_controls(write_text(path, text, "the diff")))
     else:
         click.echo(text, nl=False)
     return EXIT_OK

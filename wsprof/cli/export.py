@@ -7,6 +7,7 @@ import os
 
 import click
 
+from wsprof.contracts.safe_text import escape_controls
 from wsprof.errors import EXIT_OK, InputError
 from wsprof.report.renderers import EXPORTERS, choices_help
 
@@ -36,7 +37,9 @@ def export(path: str, fmt: str, output: str) -> int:
     tmp = output + ".part"
     try:
         with open(tmp, "w", encoding="utf-8", newline="") as fh:
-            what = exporter.write(loaded, fh, lambda line: click.echo(line, err=True))
+            what = exporter.write(
+                loaded, fh, lambda line: click.echo(escape_controls(line), err=True)
+            )
         os.replace(tmp, output)
     except OSError as e:
         raise InputError(
@@ -46,5 +49,5 @@ def export(path: str, fmt: str, output: str) -> int:
         if os.path.exists(tmp):
             with contextlib.suppress(OSError):
                 os.remove(tmp)
-    click.echo(f"{output}: {what}")
+    click.echo(escape_controls(f"{output}: {what}"))
     return EXIT_OK

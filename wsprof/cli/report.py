@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from wsprof.cli.options import default_report_path
+from wsprof.contracts.safe_text import escape_controls
 from wsprof.errors import EXIT_OK
 
 
@@ -26,7 +27,6 @@ def report(path: str, output: str | None) -> int:
 
     renderer = REPORT_RENDERERS["html"]
     analysis = analyze(load(path))
-    click.echo(
-        write_text(output or default_report_path(path), renderer.render(analysis), "the report")
-    )
+    wrote = write_text(output or default_report_path(path), renderer.render(analysis), "the report")
+    click.echo(escape_controls(wrote))
     return EXIT_OK

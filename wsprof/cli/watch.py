@@ -21,6 +21,7 @@ import click
 
 from wsprof.analysis.model import SEVERITIES, WatchSnapshot
 from wsprof.cli.options import fails
+from wsprof.contracts.safe_text import escape_controls
 from wsprof.errors import EXIT_FINDINGS, EXIT_OK, InputError
 
 #: Default seconds between refreshes: a step of an RL run lasts minutes, and a Prometheus
@@ -61,18 +62,17 @@ def address(host: str, port: int) -> str:
 
 def serve(host: str, port: int, collector: Any) -> tuple[str, int]:
     """Serve ``collector`` at ``http://host:port/metrics`` from a daemon thread (the official
-    client's server: it answers an OpenMetrics scraper in OpenMetrics, others in the
-    Prometheus text format). Returns the address bound (port 0 picks a free one).
+    client's app: it answers an OpenMetrics scraper in OpenMetrics, others in the Prometheus
+    text format; its server bounded against idle clients, :mod:`wsprof.cli.metrics_server`).
+    Returns the address bound (port 0 picks a free one).
 
     Raises:
         InputError: the address cannot be bound (in use, not this host's).
     """
-    from prometheus_client.exposition import start_http_server
-
-    from wsprof.report.openmetrics import registry_for
+    from wsprof.cli.metrics_server import start_metrics_server
 
     try:
-        server, _ = start_http_server(port, addr=host, registry=registry_for(collector))
+        server = start_metrics_server(host, port, collector)
     except OSError as e:
         if isinstance(e, socket.gaierror) or e.errno == errno.EADDRNOTAVAIL:
             hint = "give an address of this host (127.0.0.1, 0.0.0.0, ::1, or one of its own)"
@@ -92,6 +92,12 @@ def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> 
     if value is not None and not math.isfinite(value):
         raise click.BadParameter(f"{value} is not a finite number of seconds")
     return value
+
+
+def _echo(line: str, err: bool = False) -> None:
+    """Print one line, control characters escaped: hosts, paths, phase and finding names in
+    it come from the traces."""
+    click.echo(escape_controls(line), err=err)
 
 
 def _fail_level(snapshot: WatchSnapshot, fail_on: str | None) -> bool:
@@ -182,7 +188,7 @@ def watch(
     collector = SnapshotCollector()
     if serve_at is not None:
         bound = serve(*parse_serve(serve_at), collector)
-        click.echo(f"wsprof watch: serving http://{address(*bound)}/metrics", err=True)
+        _echo(f"wsprof watch: serving http://{address(*bound)}/metrics", err=True)
     run = LiveRun(os.path.abspath(run_dir), host=host, sync_budget_s=sync_budget)
     stop = threading.Event()
     try:
@@ -192,7 +198,7 @@ def watch(
                     f"{run_dir}: no such folder; give the run folder (`wsprof run --out`, "
                     "$WSPROF_OUT) that the job writes"
                 )
-            click.echo(f"wsprof watch: waiting for {run_dir} to appear (Ctrl-C stops)", err=True)
+            _echo(f"wsprof watch: waiting for {run_dir} to appear (Ctrl-C stops)", err=True)
             while not run.follower.exists():
                 stop.wait(every)
         said: str | None = None
@@ -205,31 +211,31 @@ def watch(
             for p in run.follower.problems():
                 if p not in problems:
                     problems.add(p)
-                    click.echo(f"wsprof watch: {p}", err=True)
+                    _echo(f"wsprof watch: {p}", err=True)
             if once:
                 if not snap.ranks and not run.follower.problems():
                     raise InputError(
                         f"{run_dir}: folder holds no .wsprof trace yet; point at the run folder "
                         "the job writes (`wsprof run --out`, $WSPROF_OUT)"
                     )
-                click.echo(status_line(snap))
+                _echo(status_line(snap))
                 for line in change_lines(None, snap)[1:]:
-                    click.echo(line)
+                    _echo(line)
                 return _exit(snap, fail_on)
             for line in step_lines(snap, printed):
-                click.echo(line)
+                _echo(line)
             lead = snap.ranks[0].label if snap.ranks else None
             printed = max([printed, *(r.step for who, r in snap.new_steps if who == lead)])
             now = verdict_key(snap.analysis)
             if snap.ranks and any(r.steps for r in snap.ranks) and now != key:
                 for line in change_lines(said, snap):
-                    click.echo(line)
+                    _echo(line)
                 key = now
                 said = verdict_word(snap.analysis)
             if _fail_level(snap, fail_on):
                 return _exit(snap, fail_on)
             if snap.ended and not forever:
-                click.echo(
+                _echo(
                     f"wsprof watch: every trace has ended ({len(snap.ranks)}); "
                     f"`wsprof analyze {run_dir}` for the whole run",
                     err=True,
@@ -248,7 +254,7 @@ def _exit(snap: WatchSnapshot, fail_on: str | None) -> int:
         return EXIT_OK
     level = SEVERITIES.index(str(fail_on))
     hits = [f for f in snap.analysis.findings if SEVERITIES.index(f.severity) >= level]
-    click.echo(
+    _echo(
         f"wsprof: exit 1: {len(hits)} finding(s) at or above {fail_on}: {hits[0].title}",
         err=True,
     )

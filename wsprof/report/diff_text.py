@@ -1,4 +1,5 @@
-"""``wsprof diff`` as terminal text: verdict first, readable in 80 columns."""
+"""``wsprof diff`` as terminal text: verdict first, readable in 80 columns, control characters
+escaped (:func:`wsprof.contracts.safe_text.escape_controls`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 
 from wsprof.analysis.diff import BASIS_STEP, Delta, DiffResult, ItemDiff, fmt_change_s, fmt_rel
+from wsprof.contracts.safe_text import escape_controls
 from wsprof.contracts.units import fmt_duration, fmt_in_unit, fmt_pct, fmt_us
 from wsprof.report.text import shorten_frame
 
@@ -183,7 +185,8 @@ def render_diff_text(result: DiffResult, max_rows: int = MAX_ROWS) -> str:
 
     Returns:
         Lines of at most 80 columns (a name longer than a line is cut, its file path from
-        the left), ending in a newline.
+        the left), ending in a newline; control characters escaped (names come from the
+        inputs).
     """
     r = result
     lines = [_title(r.before.source, r.after.source)]
@@ -256,4 +259,4 @@ def render_diff_text(result: DiffResult, max_rows: int = MAX_ROWS) -> str:
         lines.append("")
     for note in r.notes:
         lines += _wrap(f"note: {note}", subsequent="      ")
-    return "\n".join(line.rstrip() for line in lines) + "\n"
+    return "\n".join(escape_controls(line.rstrip()) for line in lines) + "\n"

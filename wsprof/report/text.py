@@ -1,8 +1,10 @@
 """Terminal text: verdict first, then the diagnoses, readable in 80 columns, no colour when not
-a TTY."""
+a TTY. Every line is escaped (:func:`wsprof.contracts.safe_text.escape_controls`) before the
+severities are coloured: names read from an input never reach the terminal as escapes."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections import Counter
 
@@ -10,6 +12,7 @@ from wsprof.analysis.findings import OutlierRank, RolloutShare
 from wsprof.analysis.headline import headline
 from wsprof.analysis.kinds import ACCUMULATING_KINDS
 from wsprof.analysis.model import Analysis, Diagnosis, Finding, ProcessAnalysis, RankSeries
+from wsprof.contracts.safe_text import escape_controls
 from wsprof.contracts.units import fmt_duration
 
 WIDTH = 80
@@ -148,6 +151,22 @@ def _ranks_lines(analysis: Analysis) -> list[str]:
 
 _COLOURS = {"critical": "\033[31m", "warning": "\033[33m", "info": "\033[36m"}
 _RESET = "\033[0m"
+#: A diagnosis' or finding's tag at the start of its first line (:func:`_tag`).
+_TAG = re.compile(r"^((?:[DF]\d+ )?)\[(critical|warning|info)\]")
+
+
+def _colour_tag(m: re.Match[str]) -> str:
+    return f"{m[1]}{_COLOURS[m[2]]}[{m[2]}]{_RESET}"
+
+
+def terminal_lines(lines: list[str], colour: bool = False) -> list[str]:
+    """``lines`` ready for a terminal: control characters escaped in each (a name holding
+    ``\\n`` or ESC stays on its line, visible as ``\\x0a``, ``\\x1b``), then, with
+    ``colour``, the severity tags coloured (the only escapes printed are wsprof's own)."""
+    out = [escape_controls(line) for line in lines]
+    if colour:
+        out = [_TAG.sub(_colour_tag, line, count=1) for line in out]
+    return out
 
 
 def _verdict_lines(analysis: Analysis) -> list[str]:
@@ -187,17 +206,19 @@ def _verdict_lines(analysis: Analysis) -> list[str]:
 _LINK_WIDTH = 9
 
 
-def _tag(ident: str, severity: str, colour: bool) -> str:
-    """``D1 [critical]``, the severity coloured on a terminal."""
-    tag = f"[{severity}]"
-    if colour:
-        tag = f"{_COLOURS.get(severity, '')}{tag}{_RESET}"
-    return f"{ident} {tag}".strip()
+def _tag(ident: str, severity: str) -> str:
+    """``D1 [critical]`` (coloured by :func:`terminal_lines`)."""
+    return f"{ident} [{severity}]".strip()
 
 
 def diagnosis_lines(d: Diagnosis, colour: bool = False) -> list[str]:
-    """One diagnosis: its title, then the chain, one wrapped paragraph per link."""
-    lines = _wrap(f"{_tag(d.id, d.severity, colour)} {d.title}", WIDTH, subsequent_indent="    ")
+    """One diagnosis: its title, then the chain, one wrapped paragraph per link; escaped for
+    a terminal, the severity coloured with ``colour``."""
+    return terminal_lines(_diagnosis_lines(d), colour)
+
+
+def _diagnosis_lines(d: Diagnosis) -> list[str]:
+    lines = _wrap(f"{_tag(d.id, d.severity)} {d.title}", WIDTH, subsequent_indent="    ")
     lines += _wrap(
         f"confidence {d.confidence_word} ({d.confidence:.2f}); findings {' '.join(d.finding_ids)}",
         WIDTH,
@@ -221,11 +242,9 @@ def diagnosis_lines(d: Diagnosis, colour: bool = False) -> list[str]:
     return lines
 
 
-def _finding_lines(f: Finding, colour: bool, owners: dict[str, list[str]]) -> list[str]:
+def _finding_lines(f: Finding, owners: dict[str, list[str]]) -> list[str]:
     held = f" (in {', '.join(owners[f.id])})" if owners.get(f.id) else ""
-    lines = _wrap(
-        f"{_tag(f.id, f.severity, colour)}{held} {f.title}", WIDTH, subsequent_indent="    "
-    )
+    lines = _wrap(f"{_tag(f.id, f.severity)}{held} {f.title}", WIDTH, subsequent_indent="    ")
     if f.where:
         lines += _wrap(
             f"where: {f.where}", WIDTH, initial_indent="    ", subsequent_indent="      "
@@ -250,8 +269,8 @@ def render_summary(analysis: Analysis, colour: bool = False) -> str:
     lines = _verdict_lines(analysis)
     for d in analysis.diagnoses:
         lines.append("")
-        lines += diagnosis_lines(d, colour)
-    return "\n".join(lines) + "\n"
+        lines += _diagnosis_lines(d)
+    return "\n".join(terminal_lines(lines, colour)) + "\n"
 
 
 def render_text(analysis: Analysis, colour: bool = False, max_findings: int | None = None) -> str:
@@ -268,7 +287,7 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int | No
     lines = _verdict_lines(analysis)
     lines.append("")
     for d in analysis.diagnoses:
-        lines += diagnosis_lines(d, colour)
+        lines += _diagnosis_lines(d)
         lines.append("")
     if max_findings is not None:
         lines.append(f"findings ({len(analysis.findings)}):")
@@ -277,15 +296,13 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int | No
             for i in d.finding_ids:
                 owners.setdefault(i, []).append(d.id)
         for f in analysis.findings[:max_findings]:
-            lines += _finding_lines(f, colour, owners)
+            lines += _finding_lines(f, owners)
         if len(analysis.findings) > max_findings:
             lines.append(f"(+{len(analysis.findings) - max_findings} more: --format json)")
     else:
         rest = _leftover(analysis)
         for f in rest:
-            lines += _wrap(
-                f"{_tag(f.id, f.severity, colour)} {f.title}", WIDTH, subsequent_indent="    "
-            )
+            lines += _wrap(f"{_tag(f.id, f.severity)} {f.title}", WIDTH, subsequent_indent="    ")
         if analysis.findings:
             n = len(analysis.findings)
             lines += _wrap(
@@ -349,4 +366,4 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int | No
             lines.append(f"  (+{len(analysis.wrappers) - 8} more: --format json)")
     for note in analysis.notes:
         lines += _wrap(f"note: {note}", WIDTH, subsequent_indent="      ")
-    return "\n".join(lines) + "\n"
+    return "\n".join(terminal_lines(lines, colour)) + "\n"
