@@ -126,7 +126,8 @@ def check(pid: int) -> Target:
 
     Raises:
         InputError: one line: no such process; not Python; Python too old; torch not
-            loaded; ptrace not allowed; gdb missing (each with what to do).
+            loaded; ptrace not allowed; gdb missing, or unable to call a function in a
+            process on this machine (:func:`mechanism.gdb_call_problem`; each with what to do).
     """
     from wsprof.capture.pyspy.ptrace import ptrace_problem
 
@@ -174,6 +175,9 @@ def check(pid: int) -> Target:
             "gdb is not installed: --inject needs it for a target on Python < 3.14 "
             "(apt-get install gdb; dnf install gdb)"
         )
+    broken = mechanism.gdb_call_problem(gdb)
+    if broken is not None:
+        raise InputError(f"pid {pid}: {broken}")
     return Target(pid, version, "gdb", gdb)
 
 

@@ -18,6 +18,7 @@ written into the target.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -312,6 +313,78 @@ def queue_with_gdb(pid: int, text: str, gdb: str, timeout_s: float) -> Queued:
         raise InjectFailed(f"gdb found no libc in pid {pid} (mmap); this target is unsupported")
     last = next((ln for ln in reversed(out.splitlines()) if ln.strip()), "no output")
     raise InjectFailed(f"gdb could not queue the call in pid {pid}: {last.strip()}")
+
+
+#: The probe's own target: a Python that lets any process of its user trace it (Yama's
+#: ``PR_SET_PTRACER_ANY``: gdb is its sibling, not its parent), says ``ready`` and sleeps.
+_PROBE_CHILD = (
+    "import ctypes, time\n"
+    "ctypes.CDLL(None).prctl(0x59616D61, ctypes.c_ulong(2**64 - 1), 0, 0, 0)\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
+#: What gdb says when it cannot restore a stopped thread's registers after a call.
+_CALL_BROKEN = re.compile(r"Couldn't (?:write|get) (?:extended state status|registers)[^\n]*")
+
+
+@functools.lru_cache(maxsize=4)
+def gdb_call_problem(gdb: str, timeout_s: float = 20.0) -> str | None:
+    """Why ``gdb`` cannot call a function in a process on this machine, or None when it can.
+
+    Some gdb, kernel and CPU combinations cannot: gdb 13 on a kernel that exposes the CPU's
+    AMX tile state (Sapphire Rapids and later hosts, Linux >= 5.16) sizes the extended register
+    state it writes back from CPUID and the kernel refuses it ("Couldn't write extended state
+    status: Bad address"); the call fails after the target was stopped, and a system call the
+    target was blocked in can come back with an error it never expected. So before any
+    target is touched, gdb calls ``getpid()`` in a throwaway Python process of our own
+    (about 0.2-0.5 s, once per gdb binary and process).
+
+    Args:
+        gdb: the gdb binary.
+        timeout_s: the probe's limit, s.
+
+    Returns:
+        One line (what failed and what to do), or None.
+    """
+    child = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _PROBE_CHILD],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        if child.stdout is None or child.stdout.readline().strip() != "ready":
+            return None  # the probe itself could not start: let the real attempt speak
+        try:
+            res = subprocess.run(
+                [gdb, "-nx", "-batch", "-q", "-p", str(child.pid), "-ex", "call (int) getpid()"],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        out = res.stdout + res.stderr
+        if re.search(rf"= {child.pid}\b", out):
+            return None
+        broken = _CALL_BROKEN.search(out)
+        if broken is None:
+            return None  # another failure (ptrace, symbols): the real attempt names it
+        version = subprocess.run(
+            [gdb, "--version"], capture_output=True, text=True, timeout=timeout_s, check=False
+        ).stdout.split("\n", 1)[0]
+        return (
+            f"{version or gdb} cannot call functions in processes on this machine "
+            f"({broken.group(0).rstrip('.')}: this gdb does not handle the CPU's AMX register "
+            "state): install a newer gdb (15 or later), or start the job under `wsprof run`; "
+            "nothing was injected"
+        )
+    finally:
+        child.kill()
+        child.wait()
 
 
 def can_remote_exec(target_version: tuple[int, int] | None) -> bool:
