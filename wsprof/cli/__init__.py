@@ -88,13 +88,16 @@ def _exhausted(kind: type[BaseException], args: list[str]) -> str:
     """What to say when a command ran out of memory (MemoryError) or of stack
     (RecursionError, from data nested deeper than Python's recursion limit): the inputs named
     on the command line, what happened, what to do."""
-    inputs = _input_paths(args)
+    try:
+        inputs = _input_paths(args)
+    except (MemoryError, RecursionError):  # still short of either: the line without names
+        inputs = []
     what = ", ".join(inputs) if inputs else "the input"
     if issubclass(kind, RecursionError):
         return (
-            f"{what}: nested too deeply to read (Python's recursion limit); the file is "
-            "damaged or not what its name says: give a trace wsprof wrote, or a CSV or log "
-            "as the tool exported it"
+            f"{what}: nested deeper than Python's recursion limit; give a trace wsprof wrote, "
+            "or a CSV or log as its tool exported it (a file of that kind that fails here is "
+            "a wsprof bug: report it with the file)"
         )
     return (
         f"{what}: ran out of memory; give a smaller input (fewer steps, rows or columns: "
