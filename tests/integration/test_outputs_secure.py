@@ -316,3 +316,19 @@ def test_report_output_that_is_a_link_is_refused(
     plain.write_text("old")
     assert main(["report", str(trace), "-o", str(plain)]) == 0
     assert plain.read_text().startswith("<!")
+
+
+def test_export_never_writes_through_a_link_at_its_temporary_name(tmp_path: Path) -> None:
+    """``export -o out.csv`` wrote ``out.csv.part`` first, opened with plain ``open()``: a
+    link planted there was written through. Now a private ``mkstemp`` name: the link and its
+    target keep their bytes, the export lands at ``-o`` and nothing else is left."""
+    trace = _small_trace(tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    out = tmp_path / "out" / "calls.csv"
+    out.parent.mkdir()
+    (out.parent / "calls.csv.part").symlink_to(victim)
+    assert main(["export", str(trace), "--format", "csv", "-o", str(out)]) == 0
+    assert victim.read_text() == "precious\n"
+    assert out.is_file() and not out.is_symlink()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["calls.csv", "calls.csv.part"]

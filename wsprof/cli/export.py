@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 
 import click
 
@@ -34,19 +35,28 @@ def export(path: str, fmt: str, output: str) -> int:
 
     loaded = load(path)
     exporter = EXPORTERS[fmt]
-    tmp = output + ".part"
+    # A private temporary file beside the output (mkstemp: O_EXCL, a random name, 0600), then
+    # one rename: a link planted at a predictable ``<output>.part`` is never written through,
+    # and a reader never sees half a file.
+    tmp: str | None = None
     try:
-        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+        fd, tmp = tempfile.mkstemp(
+            dir=os.path.dirname(os.path.abspath(output)),
+            prefix=f".{os.path.basename(output)}.",
+            suffix=".part",
+        )
+        with open(fd, "w", encoding="utf-8", newline="") as fh:
             what = exporter.write(
                 loaded, fh, lambda line: click.echo(escape_controls(line), err=True)
             )
         os.replace(tmp, output)
+        tmp = None
     except OSError as e:
         raise InputError(
             f"{output}: cannot write ({e.strerror or e}); choose a writable path with -o"
         ) from e
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None:
             with contextlib.suppress(OSError):
                 os.remove(tmp)
     click.echo(escape_controls(f"{output}: {what}"))
