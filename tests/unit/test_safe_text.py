@@ -95,6 +95,26 @@ def test_html_report_declares_a_policy_that_allows_no_script() -> None:
     assert head.index("Content-Security-Policy") < head.index("<style")
 
 
+def test_html_pages_print_hostile_names_escaped() -> None:
+    """HTML escaping leaves U+202E and the C0/C1 controls alone: every plain string a
+    template prints is escaped as on a terminal (the figures' SVG is wsprof's own Markup)."""
+    html = render_html(with_diagnoses(make_run_analysis(payload=HOSTILE), HOSTILE))
+    text = re.sub(r"<svg.*?</svg>", "", html, flags=re.S)  # matplotlib's figures
+    assert _raw(text) == [], _raw(text)
+    assert "\\u202eevil" in text and "\\x1b[31mRED" in text
+
+
+def test_a_usage_error_of_several_lines_is_one_line_without_escaped_layout(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """click lays out a missing choice over several indented lines: folded into one line
+    (the layout's line breaks and tabs are not written as ``\\x0a\\x09``)."""
+    rc, out, err = _run(capsys, "export", "somewhere.wsprof", "-o", "x.csv")
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    assert "\\x0a" not in err and "\\x09" not in err, err
+    assert "perfetto, speedscope, csv" in err, err
+
+
 # --- the CLI on real hostile files ------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ Exit codes (DESIGN.md): 0 ok, 1 findings at or above ``--fail-on``, 2 usage or i
 from __future__ import annotations
 
 import gc
+import re
 import sys
 
 import click
@@ -54,11 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     except click.UsageError as e:
         # One line, like every other error: what is wrong and where the help is.
         where = e.ctx.command_path if e.ctx is not None else "wsprof"
-        message = e.format_message().rstrip(".")
+        message = _folded(e.format_message()).rstrip(".")
         _error(f"{message}; see `{where} --help`")
         return EXIT_USAGE
     except click.ClickException as e:
-        _error(e.format_message())
+        _error(_folded(e.format_message()))
         return int(e.exit_code)
     except click.Abort:
         sys.stderr.write("wsprof: interrupted\n")
@@ -77,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
     _error(_exhausted(kind, args))
     return EXIT_USAGE
+
+
+def _folded(message: str) -> str:
+    """click's message on one line: the line breaks of its layout, with the indentation
+    around them, become one space (a lone ``\\r`` or other control is left to be escaped)."""
+    return re.sub(r"[ \t]*\n\s*", " ", message)
 
 
 def _error(message: str) -> None:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from jinja2 import Environment, PackageLoader
+from jinja2 import Environment
 
 from wsprof.analysis.diff import BASIS_STEP, Delta, DiffResult, ItemDiff, fmt_change_s, fmt_rel
 from wsprof.contracts.units import fmt_duration, fmt_in_unit, fmt_pct, fmt_us
 from wsprof.report.diff_text import fmt_count, headline_rows, range_option
 from wsprof.report.files import write_text
+from wsprof.report.templating import environment
 
 #: Rows per table; the rest are counted.
 MAX_ROWS = 40
@@ -107,24 +108,19 @@ def _top(items: tuple[ItemDiff, ...]) -> float:
 
 
 def _environment() -> Environment:
-    env = Environment(
-        loader=PackageLoader("wsprof", "report/templates"),
-        autoescape=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
+    return environment(
+        dict(
+            dur=fmt_duration,
+            us=fmt_us,
+            pct=fmt_pct,
+            count=fmt_count,
+            chg=fmt_change_s,
+            rel=lambda d: fmt_rel(d) if d is not None else "—",
+            pts=_pts,
+            direction=_direction,
+            in_unit=fmt_in_unit,
+        )
     )
-    env.filters.update(
-        dur=fmt_duration,
-        us=fmt_us,
-        pct=fmt_pct,
-        count=fmt_count,
-        chg=fmt_change_s,
-        rel=lambda d: fmt_rel(d) if d is not None else "—",
-        pts=_pts,
-        direction=_direction,
-        in_unit=fmt_in_unit,
-    )
-    return env
 
 
 def render_diff_html(result: DiffResult, max_rows: int = MAX_ROWS) -> str:

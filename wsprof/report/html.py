@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jinja2 import Environment, PackageLoader
+from jinja2 import Environment
 from markupsafe import Markup
 
 from wsprof.analysis.evidence import evidence_rows
@@ -64,6 +64,7 @@ from wsprof.contracts.units import (
 )
 from wsprof.report import figures
 from wsprof.report.files import write_text
+from wsprof.report.templating import environment
 
 #: Section ids, in page order (tests and links rely on them). ``diagnoses`` is the first
 #: screen; ``verdict`` (the id the findings list had when it was the verdict) lists findings.
@@ -626,24 +627,19 @@ def plural(n: int, words: str) -> str:
 
 
 def _environment() -> Environment:
-    env = Environment(
-        loader=PackageLoader("wsprof", "report/templates"),
-        autoescape=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
+    return environment(
+        dict(
+            dur=fmt_duration,
+            us=fmt_us,
+            pct=fmt_pct,
+            bytes=fmt_bytes,
+            num=fmt_num,
+            value=fmt_value,
+            in_unit=fmt_in_unit,
+            sval=fmt_series_value,
+            plural=plural,
+        )
     )
-    env.filters.update(
-        dur=fmt_duration,
-        us=fmt_us,
-        pct=fmt_pct,
-        bytes=fmt_bytes,
-        num=fmt_num,
-        value=fmt_value,
-        in_unit=fmt_in_unit,
-        sval=fmt_series_value,
-        plural=plural,
-    )
-    return env
 
 
 def render_html(analysis: Analysis) -> str:
