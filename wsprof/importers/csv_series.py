@@ -25,7 +25,7 @@ import math
 import os
 from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -83,6 +83,13 @@ def load_series_csv(path: str) -> list[Series]:
     return read_series_csv(path)[0]
 
 
+def numbered_rows(f: Iterable[str]) -> Iterator[tuple[int, list[str]]]:
+    """The rows of an open CSV file that hold anything but blanks, each with the number of its
+    (last) line, read one at a time (:mod:`csv` quoting, as Excel and pandas write it)."""
+    reader = csv.reader(f)
+    return ((reader.line_num, row) for row in reader if any(c.strip() for c in row))
+
+
 def read_series_csv(path: str) -> tuple[list[Series], list[str]]:
     """Read a per-step CSV file, streamed row by row into one float array per column.
 
@@ -106,8 +113,7 @@ def read_series_csv(path: str) -> tuple[list[Series], list[str]]:
     _check_file(path)
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
-            rows = ((reader.line_num, row) for row in reader if any(c.strip() for c in row))
+            rows = numbered_rows(f)
             first = next(rows, None)
             if first is None:
                 raise InputError(f"{path}: the file is empty; {_FORMAT_HINT}")

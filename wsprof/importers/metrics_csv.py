@@ -38,7 +38,7 @@ import math
 from collections.abc import Iterable
 
 from wsprof.errors import InputError, quote
-from wsprof.importers.csv_series import read_series_csv
+from wsprof.importers.csv_series import numbered_rows, read_series_csv
 from wsprof.importers.limits import ALWAYS_KEPT, MetricCap
 from wsprof.importers.logs import SERIES_KEYS, Imported, build_series, parse_number
 
@@ -206,8 +206,7 @@ def load_metrics_csv(path: str) -> Imported:
     """
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
-            rows = ((reader.line_num, row) for row in reader if any(c.strip() for c in row))
+            rows = numbered_rows(f)
             first = next(rows, None)
             if first is None:
                 raise InputError(f"{path}: the file is empty; {_HINT}")
