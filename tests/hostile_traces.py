@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import sqlite3
+import struct
 import zlib
 from pathlib import Path
 
@@ -230,3 +231,96 @@ def folder_state(folder: Path) -> tuple[dict[str, str], int]:
         if p.is_file()
     }
     return files, os.stat(folder).st_mtime_ns
+
+
+def _varint(v: int) -> bytes:
+    """SQLite's big-endian varint of ``v`` (https://www.sqlite.org/fileformat.html)."""
+    if v < 0x80:
+        return bytes([v])
+    groups = []
+    while v:
+        groups.append(v & 0x7F)
+        v >>= 7
+    groups.reverse()
+    return bytes([b | 0x80 for b in groups[:-1]] + [groups[-1]])
+
+
+def looped_overflow(
+    path: Path, rows: int = 4, value_bytes: int = 250_000_000, sparse_bytes: int = 0
+) -> Path:
+    """A trace whose ``strings`` table holds ``rows`` cells, each a TEXT value of about
+    ``value_bytes`` whose overflow chain is one page linked to itself: read naively, every
+    row is ``value_bytes`` from one 4 KB page. With ``sparse_bytes``, the file is then grown
+    (a hole, header page count to match) to that size."""
+    write_trace(path)
+    edit(path, "DELETE FROM strings", "PRAGMA journal_mode=DELETE")
+    db = sqlite3.connect(path)
+    root = db.execute("SELECT rootpage FROM sqlite_master WHERE name='strings'").fetchone()[0]
+    ps = db.execute("PRAGMA page_size").fetchone()[0]
+    db.close()
+    data = bytearray(path.read_bytes())
+    ov = len(data) // ps + 1  # the page appended below
+    usable, max_local = ps, ps - 35
+    min_local = ((usable - 12) * 32 // 255) - 23
+    n = value_bytes
+    while True:  # a length whose local part is min_local (the simplest cell layout)
+        serial = _varint(2 * n + 13)
+        header = _varint(1 + 1 + len(serial)) + _varint(0) + serial
+        total = len(header) + n
+        local = min_local + ((total - min_local) % (usable - 4))
+        if local > max_local:
+            break
+        n += 1
+    cells = [
+        _varint(total) + _varint(i + 1) + header + b"A" * (min_local - len(header))
+        + struct.pack(">I", ov)
+        for i in range(rows)
+    ]  # fmt: skip
+    page = bytearray(ps)
+    at = 100 if root == 1 else 0
+    content, ptrs = ps, []
+    for c in cells:
+        content -= len(c)
+        page[content : content + len(c)] = c
+        ptrs.append(content)
+    page[at] = 0x0D  # a table leaf
+    struct.pack_into(">HHHB", page, at + 1, 0, rows, content, 0)
+    for j, ptr in enumerate(ptrs):
+        struct.pack_into(">H", page, at + 8 + 2 * j, ptr)
+    data[(root - 1) * ps : root * ps] = page
+    data += struct.pack(">I", ov) + b"A" * (ps - 4)  # the overflow page: next is itself
+    struct.pack_into(">I", data, 28, len(data) // ps)
+    struct.pack_into(">I", data, 92, struct.unpack_from(">I", data, 24)[0])
+    path.write_bytes(data)
+    if sparse_bytes:
+        os.truncate(path, sparse_bytes)
+        with open(path, "r+b") as f:
+            f.seek(28)
+            f.write(struct.pack(">I", sparse_bytes // ps))
+    return path
+
+
+def wal_to_dev_zero(path: Path) -> Path:
+    """A closed trace with its ``-wal`` a symbolic link to ``/dev/zero`` (endless zeros)."""
+    write_trace(path)
+    os.symlink("/dev/zero", f"{path}-wal")
+    return path
+
+
+def sparse_sidecar(path: Path, suffix: str, size: int) -> Path:
+    """A closed trace with a ``suffix`` (``-journal``, ``-wal``) beside it that is a regular,
+    sparse (all hole) file of ``size`` bytes."""
+    write_trace(path)
+    with open(f"{path}{suffix}", "wb") as f:
+        f.truncate(size)
+    return path
+
+
+def link_state(folder: Path) -> dict[str, tuple[int, int, int, int, int]]:
+    """name -> (mode, size, owner, links, mtime in ns) of every entry in ``folder``, links
+    not followed and nothing read (safe on a sparse terabyte or a FIFO)."""
+    out = {}
+    for p in sorted(folder.iterdir()):
+        st = os.lstat(p)
+        out[p.name] = (st.st_mode, st.st_size, st.st_uid, st.st_nlink, st.st_mtime_ns)
+    return out

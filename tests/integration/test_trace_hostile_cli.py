@@ -50,8 +50,10 @@ def _commands(bad: Path, good: Path, out: Path) -> list[list[str]]:
         (h.blob_view, "'view' 'strings'"),
         (h.killed_with_trigger, "'trigger' 'hang'"),
         (h.call_chunk_bomb, "inflates to more than"),
+        (h.wal_to_dev_zero, "-wal: a symbolic link beside a trace"),
+        (h.looped_overflow, "2nd reference to page"),
     ],
-    ids=["endless-view", "blob-view", "trigger", "zlib-bomb"],
+    ids=["endless-view", "blob-view", "trigger", "zlib-bomb", "wal-dev-zero", "looped-overflow"],
 )
 def test_hostile_trace_is_one_line_exit_2(
     tmp_path: Path, build: Callable[[Path], Path], expect: str

@@ -5,7 +5,9 @@ py-spy frames keep the analysis linear. Each hostile input is built here from a 
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -214,3 +216,112 @@ def test_pattern_text_keeps_what_patterns_name() -> None:
     long = "m." * 40 + "Actor.update_weights (actor.py:9)"
     cut = phases.pattern_text(long)
     assert cut == "m." * 6 + "Actor.update_weights (actor.py:9)"  # the last 8 name parts
+
+
+def _private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A temp folder of the test's own for every copy: it must be empty afterwards."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("build", "expect"),
+    [
+        (h.wal_to_dev_zero, "-wal: a symbolic link beside a trace"),
+        (
+            lambda p: h.sparse_sidecar(p, "-journal", untrusted.MAX_COPY_BYTES + 1),
+            "over the 8 GiB",
+        ),
+        (lambda p: h.sparse_sidecar(p, "-wal", 1 << 40), "over the 8 GiB"),
+    ],
+    ids=["wal-link-to-dev-zero", "sparse-9gib-journal", "sparse-1tb-wal"],
+)
+def test_sidecar_that_would_fill_the_disk_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, build: Callable[[Path], Path], expect: str
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    tmp = _private_tmp(tmp_path, monkeypatch)
+    p = build(run / "h-1.wsprof")
+    before = h.link_state(run)
+    result, elapsed, peak = _read_bounded(p)
+    assert isinstance(result, InputError) and expect in str(result), result
+    assert "\n" not in str(result)
+    follower = TraceFollower(str(p))
+    assert follower.poll() is None and expect in str(follower.problem), follower.problem
+    assert elapsed < SECONDS and peak < PEAK_BYTES
+    assert list(tmp.iterdir()) == []  # nothing copied, nothing left behind
+    assert h.link_state(run) == before
+
+
+def test_sparse_terabyte_trace_with_a_small_journal_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tmp = _private_tmp(tmp_path, monkeypatch)
+    run = tmp_path / "run"
+    run.mkdir()
+    p = h.hot_journal(run / "h-1.wsprof")
+    os.truncate(p, 1 << 40)
+    before = h.link_state(run)
+    result, elapsed, _ = _read_bounded(p)
+    assert isinstance(result, InputError) and "over the 8 GiB" in str(result), result
+    assert elapsed < SECONDS and list(tmp.iterdir()) == []
+    assert h.link_state(run) == before
+
+
+def test_sparse_wal_within_bounds_is_copied_without_its_holes(tmp_path: Path) -> None:
+    p = h.leftover_wal(tmp_path / "h-1.wsprof", shm=False)
+    with open(f"{p}-wal", "r+b") as f:
+        f.truncate(64 << 20)  # a 64 MiB hole after the frames: SQLite ignores it
+    with untrusted.private_copy(str(p)) as copy:
+        st = os.stat(copy + "-wal")
+        assert st.st_size == 64 << 20 and st.st_blocks * 512 < 8 << 20
+    assert read_trace(str(p)).counters["from.wal"][1].tolist() == [7.0]
+
+
+def test_looped_overflow_chain_is_one_line_in_bounded_memory(tmp_path: Path) -> None:
+    p = h.looped_overflow(tmp_path / "h-1.wsprof", sparse_bytes=1 << 30)
+    before = h.link_state(tmp_path)
+    result, elapsed, peak = _read_bounded(p)
+    assert isinstance(result, InputError), result
+    assert "2nd reference to page" in str(result) and "\n" not in str(result)
+    assert elapsed < SECONDS and peak < PEAK_BYTES, (elapsed, peak)
+    # A follower's first read checks the pages too; its damaged-trace path (rows up to the
+    # first unreadable one) stops at the bytes the file holds.
+    tracemalloc.start()
+    follower = TraceFollower(str(p))
+    follower.poll()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < PEAK_BYTES and "corrupt" in str(follower.problem), follower.problem
+    with readable_copy(str(p)) as (_, cut):
+        assert any(c.startswith("strings: cut after rowid") for c in cut), cut
+    assert h.link_state(tmp_path) == before
+
+
+def test_follower_reads_sidecars_it_does_not_own_from_a_copy(tmp_path: Path) -> None:
+    vic = tmp_path / "victim"
+    vic.mkdir()
+    precious = vic / "precious"
+    precious.write_bytes(b"do not touch\n" * 3000)
+    run = tmp_path / "run"
+    run.mkdir()
+    p = h.write_trace(run / "vm-1.wsprof")
+    Path(f"{p}-wal").write_bytes(b"")
+    os.link(precious, f"{p}-shm")  # a -shm linked to a file elsewhere: 2 links
+    fifo = tmp_path / "fifo-run"
+    fifo.mkdir()
+    q = h.write_trace(fifo / "vm-2.wsprof")
+    os.mkfifo(f"{q}-wal", 0o644)
+    Path(f"{q}-shm").write_bytes(b"")
+    before = (h.folder_state(vic), h.link_state(run), h.link_state(fifo))
+    assert not untrusted.may_read_in_place(str(p)) and not untrusted.may_read_in_place(str(q))
+    delta = TraceFollower(str(p)).poll()
+    assert delta is not None and len(delta.calls) == h.STEPS * h.CALLS_PER_STEP
+    follower = TraceFollower(str(q))
+    assert follower.poll() is None and "not a regular file" in str(follower.problem)
+    assert (h.folder_state(vic), h.link_state(run), h.link_state(fifo)) == before
+    with pytest.raises(InputError, match="not read in place"):
+        untrusted.open_live(str(p))

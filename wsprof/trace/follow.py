@@ -101,8 +101,14 @@ class TraceFollower:
             return None
         if self._damaged is not None and self._damaged == _signature(self.path):
             return None  # unchanged since its readable part was read
-        wal, journal = os.path.exists(self.path + "-wal"), os.path.exists(self.path + "-journal")
-        if journal or (wal and not os.path.exists(self.path + "-shm")):
+        wal, journal = os.path.lexists(self.path + "-wal"), os.path.lexists(self.path + "-journal")
+        if (
+            journal
+            or (wal and not os.path.exists(self.path + "-shm"))
+            or (wal and not untrusted.may_read_in_place(self.path))
+        ):
+            # No live writer, or sidecars not this user's own files (SQLite would resize,
+            # chmod or chown a -shm read in place, through a link to a file elsewhere too).
             sig = (
                 _signature(self.path),
                 _signature(self.path + ("-journal" if journal else "-wal")),
@@ -116,7 +122,8 @@ class TraceFollower:
         # still connected would leave ``-wal`` and ``-shm`` behind).
         db: sqlite3.Connection | None = None
         try:
-            db = untrusted.open_live(self.path)
+            # The first read is a whole read: its pages are checked (a looped overflow chain).
+            db = untrusted.open_live(self.path, check=not self.cursor.seen)
             delta = read_since(db, self.path, self.cursor)
         except sqlite3.OperationalError as e:  # locked, or no -shm index to open yet
             self.problem = f"{self.path}: cannot open the trace ({e}); it is tried again"

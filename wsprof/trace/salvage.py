@@ -169,8 +169,10 @@ def _int(v: Any) -> int:
 _PAGE_SIZE_AT, _WRITE_VERSION_AT, _READ_VERSION_AT, _PAGES_AT = 16, 18, 19, 28
 
 
-#: Bytes copied at a time from a damaged trace into its private copy.
-_COPY_BLOCK_BYTES = 1 << 20
+#: Bytes a table's rows may give, as a multiple of the bytes the damaged file's data holds
+#: (plus one copy block): a real table's values are stored in the file, so more means pages
+#: read more than once (an overflow chain that loops back on itself).
+ROW_BYTES_PER_FILE_BYTE = 2
 
 
 @contextlib.contextmanager
@@ -181,8 +183,11 @@ def readable_copy(path: str) -> Iterator[tuple[sqlite3.Connection, list[str]]]:
     A truncated file ends inside some table's pages, and its header still counts the pages it
     had: a private copy of the whole pages that are left, with that count and the journal mode
     (rollback, so that no ``-wal`` is looked for) corrected, is what SQLite can read. The file
-    is copied in blocks and the rows go to a file in the same private (0700) folder, removed
-    on exit: memory stays bounded whatever the file's size.
+    is opened ``O_NOFOLLOW`` and must be regular, copied in blocks (holes skipped, the copy
+    bounded as :func:`wsprof.trace.untrusted.check_copy_size` says), and the rows go to a
+    file in the same private (0700) folder, removed on exit: memory stays bounded whatever
+    the file's size, and so do the rows, to :data:`ROW_BYTES_PER_FILE_BYTE` times the file's
+    data per table.
 
     Yields:
         (a hardened connection to the copy, one ``table: cut after rowid N`` line per table
@@ -191,45 +196,50 @@ def readable_copy(path: str) -> Iterator[tuple[sqlite3.Connection, list[str]]]:
     Raises:
         OSError: the file cannot be read.
         sqlite3.Error: not even its list of tables can be read.
-        InputError: its schema is not wsprof's (:func:`wsprof.trace.untrusted.check_schema`).
+        InputError: its schema is not wsprof's (:func:`wsprof.trace.untrusted.check_schema`),
+            it is a link or not a regular file, or too big to copy.
     """
-    with open(path, "rb") as fh, tempfile.TemporaryDirectory(prefix="wsprof-damaged-") as folder:
-        size = os.fstat(fh.fileno()).st_size
-        head = bytearray(fh.read(100))
-        page = (
-            int.from_bytes(head[_PAGE_SIZE_AT : _PAGE_SIZE_AT + 2], "big") if len(head) > 18 else 0
-        )
-        page = 65536 if page == 1 else page
-        if page < 512:
-            raise sqlite3.DatabaseError("no readable SQLite header")
-        pages = size // page
-        if pages == 0:
-            raise sqlite3.DatabaseError(f"shorter than one {page}-byte page: no table left")
-        head[_PAGES_AT : _PAGES_AT + 4] = pages.to_bytes(4, "big")
-        head[_WRITE_VERSION_AT] = head[_READ_VERSION_AT] = 1
-        fixed = os.path.join(folder, "trace")
-        with open(fixed, "wb") as out:
-            out.write(head)
-            left = pages * page - len(head)
-            while left > 0:
-                block = fh.read(min(_COPY_BLOCK_BYTES, left))
-                if not block:
-                    break
-                out.write(block)
-                left -= len(block)
-        src = untrusted.harden(sqlite3.connect(fixed), size)
-        try:
-            untrusted.check_schema(src, path)
-            dst = untrusted.harden(sqlite3.connect(os.path.join(folder, "rows")), size)
+    fd = untrusted.open_regular(path)
+    try:
+        with tempfile.TemporaryDirectory(prefix="wsprof-damaged-") as folder:
+            st = os.fstat(fd)
+            head = bytearray(os.pread(fd, 100, 0))
+            page = (
+                int.from_bytes(head[_PAGE_SIZE_AT : _PAGE_SIZE_AT + 2], "big")
+                if len(head) > 18
+                else 0
+            )
+            page = 65536 if page == 1 else page
+            if page < 512:
+                raise sqlite3.DatabaseError("no readable SQLite header")
+            pages = st.st_size // page
+            if pages == 0:
+                raise sqlite3.DatabaseError(f"shorter than one {page}-byte page: no table left")
+            head[_PAGES_AT : _PAGES_AT + 4] = pages.to_bytes(4, "big")
+            head[_WRITE_VERSION_AT] = head[_READ_VERSION_AT] = 1
+            untrusted.check_copy_size(path, [st], folder)
+            fixed = os.path.join(folder, "trace")
+            data = untrusted.copy_fd(fd, fixed, pages * page)
+            with open(fixed, "r+b") as out:
+                out.write(head)
+            src = untrusted.harden(sqlite3.connect(fixed), data)
             try:
-                yield dst, _copy_readable(src, dst)
+                untrusted.check_schema(src, path)
+                dst = untrusted.harden(sqlite3.connect(os.path.join(folder, "rows")), data)
+                try:
+                    budget = ROW_BYTES_PER_FILE_BYTE * data + untrusted.COPY_BLOCK_BYTES
+                    yield dst, _copy_readable(src, dst, budget)
+                finally:
+                    dst.close()
             finally:
-                dst.close()
-        finally:
-            src.close()
+                src.close()
+    finally:
+        os.close(fd)
 
 
-def _copy_readable(src: sqlite3.Connection, dst: sqlite3.Connection) -> list[str]:
+def _copy_readable(src: sqlite3.Connection, dst: sqlite3.Connection, budget: int) -> list[str]:
+    """Copy each table's rows of ``src`` into ``dst`` up to the first unreadable one, or until
+    its values come to ``budget`` bytes; one ``table: cut ...`` line per table cut short."""
     tables = [
         (str(name), str(sql))
         for name, sql in src.execute(
@@ -244,9 +254,16 @@ def _copy_readable(src: sqlite3.Connection, dst: sqlite3.Connection) -> list[str
             f"INSERT INTO {name} (rowid, {', '.join(columns)}) "
             f"VALUES ({', '.join('?' * (len(columns) + 1))})"
         )
-        last = 0
+        last = taken = 0
         try:
             for row in src.execute(f"SELECT rowid, * FROM {name} ORDER BY rowid"):
+                taken += sum(len(v) for v in row if isinstance(v, str | bytes))
+                if taken > budget:
+                    cut.append(
+                        f"{name}: cut after rowid {last} (its rows give more bytes than the "
+                        "file holds: pages read more than once)"
+                    )
+                    break
                 dst.execute(insert, row)
                 last = int(row[0])
         except sqlite3.DatabaseError:

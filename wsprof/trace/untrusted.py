@@ -14,22 +14,30 @@ files from untrusted sources (https://www.sqlite.org/security.html):
   only wsprof's own tables and indexes, no view, no trigger, no column default or generated
   column (each would compute values on read); ``PRAGMA trusted_schema=OFF``.
 * **Bounded.** Every connection gets length limits (no string or blob over
-  :data:`MAX_VALUE_BYTES`) and a progress handler that stops any one statement after
-  :func:`op_budget` virtual-machine instructions (scaled by the file's size: a real trace's
-  statements take under one a byte).
+  :data:`MAX_VALUE_BYTES`, nor over the bytes the file and its sidecars hold) and a progress
+  handler that stops any one statement after :func:`op_budget` virtual-machine instructions
+  (scaled by the file's size: a real trace's statements take under one a byte). A trace read
+  whole is first checked with ``PRAGMA quick_check`` (:func:`check_pages`): a page used twice
+  (an overflow chain that loops, which reads one 4 KB page as 250 MB values) is damage.
+* **Copied with care.** Files are opened ``O_NOFOLLOW`` and must be regular (a sidecar that is
+  a link or a FIFO is refused in one line); a copy is bounded (:data:`MAX_COPY_BYTES`, the
+  temp folder's free space less :data:`FREE_MARGIN_BYTES`) and skips a sparse file's holes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
 import sqlite3
+import stat
 import tempfile
 from collections.abc import Iterator
 
 from wsprof.errors import InputError, quote
+from wsprof.trace.ring import _data_from
 from wsprof.trace.schema import DDL
 
 #: Files SQLite keeps beside a database that change what reading it gives.
@@ -49,6 +57,19 @@ MIN_OPS_PER_QUERY = 200_000_000
 OPS_PER_BYTE = 100
 #: Copies of a file being written that may change under the copy before the read gives up.
 COPY_TRIES = 5
+#: The most a private copy (a trace and its sidecars together, by their sizes) may take: a
+#: 100-step run of 50,000 calls a step is under 500 MB, so 8 GiB is a trace 16 times that; a
+#: sidecar symlinked to ``/dev/zero`` or a sparse 1 TB file is refused instead of filling the
+#: temp folder (a copy is removed on exit, but not when its process is killed).
+MAX_COPY_BYTES = 8 << 30
+#: Free space a private copy leaves in the temp folder (bytes): other programs need some.
+FREE_MARGIN_BYTES = 512 << 20
+#: Bytes copied at a time (memory of a copy is one block).
+COPY_BLOCK_BYTES = 1 << 20
+#: Lines of ``PRAGMA quick_check`` output kept in the error of a damaged file.
+_CHECK_LINES = 3
+#: Flags that open a file to copy or check: never through a link, never waiting on a FIFO.
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 #: What wsprof's traces hold (every schema version: ``calls`` is schema 1's call table).
 TABLES = frozenset(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", DDL)) | {"calls"}
 INDEXES = frozenset(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+)", DDL))
@@ -67,19 +88,22 @@ def harden(db: sqlite3.Connection, file_bytes: int) -> sqlite3.Connection:
     """Limit what any statement on ``db`` may cost and run (in place; returns ``db``).
 
     ``trusted_schema=OFF`` (schema expressions may use only harmless functions), cell size
-    checks, no string or blob over :data:`MAX_VALUE_BYTES`, and a progress handler that
+    checks, no string or blob over :data:`MAX_VALUE_BYTES` or ``file_bytes`` (at least
+    :data:`COPY_BLOCK_BYTES`), and a progress handler that
     interrupts a statement after :func:`op_budget` instructions: it then fails with
     ``sqlite3.OperationalError: interrupted``.
 
     Args:
         db: a connection to a trace file or to a copy of one.
-        file_bytes: the size of the file read (bytes), which scales the budget.
+        file_bytes: the size of the file read and its sidecars (bytes), which scales the
+            budget and bounds a value.
     """
     db.execute("PRAGMA trusted_schema=OFF")
     db.execute("PRAGMA cell_size_check=ON")
     setlimit = getattr(db, "setlimit", None)  # Python 3.11+; on 3.10 the budget bounds values
-    if setlimit is not None:
-        setlimit(getattr(sqlite3, "SQLITE_LIMIT_LENGTH"), MAX_VALUE_BYTES)  # noqa: B009
+    if setlimit is not None:  # no value is longer than the bytes that hold it
+        limit = min(MAX_VALUE_BYTES, max(COPY_BLOCK_BYTES, file_bytes))
+        setlimit(getattr(sqlite3, "SQLITE_LIMIT_LENGTH"), limit)  # noqa: B009
     calls_left = [0]
     calls_per_query = op_budget(file_bytes) // PROGRESS_EVERY_OPS
 
@@ -147,32 +171,130 @@ def _signature(path: str) -> tuple[int, int, int] | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def open_regular(path: str) -> int:
+    """A read-only descriptor of ``path``, which must be a regular file and not a link.
+
+    Raises:
+        InputError: a symbolic link (SQLite and wsprof never make one beside a trace), or not
+            a regular file (a FIFO, a device such as ``/dev/zero``, a folder).
+        FileNotFoundError: there is no such file.
+        OSError: it cannot be opened.
+    """
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise InputError(
+                f"{path}: a symbolic link beside a trace, which neither SQLite nor wsprof "
+                "makes; not followed: remove it and read the trace again"
+            ) from e
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise InputError(
+            f"{path}: not a regular file (SQLite and wsprof write only regular files beside "
+            "a trace); not read: remove it and read the trace again"
+        )
+    return fd
+
+
+def allocated(st: os.stat_result) -> int:
+    """Bytes a file's data takes (its holes take none): what copying it writes."""
+    return min(st.st_size, st.st_blocks * 512) if hasattr(st, "st_blocks") else st.st_size
+
+
+def check_copy_size(path: str, sizes: list[os.stat_result], folder: str) -> None:
+    """Refuse a copy of files with ``sizes`` into ``folder`` that is over
+    :data:`MAX_COPY_BYTES` by their sizes, or over ``folder``'s free space less
+    :data:`FREE_MARGIN_BYTES` by the bytes they take.
+
+    Raises:
+        InputError: one line naming ``path`` and the bound it is over.
+    """
+    total = sum(st.st_size for st in sizes)
+    if total > MAX_COPY_BYTES:
+        raise InputError(
+            f"{path}: not read: it and its -wal/-journal come to {total:,} bytes, over the "
+            f"{MAX_COPY_BYTES >> 30} GiB wsprof copies to read a trace with a sidecar "
+            "(a trace is far smaller); remove a stale sidecar or give the right file"
+        )
+    free = shutil.disk_usage(folder).free - FREE_MARGIN_BYTES
+    need = sum(allocated(st) for st in sizes)
+    if need > free:
+        raise InputError(
+            f"{path}: not read: copying it and its -wal/-journal takes {need:,} bytes and "
+            f"{folder} has {max(0, free):,} to spare; free space there or set TMPDIR"
+        )
+
+
+def copy_fd(src: int, dst: str, size: int) -> int:
+    """Copy the first ``size`` bytes of the open regular file ``src`` to a new file ``dst``
+    (0600), in blocks of :data:`COPY_BLOCK_BYTES`, holes left as holes (``SEEK_DATA``).
+
+    Returns:
+        The bytes read and written (the data, not the holes).
+
+    Raises:
+        OSError: ``dst`` exists or cannot be written, ``src`` cannot be read.
+    """
+    out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    copied = 0
+    try:
+        pos = _data_from(src, 0, size)
+        while pos < size:
+            block = os.pread(src, min(COPY_BLOCK_BYTES, size - pos), pos)
+            if not block:
+                break  # the file shrank under the copy
+            view = memoryview(block)
+            while view:
+                written = os.pwrite(out, view, pos)
+                view, pos, copied = view[written:], pos + written, copied + written
+            if pos % COPY_BLOCK_BYTES == 0:
+                pos = _data_from(src, pos, size)
+        os.ftruncate(out, size)
+    finally:
+        os.close(out)
+    return copied
+
+
 @contextlib.contextmanager
 def private_copy(path: str, suffixes: tuple[str, ...] = SIDECARS) -> Iterator[str]:
     """A copy of ``path`` and those of its sidecars (``suffixes``) that exist, in a fresh
     user-only (0700) folder removed on exit; yields the copy's path.
 
+    Every file is opened ``O_NOFOLLOW`` and must be regular (:func:`open_regular`), and the
+    copy is bounded (:func:`check_copy_size`); holes of a sparse file are not written.
     A file being written is copied again (up to :data:`COPY_TRIES` times) when it changed
     while being copied: a writer's checkpoint between the copy of the file and of its WAL
     would give a copy that holds neither state.
 
     Raises:
+        InputError: a link or a file that is not regular, or a copy over its bounds.
         OSError: a file cannot be read, or it changed during every copy.
     """
     folder = tempfile.mkdtemp(prefix="wsprof-read-")  # 0700, this user's
     try:
         copy = os.path.join(folder, "trace")
         for _ in range(COPY_TRIES):
-            before = _signature(path)
-            shutil.copyfile(path, copy)
-            for s in suffixes:
-                with contextlib.suppress(FileNotFoundError):
-                    shutil.copyfile(path + s, copy + s)
+            fds: list[tuple[str, int]] = []
+            try:
+                fds.append((copy, open_regular(path)))
+                for s in suffixes:
+                    with contextlib.suppress(FileNotFoundError):
+                        fds.append((copy + s, open_regular(path + s)))
+                stats = [os.fstat(fd) for _, fd in fds]
+                check_copy_size(path, stats, folder)
+                before = (stats[0].st_ino, stats[0].st_size, stats[0].st_mtime_ns)
+                for (dst, fd), st in zip(fds, stats, strict=True):
+                    copy_fd(fd, dst, st.st_size)
+            finally:
+                for _, fd in fds:
+                    os.close(fd)
             if _signature(path) == before:
                 break
-            for s in suffixes:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(copy + s)
+            for name in os.listdir(folder):
+                os.unlink(os.path.join(folder, name))
         else:
             raise OSError(f"it changed during each of {COPY_TRIES} copies (a writer is busy)")
         yield copy
@@ -180,49 +302,109 @@ def private_copy(path: str, suffixes: tuple[str, ...] = SIDECARS) -> Iterator[st
         shutil.rmtree(folder, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def open_snapshot(path: str) -> Iterator[sqlite3.Connection]:
-    """A hardened connection to what ``path`` holds, its schema checked, that changes nothing
-    beside it: ``immutable=1`` on the file itself, or a private copy when a ``-wal`` or
-    ``-journal`` is beside it (where SQLite replays the WAL or rolls the hot journal back).
+def check_pages(db: sqlite3.Connection) -> None:
+    """``PRAGMA quick_check``: every page of the file used once, by one b-tree, its cells in
+    bounds (https://www.sqlite.org/security.html advises it before reading an untrusted file).
+    About 3 ms a MB (15 MB trace, loaded 2-core machine).
 
     Raises:
-        InputError: the schema is not wsprof's (:func:`check_schema`).
-        OSError: the file (or its sidecar) cannot be copied.
-        sqlite3.Error: it cannot be opened or its schema read.
+        sqlite3.DatabaseError: the file is damaged (the first lines of the check say where).
+        sqlite3.OperationalError: ``interrupted``, past the statement budget of :func:`harden`.
     """
-    size = os.path.getsize(path)
+    rows = db.execute(f"PRAGMA quick_check({_CHECK_LINES})").fetchall()
+    if rows != [("ok",)]:
+        lines = " ".join(str(r[0]) for r in rows).replace("*** in database main ***", "")
+        raise sqlite3.DatabaseError(
+            f"database disk image is malformed: {' '.join(lines.split())[:200]}"
+        )
+
+
+def may_read_in_place(path: str) -> bool:
+    """Whether a follower may read ``path`` through its writer's ``-wal``/``-shm``
+    (``mode=ro``, where SQLite may create, resize, chmod or chown the ``-shm``): only when
+    the folder is this user's and no one else may write it, and the trace and each sidecar
+    present are regular files of this user's with one link (not another's file under the
+    name, nor one linked to a file elsewhere). Otherwise read from a :func:`private_copy`.
+    """
+    me = os.geteuid()
+    try:
+        folder = os.stat(os.path.dirname(os.path.abspath(path)))
+        if folder.st_uid != me or folder.st_mode & 0o022:
+            return False
+        for name in (path, path + "-wal", path + "-shm", path + "-journal"):
+            try:
+                st = os.lstat(name)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != me or st.st_nlink != 1:
+                return False
+    except OSError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def open_snapshot(path: str) -> Iterator[sqlite3.Connection]:
+    """A hardened connection to what ``path`` holds, its schema and pages checked
+    (:func:`check_schema`, :func:`check_pages`), that changes nothing beside it:
+    ``immutable=1`` on the file itself, or a private copy when a ``-wal`` or ``-journal`` is
+    beside it (where SQLite replays the WAL or rolls the hot journal back).
+
+    Raises:
+        InputError: the schema is not wsprof's; a sidecar is a link or not a regular file; a
+            copy would be over its bounds (:func:`private_copy`).
+        OSError: the file (or its sidecar) cannot be copied.
+        sqlite3.Error: it cannot be opened, its schema read, or its pages are damaged.
+    """
+    real = os.path.realpath(path)  # SQLite looks for the sidecars beside the file linked to
     with contextlib.ExitStack() as stack:
-        if sidecars(path):
-            copy = stack.enter_context(private_copy(path))
+        if sidecars(real):
+            copy = stack.enter_context(private_copy(real))
+            size = sum(os.path.getsize(copy + s) for s in ("", *sidecars(copy)))
             db = sqlite3.connect(copy)  # read-write: only the private copy is ever changed
         else:
-            db = sqlite3.connect(f"{_uri(path)}?immutable=1", uri=True)
+            size = os.path.getsize(real)
+            db = sqlite3.connect(f"{_uri(real)}?immutable=1", uri=True)
         stack.callback(db.close)
         harden(db, size)
         check_schema(db, path)
+        check_pages(db)
         yield db
 
 
-def open_live(path: str) -> sqlite3.Connection:
+def open_live(path: str, check: bool = False) -> sqlite3.Connection:
     """A hardened read-only connection to a trace a live writer may have open (WAL mode), its
     schema checked: ``mode=ro`` through the writer's ``-wal``/``-shm``, ``immutable=1`` when
     there is no ``-wal`` (a closed trace: ``mode=ro`` would create the two files and leave them
     behind). A ``-wal`` without ``-shm`` or a ``-journal`` (no writer: read those from a
-    :func:`private_copy`) is the caller's to avoid.
+    :func:`private_copy`) is the caller's to avoid, and so is a ``-wal`` that is not
+    :func:`may_read_in_place`.
+
+    Args:
+        path: the trace.
+        check: also :func:`check_pages` (a first, whole read; about 3 ms a MB).
 
     Raises:
-        InputError: the schema is not wsprof's.
-        sqlite3.Error: it cannot be opened.
+        InputError: the schema is not wsprof's, or it has a ``-wal`` that may not be read in
+            place.
+        sqlite3.Error: it cannot be opened, or ``check`` and its pages are damaged.
     """
     size = os.path.getsize(path)
-    if os.path.exists(path + "-wal"):
+    if os.path.lexists(path + "-wal"):
+        if not may_read_in_place(path):
+            raise InputError(
+                f"{path}: its -wal/-shm are not this user's own regular files in a folder "
+                "only this user writes; not read in place (read a copy)"
+            )
+        size += os.path.getsize(path + "-wal")
         db = sqlite3.connect(f"{_uri(path)}?mode=ro", uri=True, timeout=5.0)
     else:
         db = sqlite3.connect(f"{_uri(path)}?immutable=1", uri=True)
     try:
         harden(db, size)
         check_schema(db, path)
+        if check:
+            check_pages(db)
     except BaseException:
         db.close()
         raise
