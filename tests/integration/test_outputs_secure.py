@@ -1,7 +1,9 @@
 """Outputs another user cannot redirect: symbolic links planted at the predictable names in a
 shared run folder are never written through, run folders are made user-only (0700), a run
-folder another user owns or can write in is refused in one line (exit 2) unless allowed, and
-``report -o`` never writes through a link.
+folder another user owns or can write in is refused in one line (exit 2) unless allowed (a
+folder writable by the user's own private group is the user's), ``wsprof run`` keeps to the
+folder it checked when a link on the way is repointed, and ``report -o`` / ``export -o`` never
+write through a link, hang on a FIFO or ignore the umask.
 
 The hostile user is ``nobody`` (uid 65534): where the tests run as root, the shared folder
 and the links in it are given to it (``chown``/``lchown``), as if it had made them; elsewhere
@@ -13,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -24,6 +27,7 @@ from helpers import TARGETS, free_port
 
 from wsprof.cli import main
 from wsprof.trace.model import TRACE_SUFFIX
+from wsprof.trace.outputs import is_private_group
 from wsprof.trace.writer import TraceWriter
 
 NOBODY = 65534
@@ -33,6 +37,10 @@ PLANTS = {
     "trace": TRACE_SUFFIX,
     "ring": TRACE_SUFFIX + ".ring",
     "journal": TRACE_SUFFIX + ".journal",
+    # SQLite's side files of the trace
+    "wal": TRACE_SUFFIX + "-wal",
+    "shm": TRACE_SUFFIX + "-shm",
+    "sqlite-journal": TRACE_SUFFIX + "-journal",
 }
 TIMEOUT_S = 120
 
@@ -237,6 +245,108 @@ def test_run_never_writes_through_links_planted_at_the_predictable_names(
     assert "Traceback" not in err
 
 
+@needs_root
+@pytest.mark.parametrize("group", ["root", "users"])
+def test_run_in_a_group_writable_project_folder_under_umask_002(tmp_path: Path, group: str) -> None:
+    """``wsprof run`` from a 0775 project folder (``mkdir`` under umask 002): the job runs when
+    the group is the user's private group (root's ``root``), and is refused in one line when
+    it is a group others are in (``users``)."""
+    import grp
+
+    project = tmp_path / "project"
+    project.mkdir()
+    gid = grp.getgrnam(group).gr_gid
+    if group == "root" and not is_private_group(0, 0):
+        pytest.skip("root's group is not its private group here (it has members)")
+    os.chown(project, 0, gid)
+    project.chmod(0o775)
+    mark = tmp_path / "ran"
+    res = subprocess.run(
+        [sys.executable, "-m", "wsprof", "run", "--", sys.executable, "-c",
+         f"open({str(mark)!r}, 'w')"],
+        capture_output=True, text=True, timeout=TIMEOUT_S, check=False, env=_env(),
+        cwd=project, umask=0o002,
+    )  # fmt: skip
+    if group == "root":
+        assert res.returncode == 0, res.stderr
+        assert mark.exists()
+        [stamped] = list((project / "wsprof-out").iterdir())
+        for d in (project / "wsprof-out", stamped):
+            assert stat.S_IMODE(d.stat().st_mode) == 0o700, d  # whatever the umask
+    else:
+        assert res.returncode == 2, res.stderr
+        line = _one_line(res.stderr)
+        assert line.startswith(f"wsprof: error: {project}: is writable by group or others"), line
+        assert "group users" in line and "--out" in line, line
+        assert not mark.exists()
+        assert list(project.iterdir()) == []
+
+
+@needs_root
+def test_run_skips_a_trace_name_whose_sqlite_side_files_are_planted(
+    shared: Path, victims: dict[str, Path]
+) -> None:
+    """``--allow-shared-out`` in ``nobody``'s 1777 folder, with links planted at the job's
+    ``<host>-<pid>.wsprof-wal`` and ``-shm``: SQLite refused them ("unable to open database
+    file"), the job ran unprofiled and an empty trace was left. Now the trace is written under
+    the next name whose side files are free; the victims keep their bytes."""
+    proc = _gated(
+        [sys.executable, "-m", "wsprof", "run", "--out", str(shared), "--allow-shared-out",
+         "--no-report", "--", sys.executable, JOB, str(free_port())],
+        _env(),
+    )  # fmt: skip
+    pid = _pid(proc)
+    _plant(shared, pid, ("wal", "shm", "sqlite-journal"), victims)
+    _, err = _release(proc)
+    assert proc.returncode == 0, err[-3000:]
+    base = f"{socket.gethostname()}-{pid}"
+    assert "not profiling" not in err and "Traceback" not in err, err
+    traces = _traces_safe(shared, set())
+    assert [p.name for p in traces] == [f"{base}-2{TRACE_SUFFIX}"], err
+    assert not (shared / f"{base}{TRACE_SUFFIX}").exists()
+
+
+@needs_root
+def test_run_reads_the_folder_it_checked_when_a_link_on_the_way_is_repointed(
+    shared: Path, tmp_path: Path
+) -> None:
+    """``--out <nobody's link>/run``: the link (owned by ``nobody``, in its 1777 folder) points
+    at this user's folder when the run starts, and at ``nobody``'s own folder by the time the
+    job patches and the run ends. The job's trace, the closing analysis and its report stay in
+    the folder that was checked; nothing lands in ``nobody``'s folder."""
+    mine = tmp_path / "mine"
+    (mine / "run").mkdir(parents=True, mode=0o700)
+    mine.chmod(0o700)
+    theirs = tmp_path / "theirs"
+    (theirs / "run").mkdir(parents=True)
+    for d in (theirs, theirs / "run"):
+        os.chown(d, NOBODY, NOBODY)
+        d.chmod(0o777)
+    link = shared / "lnk"
+    link.symlink_to(mine)
+    os.lchown(link, NOBODY, NOBODY)
+    proc = _gated(
+        [sys.executable, "-m", "wsprof", "run", "--out", str(link / "run"), "--",
+         sys.executable, JOB, str(free_port())],
+        _env(),
+    )  # fmt: skip
+    pid = _pid(proc)  # the run folder was checked; the job has not patched yet
+    swapped = shared / "lnk.new"
+    swapped.symlink_to(theirs)
+    os.lchown(swapped, NOBODY, NOBODY)
+    os.replace(swapped, link)
+    _, err = _release(proc)
+    assert proc.returncode == 0, err[-3000:]
+    assert "no trace in" not in err and "not profiling" not in err, err
+    assert err.rstrip().endswith(
+        f"wsprof: run folder {mine / 'run'} (wsprof analyze {mine / 'run'})"
+    )
+    names = sorted(p.name for p in (mine / "run").iterdir())
+    assert f"{socket.gethostname()}-{pid}{TRACE_SUFFIX}" in names, names
+    assert any(n.endswith(".html") for n in names), names  # the closing report
+    assert list((theirs / "run").iterdir()) == []
+
+
 # -- in-process patch() ---------------------------------------------------------------------
 
 
@@ -282,6 +392,24 @@ def test_trace_writer_never_opens_an_existing_name(tmp_path: Path) -> None:
     with pytest.raises(FileExistsError):
         TraceWriter(str(link))
     assert not victim.exists()
+
+
+def test_trace_writer_that_fails_removes_the_file_it_created(tmp_path: Path) -> None:
+    """Links at the trace's ``-wal`` and ``-shm`` names (the trace's own name free): SQLite
+    cannot set the trace up; the writer fails and leaves no empty trace behind, and the
+    link targets keep their bytes."""
+    trace = tmp_path / f"h-1{TRACE_SUFFIX}"
+    targets = {}
+    for side in ("-wal", "-shm"):
+        target = tmp_path / f"precious{side}"
+        target.write_bytes(b"do not touch\n" * 100)
+        targets[target] = target.read_bytes()
+        Path(f"{trace}{side}").symlink_to(target)
+    with pytest.raises((OSError, sqlite3.Error)):
+        TraceWriter(str(trace))
+    assert not os.path.lexists(trace)
+    for target, data in targets.items():
+        assert target.read_bytes() == data
 
 
 # -- report -o ------------------------------------------------------------------------------
@@ -332,3 +460,96 @@ def test_export_never_writes_through_a_link_at_its_temporary_name(tmp_path: Path
     assert victim.read_text() == "precious\n"
     assert out.is_file() and not out.is_symlink()
     assert sorted(p.name for p in out.parent.iterdir()) == ["calls.csv", "calls.csv.part"]
+
+
+#: ``report`` and ``export`` write ``-o`` through one function (``report.files.output_file``).
+OUTPUT_COMMANDS = {
+    "report": ["report"],
+    "export": ["export", "--format", "csv"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(OUTPUT_COMMANDS))
+def test_an_output_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path, command: str) -> None:
+    """``mkfifo x.html; wsprof report t.wsprof -o x.html`` hung until killed (export replaced
+    the FIFO). Now one line and exit 2, in a child so that a hang fails instead of blocking."""
+    trace = _small_trace(tmp_path)
+    fifo = tmp_path / "out.html"
+    os.mkfifo(fifo)
+    res = subprocess.run(
+        [sys.executable, "-m", "wsprof", *OUTPUT_COMMANDS[command], str(trace), "-o", str(fifo)],
+        capture_output=True, text=True, timeout=60, check=False, env=_env(),
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    line = _one_line(res.stderr)
+    assert (
+        line == f"wsprof: error: {fifo}: is a FIFO, not a regular file; choose another path with -o"
+    )
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["out.html", trace.name])
+
+
+@pytest.mark.parametrize("command", sorted(OUTPUT_COMMANDS))
+@pytest.mark.parametrize("kind", ["device", "folder", "link"])
+def test_an_output_that_is_not_a_regular_file_is_refused(
+    tmp_path: Path, command: str, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = _small_trace(tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    if kind == "device":
+        # a null device of the test's own: where a regression replaces it, no system file
+        # (``/dev/null``) is lost
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        out = tmp_path / "null"
+        os.mknod(out, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    elif kind == "folder":
+        out = tmp_path / "out"
+        out.mkdir()
+    else:
+        out = tmp_path / "out.html"
+        out.symlink_to(victim)
+    assert main([*OUTPUT_COMMANDS[command], str(trace), "-o", str(out)]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert str(out) in line and "-o" in line, line
+    if kind == "device":
+        assert line.endswith(
+            "is a character device, not a regular file; choose another path with -o"
+        )
+    elif kind == "link":
+        assert line.startswith(f"wsprof: error: {out}: is a symbolic link; not written through")
+        assert out.is_symlink()
+    assert victim.read_text() == "precious\n"
+    if kind == "device":
+        assert stat.S_ISCHR(out.lstat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted({trace.name, victim.name, out.name})
+
+
+@pytest.mark.parametrize("command", sorted(OUTPUT_COMMANDS))
+@pytest.mark.parametrize("umask", [0o002, 0o027])
+def test_an_output_replaces_a_hard_link_and_takes_the_umask_mode(
+    tmp_path: Path, command: str, umask: int
+) -> None:
+    """``-o`` a hard link to a file of the user's: ``report`` wrote through it (0644 whatever
+    the umask), ``export`` made it 0600. Now the link is replaced, its other name keeps its
+    bytes, and the new file has the mode the umask gives (``0o666 & ~umask``)."""
+    trace = _small_trace(tmp_path)
+    folder = tmp_path / "outs"
+    folder.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    out = folder / "out.txt"
+    os.link(victim, out)
+    res = subprocess.run(
+        [sys.executable, "-m", "wsprof", *OUTPUT_COMMANDS[command], str(trace), "-o", str(out)],
+        capture_output=True, text=True, timeout=TIMEOUT_S, check=False, env=_env(),
+        umask=umask,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert victim.read_text() == "precious\n" and victim.stat().st_nlink == 1
+    st = out.lstat()
+    assert stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+    assert stat.S_IMODE(st.st_mode) == 0o666 & ~umask
+    assert out.read_text() != "precious\n"
+    assert [p.name for p in folder.iterdir()] == ["out.txt"]  # no temporary file left

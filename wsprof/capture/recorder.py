@@ -97,10 +97,12 @@ def trace_path(out_dir: str, pid: int | None = None) -> str:
 
 def new_trace_path(out_dir: str, tag: str = "") -> str:
     """``<out_dir>/<host>-<pid><tag>.wsprof``, or with ``-2``, ``-3``, ... before the suffix when
-    that file, its ring or its journal exists (a second ``patch()`` in one process, a pid reused
-    by a container, a link planted at the predictable name in a shared folder): never append to
-    an older trace, never open a name someone else made. The files are then created
-    exclusively (:func:`wsprof.trace.outputs.create_file`): a name taken meanwhile fails there.
+    that file, its ring, its journal or one of SQLite's side files (``-wal``, ``-shm``,
+    ``-journal``) exists (a second ``patch()`` in one process, a pid reused by a container, a
+    link planted at a predictable name in a shared folder): never append to an older trace,
+    never open a name someone else made, never let SQLite open a side file it did not create
+    (:func:`wsprof.trace.outputs.unique_path`). The files are then created exclusively
+    (:func:`wsprof.trace.outputs.create_file`): a name taken meanwhile fails there.
 
     Raises:
         FileExistsError: every name tried is taken.

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from wsprof.analysis.model import SEVERITIES, Analysis
 from wsprof.errors import InputError
 from wsprof.trace.model import TRACE_SUFFIX
-from wsprof.trace.outputs import make_private_dir
+from wsprof.trace.outputs import SQLITE_SIDE_FILES, make_private_dir
 
 
 def default_report_path(source: str) -> str:
@@ -87,7 +87,7 @@ def remove_run_folder(created: Sequence[str], files: Sequence[str] = ()) -> None
     for f in files:
         with contextlib.suppress(OSError):
             os.remove(f)
-        for extra in ("-journal", "-wal", "-shm"):  # SQLite's side files, if any were left
+        for extra in SQLITE_SIDE_FILES:  # if any were left
             with contextlib.suppress(OSError):
                 os.remove(f + extra)
     for d in created:

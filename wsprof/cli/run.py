@@ -1,7 +1,9 @@
 """``wsprof run [--out DIR] [--allow-shared-out] [--preset NAME] -- CMD ...``: run CMD with every
 Python process it starts patched (the bootstrap in ``hooks/`` on ``PYTHONPATH``); CMD's exit code
 is returned. The run folder is created user-only (0700); one another user owns or can write in
-is refused (exit 2) unless ``--allow-shared-out`` (or ``WSPROF_ALLOW_SHARED_OUT=1``)."""
+is refused (exit 2) unless ``--allow-shared-out`` (or ``WSPROF_ALLOW_SHARED_OUT=1``). The folder
+is resolved once (no links) before CMD starts: its processes and the closing analysis use that
+path."""
 
 from __future__ import annotations
 
@@ -70,7 +72,12 @@ def run(
     s = cfg.read()
     folder = os.path.abspath(out or default_out_dir(s))
     allow = allow_shared_out or s.allow_shared_out
-    make_run_folder(folder, "--out" if out else f"--out (or ${cfg.ENV_OUT})", allow)
+    option = "--out" if out else f"--out (or ${cfg.ENV_OUT})"
+    make_run_folder(folder, option, allow)
+    # Resolved once, then checked again: the children write to, and the closing analysis
+    # reads, this folder even if a link on the way to it is repointed during the run.
+    folder = os.path.realpath(folder)
+    make_run_folder(folder, option, allow)
     hooks = hooks_dir()
     if not os.path.isfile(os.path.join(hooks, "sitecustomize.py")):
         raise InputError(

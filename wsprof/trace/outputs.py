@@ -10,9 +10,12 @@ it are predictable (``<host>-<pid>.wsprof`` and its ``.ring`` / ``.journal``), s
   can be planted in them afterwards (SQLite's ``-wal`` / ``-shm`` / ``-journal`` side files
   included);
 * a run folder owned by another user, or writable by group or others, is refused
-  (:class:`SharedFolderError`, one line) unless the caller says it is fine (the user's
-  ``wsprof run --allow-shared-out`` or ``WSPROF_ALLOW_SHARED_OUT=1``, read with every other
-  variable in :mod:`wsprof.capture.settings`; :data:`ALLOW_HINT`). Even then files are only
+  (:class:`SharedFolderError`, one line) -- group write is not sharing when the group is the
+  user's own private group (:func:`is_private_group`: umask 002 on Debian/Ubuntu/Fedora, whose
+  users each have a group of their own, makes project folders 0775) -- unless the caller
+  says it is fine (the user's ``wsprof run --allow-shared-out`` or
+  ``WSPROF_ALLOW_SHARED_OUT=1``, read with every other variable in
+  :mod:`wsprof.capture.settings`; :data:`ALLOW_HINT`). Even then files are only
   ever created exclusively, never written through a link.
 
 This is the standard of py-spy's and memray's outputs: nothing another user can write is
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import stat
 
@@ -34,6 +38,10 @@ from wsprof.errors import InputError
 ALLOW_HINT = "pass --allow-shared-out / set WSPROF_ALLOW_SHARED_OUT=1 to use it anyway"
 #: Group and other write bits: anyone but the owner can add, rename or remove entries.
 _SHARED_WRITE = stat.S_IWGRP | stat.S_IWOTH
+#: The files SQLite makes beside a database ``<name>`` (``<name>-wal`` and ``<name>-shm`` in WAL
+#: mode, ``<name>-journal`` in rollback mode): opened by name, so a name whose side file is
+#: taken (another user's file or link) is never chosen for a trace (:func:`unique_path`).
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 #: Most suffixes :func:`unique_path` tries before giving up.
 MAX_UNIQUE_TRIES = 1000
 
@@ -51,19 +59,64 @@ def _uid_name(uid: int) -> str:
         return f"uid {uid}"
 
 
+@functools.cache
+def is_private_group(gid: int, uid: int) -> bool:
+    """True when group ``gid`` is user ``uid``'s own private group (the user-private-group
+    convention of Debian, Ubuntu and Fedora): ``uid``'s primary group, named like the user,
+    listing no member but the user, and no other account's primary group. Its write bit lets
+    nobody else in. Read from the passwd and group databases once per (gid, uid) a process.
+
+    Returns:
+        False when any of this is not so, or the databases do not say (no ``pwd``/``grp``, no
+        entry for ``uid`` or ``gid``).
+    """
+    try:
+        import grp
+        import pwd
+
+        user = pwd.getpwuid(uid)
+        group = grp.getgrgid(gid)
+        if user.pw_gid != gid or group.gr_name != user.pw_name:
+            return False
+        if any(m != user.pw_name for m in group.gr_mem):
+            return False
+        return not any(p.pw_gid == gid and p.pw_uid != uid for p in pwd.getpwall())
+    except (ImportError, KeyError, OSError):
+        return False
+
+
+def _group_name(gid: int) -> str:
+    try:
+        import grp
+
+        return f"group {grp.getgrgid(gid).gr_name} (gid {gid})"
+    except (ImportError, KeyError):
+        return f"gid {gid}"
+
+
 def _problem(st: os.stat_result, ok_owners: tuple[int, ...], sticky_ok: bool) -> str | None:
-    """Why a folder with status ``st`` is not private to this user, or None when it is."""
+    """Why a folder with status ``st`` is not private to this user, or None when it is.
+
+    Group write alone is fine when the folder's group is this user's private group
+    (:func:`is_private_group`); other write never is (unless ``sticky_ok`` and sticky).
+    """
     if st.st_uid not in ok_owners:
         return f"is owned by {_uid_name(st.st_uid)}"
-    if st.st_mode & _SHARED_WRITE and not (sticky_ok and st.st_mode & stat.S_ISVTX):
-        return f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
+    if not st.st_mode & _SHARED_WRITE or (sticky_ok and st.st_mode & stat.S_ISVTX):
+        return None
+    if not st.st_mode & stat.S_IWOTH and is_private_group(st.st_gid, os.geteuid()):
+        return None
+    mode = f"mode {stat.S_IMODE(st.st_mode):04o}"
+    if not st.st_mode & stat.S_IWOTH:
+        mode += f", {_group_name(st.st_gid)} not your private group"
+    return f"is writable by group or others ({mode})"
 
 
 def check_private_dir(path: str, allow_shared: bool = False, option: str = "--out") -> None:
     """Check that the run folder ``path`` is this user's own: owned by the effective user
-    and not writable by group or others (a sticky bit does not help: files in it keep
-    predictable names), and not reached through a link another user owns.
+    and not writable by group (unless it is the user's private group) or others (a sticky
+    bit does not help: files in it keep predictable names), and not reached through a link
+    another user owns.
 
     Args:
         path: an existing folder.
@@ -168,15 +221,18 @@ def create_file(path: str, flags: int = os.O_RDWR, mode: int = 0o600) -> int:
 
 def unique_path(base: str, suffix: str, siblings: tuple[str, ...] = ()) -> str:
     """``base + suffix``, or ``base-2 + suffix``, ``base-3 + suffix``, ... : the first name
-    that exists neither itself nor with any of ``siblings`` appended (a link counts as
-    existing). The caller still creates it with :func:`create_file` (a name taken meanwhile
-    fails there, it is never written through).
+    that exists neither itself nor with any of ``siblings`` or :data:`SQLITE_SIDE_FILES`
+    appended (a link counts as existing; the names are traces, and SQLite opens its side
+    files by name, so one planted there must not be chosen). The caller still creates it
+    with :func:`create_file` (a name taken meanwhile fails there, it is never written
+    through).
 
     Raises:
         FileExistsError: :data:`MAX_UNIQUE_TRIES` names are all taken.
     """
+    extra = ("", *SQLITE_SIDE_FILES, *siblings)
     for k in range(1, MAX_UNIQUE_TRIES + 1):
         path = f"{base}{suffix}" if k == 1 else f"{base}-{k}{suffix}"
-        if not any(os.path.lexists(path + s) for s in ("", *siblings)):
+        if not any(os.path.lexists(path + s) for s in extra):
             return path
     raise FileExistsError(f"{base}{suffix}: {MAX_UNIQUE_TRIES} names like it are all taken")

@@ -3,6 +3,7 @@ through a link, never over a file that exists: :mod:`wsprof.trace.outputs`)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -114,38 +115,53 @@ def encode_calls(rows: Iterable[tuple[Any, ...]], strings: StringTable) -> npt.N
 _STEP = CALL_COLUMNS.index("step")
 
 
-def _open_created(path: str) -> sqlite3.Connection:
+def _same_file(path: str, made: os.stat_result) -> bool:
+    """True when ``path`` (not followed) is still the regular file ``made`` describes."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == (made.st_dev, made.st_ino)
+
+
+def _remove_created(path: str, made: os.stat_result) -> None:
+    """Remove ``path`` when it is still the file created here (``made``): a writer that failed
+    leaves no empty trace behind, and never removes a file someone put there instead. Never
+    raises."""
+    if _same_file(path, made):
+        with contextlib.suppress(OSError):
+            os.remove(path)
+
+
+def _open_created(path: str) -> tuple[sqlite3.Connection, os.stat_result]:
     """Create ``path`` exclusively (0600, no link followed) and open SQLite on it, checking
     (same device and inode, a regular file) that SQLite opened the file created here.
 
+    Returns:
+        The connection and the status of the file created (to remove it on a later failure).
+
     Raises:
         FileExistsError: ``path`` exists; OSError: it cannot be created, or was replaced
-        before SQLite opened it (a folder others can write in).
+        before SQLite opened it (a folder others can write in), or SQLite cannot open it (the
+        file created here is then removed).
     """
     fd = create_file(path, os.O_RDWR)
     try:
         made = os.fstat(fd)
     finally:
         os.close(fd)
-
-    def same() -> bool:
-        try:
-            st = os.lstat(path)
-        except OSError:
-            return False
-        return stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == (made.st_dev, made.st_ino)
-
     replaced = OSError(f"{path}: replaced by another file while being opened; not written")
-    if not same():
+    if not _same_file(path, made):
         raise replaced
     try:
         db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     except sqlite3.Error as e:
+        _remove_created(path, made)
         raise OSError(f"{path}: cannot open the new trace ({e})") from e
-    if not same():
+    if not _same_file(path, made):
         db.close()
         raise replaced
-    return db
+    return db, made
 
 
 class TraceWriter:
@@ -166,6 +182,8 @@ class TraceWriter:
         FileExistsError: ``path`` exists (or is a link).
         SharedFolderError: the folder is not private and sharing was not allowed (one line).
         OSError: the folder cannot be created or the file cannot be created or opened.
+        sqlite3.Error: SQLite cannot set the trace up (a side file it cannot create).
+        A failure after the file was created removes it.
     """
 
     def __init__(
@@ -179,7 +197,7 @@ class TraceWriter:
         make_private_dir(
             os.path.dirname(os.path.abspath(path)), allow_shared_out, "WSPROF_OUT / --out"
         )
-        self._db = _open_created(path)
+        self._db, made = _open_created(path)
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -187,7 +205,9 @@ class TraceWriter:
             self.strings = StringTable()
             self.set_meta({"schema_version": SCHEMA_VERSION})
         except BaseException:
+            # a side file SQLite could not make (a name taken), a full disk: no empty trace
             self._db.close()
+            _remove_created(path, made)
             raise
 
     @classmethod
