@@ -92,9 +92,14 @@ def wrapped_after(rank: int, world: int) -> dict[str, Any]:
     bc_windows: list[list[int]] = []
     ag_windows: list[list[int]] = []
     hooks = {"broadcast": dist.broadcast, "all_gather_into_tensor": dist.all_gather_into_tensor}
-    dist.broadcast = _framework_wrap(hooks["broadcast"], bc_windows)
-    dist.all_gather_into_tensor = _framework_wrap(hooks["all_gather_into_tensor"], ag_windows)
-    wrappers = {"broadcast": dist.broadcast, "all_gather_into_tensor": dist.all_gather_into_tensor}
+    # What the framework assigned (reading the name back gives wsprof's hook around it until
+    # unpatch(): issue 28, hooks stay outermost).
+    wrappers = {
+        "broadcast": _framework_wrap(hooks["broadcast"], bc_windows),
+        "all_gather_into_tensor": _framework_wrap(hooks["all_gather_into_tensor"], ag_windows),
+    }
+    dist.broadcast = wrappers["broadcast"]
+    dist.all_gather_into_tensor = wrappers["all_gather_into_tensor"]
     results = []
     for i in range(N_WRAPPED_CALLS):
         t = _bc_value(rank) + i

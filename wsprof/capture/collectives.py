@@ -14,6 +14,9 @@ A hook never changes arguments, results, exceptions or async work handles: the o
 called with exactly what the caller passed and its result (or exception) is passed back
 untouched; recording errors are caught and counted by the recorder.
 
+A value assigned to a hooked API name after ``install`` goes under a fresh API hook at once
+(:mod:`wsprof.capture.outermost`), so a framework's late wrapper is timed between layers too.
+
 This module holds the hooks and their install/uninstall; who wrapped the collectives is found by
 :mod:`wsprof.capture.wrappers` (the wrapper audit), what a hooked call costs is measured by
 :mod:`wsprof.capture.calibration`.
@@ -924,6 +927,12 @@ def install(recorder: Recorder, layers: str = "both", device_time: bool = False)
     _STATE.patches = patches
     _compiler_remaps(patches)
     _STATE.active = True
+    if layers in ("both", "api"):
+        from wsprof.capture import outermost
+
+        # From now on a value assigned to a hooked API name goes under a hook of its own.
+        for module, prefix in ((dist, "dist."), (c10d, "distributed_c10d.")):
+            outermost.guard(module, prefix, dict(table.api))
     recorder.on_flush.append(_reaudit)
     recorder.event(
         EventKind.PATCHED,
@@ -1021,22 +1030,37 @@ def _reaudit() -> None:
     if rec is None or not _STATE.active:
         return
     from wsprof.capture import wrappers
+    from wsprof.capture.outermost import hook_now
 
-    wrappers.reaudit(rec, _STATE.patches, _STATE.rewraps, _STATE.sites.mark_internal)
+    patches = [(o, n, orig, hook_now(o, n, hook)) for o, n, orig, hook in _STATE.patches]
+    wrappers.reaudit(rec, patches, _STATE.rewraps, _STATE.sites.mark_internal)
 
 
 def uninstall() -> None:
-    """Put every original back. Where something re-wrapped one of our hooks after us, the
-    hook is left in place (removing it would remove the other wrapper too) but goes inert."""
+    """Put every original back; a name assigned after ``install`` gets what was assigned to
+    it last (not the hook around it). Where something replaced one of our hooks without going
+    through the module's ``__setattr__`` (a class attribute, ``module.__dict__``), the hook is
+    left in place (removing it would remove the other wrapper too) but goes inert."""
     try:
         _reaudit()  # a re-wrap since the last flush is named too
     except Exception as e:  # noqa: BLE001 - never raise into training
         if _STATE.recorder is not None:
             _STATE.recorder.internal_error("reaudit", e)
     _STATE.active = False
+    from wsprof.capture import outermost
+
+    assigned = outermost.unguard()
     for owner, name, orig, hook in reversed(_STATE.patches):
         current = (owner.__dict__ if isinstance(owner, type) else vars(owner)).get(name)
-        if current is hook:
+        user = assigned.get((id(owner), name))
+        if user is not None and current is user[1]:
+            # Assigned after patch(): the user's value goes back, not the hook around it.
+            setattr(owner, name, user[0])
+            if _STATE.recorder is not None:
+                _STATE.recorder.event(
+                    EventKind.REWRAPPED, f"{getattr(owner, '__name__', owner)}.{name}"
+                )
+        elif current is hook:
             setattr(owner, name, orig)
         elif _STATE.recorder is not None:
             _STATE.recorder.event(
