@@ -9,6 +9,12 @@ Method:
 
 1. **Clean.** Non-finite values are dropped; the others keep their positions, so ``fitted`` and
    the projection stay on the input's positions (``evidence['n_dropped_nonfinite']``).
+   **Periodic spikes** (a checkpoint save or an eval every N steps) are left out next
+   (:func:`_periodic_spikes`): at least :data:`SPIKE_MIN_COUNT` isolated high points, each
+   :data:`SPIKE_Z` noise sigmas above both neighbours, which are on the base, at one period
+   (within :data:`SPIKE_PERIOD_TOL` steps); the verdict names them (``spike_steps``,
+   ``spike_period``, also in ``outlier_steps``). A sawtooth rises within each period, so its
+   peak has a high neighbour and is never such a spike.
 2. **Weights and noise.** Noise of timings is roughly proportional to their level, so for a
    positive series every residual is weighted by ``level_ref / level_i`` (running median of
    :data:`LEVEL_WINDOW` points; weighted least squares, BIC on the weighted residuals). Series
@@ -55,7 +61,10 @@ Method:
    the shape is the best non-growth model (a plateau is reported as ``warmup_then_flat``: the
    series settled after an early rise; :data:`~wsprof.analysis.model.SHAPES` has no plateau); a
    significantly decreasing series is ``linear`` with ``accumulating=False`` and a negative
-   slope.
+   slope. A straight line whose slope the data cannot support (:func:`_slope_supported`: the
+   Theil-Sen interval includes 0, or its change over the series is under
+   :data:`MIN_GROWTH_SIGMAS` noise sigmas) is never the shape: the best non-growth model is
+   (a level change up or down: ``step_change``), else ``flat``.
 7. **Very short series.** 1-2 points: flat, not accumulating, confidence
    :data:`LOW_CONFIDENCE`. 3-4 points: accumulating when strictly increasing with every relative
    increment at least :data:`SHORT_MIN_STEP_GROWTH` (see there); otherwise a two-level rule.
@@ -200,6 +209,22 @@ OUTLIER_NEIGHBOURS = 6
 #: Fewest finite points for the excursion check: one left out still leaves 5, judged by the
 #: models (3-4 points are judged by increments alone, which a convex leak can fail).
 OUTLIER_MIN_POINTS = 6
+
+# --- periodic spikes ---------------------------------------------------------------------------
+#: Fewest isolated high points at one period to call them periodic spikes (a checkpoint save or
+#: an eval every N steps): two points always have "a period", three at equal gaps do not by
+#: chance.
+SPIKE_MIN_COUNT = 3
+#: Gaps between spikes may differ from their median by this many steps (a save logged one step
+#: late, a step that was not logged).
+SPIKE_PERIOD_TOL = 1
+#: A spike stands above the higher of its two neighbours by at least this many noise sigmas (the
+#: excursion threshold, :data:`OUTLIER_Z`) ...
+SPIKE_Z = OUTLIER_Z
+#: ... and by at least this multiple of the difference between its neighbours: both neighbours
+#: are on the base. A sawtooth's peak has a high point before it and a low one after it (the
+#: reset), so its peak is never a spike.
+SPIKE_TO_NEIGHBOUR_SPREAD = 3.0
 
 # --- very short series -------------------------------------------------------------------------
 #: Longest series handled by the short-series rules.
@@ -433,10 +458,17 @@ def classify(
     span = int(x_all[-1] - x_all[0]) + 1
     horizon = max(5, span) if horizon_steps is None else int(horizon_steps)
     with np.errstate(all="ignore"):  # extreme inputs may over/underflow; results are guarded
-        verdict = _classify_points(x_all, y_all, finite, labels, horizon, budget)
+        spikes = _periodic_spikes(x_all, y_all, finite)
+        keep = finite
+        if spikes is not None:
+            keep = finite.copy()
+            keep[spikes[0]] = False
+        verdict = _classify_points(x_all, y_all, keep, labels, horizon, budget)
         if verdict.accumulating:
-            return _without_outlier(verdict, x_all, y_all, finite, labels, horizon, budget)
-        return _after_warmup(verdict, x_all, y_all, finite, labels, horizon, budget)
+            verdict = _without_outlier(verdict, x_all, y_all, keep, labels, horizon, budget)
+        else:
+            verdict = _after_warmup(verdict, x_all, y_all, keep, labels, horizon, budget)
+        return verdict if spikes is None else _with_spikes(verdict, x_all, *spikes)
 
 
 def _step_numbers(steps: Sequence[int] | None, n_in: int) -> FloatArray:
@@ -1236,6 +1268,64 @@ def _robust_z(d: _Data) -> FloatArray:
     return np.asarray((d.y - ref) / noise, dtype=np.float64)
 
 
+def _periodic_spikes(
+    x_all: FloatArray, y_all: FloatArray, finite: npt.NDArray[np.bool_]
+) -> tuple[npt.NDArray[np.intp], int] | None:
+    """Isolated high points at a regular period on the base (checkpoint saves, evals): their
+    positions in the input and the period in steps, or None.
+
+    A spike is a point at least :data:`SPIKE_Z` noise sigmas above its neighbours' local line
+    (:func:`_robust_z`) and above the higher of its two neighbours, which are both on the base
+    (the spike's height over them at least :data:`SPIKE_TO_NEIGHBOUR_SPREAD` times their
+    difference: a sawtooth's peak, high before and reset after, is not one). There must be at
+    least :data:`SPIKE_MIN_COUNT` spikes, every gap between them within
+    :data:`SPIKE_PERIOD_TOL` steps of their median gap, itself at least :data:`SAW_MIN_PERIOD`
+    steps. Any other excursion inside the series makes it no periodic pattern (None); the first
+    and last points are left to the warm-up and excursion rules.
+    """
+    idx = np.flatnonzero(finite)
+    if idx.size < SPIKE_MIN_COUNT * SAW_MIN_PERIOD:
+        return None
+    d = _prepare(x_all[idx], y_all[idx])
+    z = _robust_z(d)
+    y = d.y
+    spikes: list[int] = []
+    for i in (int(j) for j in np.flatnonzero(z >= SPIKE_Z)):
+        if i == 0 or i == d.n - 1:
+            continue  # an end point: a slow start (warm-up) or the newest point, judged apart
+        lo, hi = sorted((float(y[i - 1]), float(y[i + 1])))
+        noise = max(d.sigma, d.floor) * d.level_factor(hi)
+        height = float(y[i]) - hi
+        if height < SPIKE_Z * noise or height < SPIKE_TO_NEIGHBOUR_SPREAD * (hi - lo):
+            return None
+        spikes.append(i)
+    if len(spikes) < SPIKE_MIN_COUNT:
+        return None
+    steps = d.x[spikes]
+    gaps = np.diff(steps)
+    period = float(np.median(gaps))
+    if period < SAW_MIN_PERIOD or np.any(np.abs(gaps - period) > SPIKE_PERIOD_TOL):
+        return None
+    return idx[spikes], int(round(period))
+
+
+def _with_spikes(
+    verdict: GrowthVerdict, x_all: FloatArray, at: npt.NDArray[np.intp], period: int
+) -> GrowthVerdict:
+    """The verdict of the series without its periodic spikes, naming them: their steps join
+    ``outlier_steps``, their period is ``spike_period``."""
+    ev = dict(verdict.evidence)
+    ev.update(n_spikes=float(at.size), spike_period_steps=float(period))
+    steps = sorted({*verdict.outlier_steps, *(int(x_all[i]) for i in at)})
+    return replace(
+        verdict,
+        evidence=ev,
+        outlier_steps=tuple(steps),
+        spike_steps=tuple(int(x_all[i]) for i in at),
+        spike_period=period,
+    )
+
+
 def _without_outlier(
     verdict: GrowthVerdict,
     x_all: FloatArray,
@@ -1501,6 +1591,24 @@ def _rise_goes_on(
     return trend.p_up < ALPHA and bic[fit.name] > best_growth_bic - STRONG_BIC
 
 
+def _slope_supported(straight: _Fit, d: _Data, trend: _Trend) -> bool:
+    """Whether the data support the sign and the size of a straight line's slope.
+
+    The sign: the Theil-Sen slope's :data:`PERSIST_CI` interval excludes 0. The size: the line's
+    change over the series is at least :data:`MIN_GROWTH_SIGMAS` noise sigmas (the larger of the
+    robust and the line's residual estimate, as for growth: :func:`_growth`). A line that fails
+    either is no trend; the series is described by its best non-growth model, else as flat.
+    """
+    if trend.slope_lo <= 0.0 <= trend.slope_hi:
+        return False
+    x = d.x
+    change = _line_slope(straight, x) * float(x[-1] - x[0])
+    resid_sd = math.sqrt(straight.rss / (d.n - straight.k)) if d.n > straight.k else d.sigma
+    f0 = float(straight.predict(x[:1])[0])
+    noise = max(d.sigma, resid_sd, d.floor) * d.level_factor(f0 if f0 > 0 else d.scale)
+    return abs(change) >= MIN_GROWTH_SIGMAS * noise
+
+
 def _config_boundaries(d: _Data, segments: list[slice] | None) -> set[int]:
     """Step numbers at which a config segment starts (its first point), after the first."""
     if segments is None:
@@ -1538,8 +1646,11 @@ def _classify_full(
     g = _growth(best_trend, d, trend, segments)
     accumulating = g.rel_growth > 0 and _is_accumulating(g, delta)
     decreasing = delta > 0 and g.rel_growth < 0 and trend.p_down < ALPHA
+    supported = segments is not None or _slope_supported(straight, d, trend)
     if accumulating:
         chosen = best_trend
+    elif not supported:  # a slope whose sign or size the data cannot support: no trend
+        chosen = best_other if best_other is not None else _fit_constant(d)
     elif decreasing or best_other is None:
         # a significant fall, or a rise too small or too short-lived to be a finding that no
         # flat model may describe: its straight line, not accumulating
@@ -1573,6 +1684,7 @@ def _classify_full(
         last_part_slope_hi_ratio=g.last_hi_ratio,
         growth_p=g.p,
         config_segments=float(len(segments) if segments else 1),
+        slope_supported=float(supported),
     )
     if math.isfinite(delta):
         ev["delta_bic_growth_kept"] = delta

@@ -91,7 +91,11 @@ class GrowthVerdict:
         budget_step: first step number at which the projection crosses the given budget, if any.
         evidence: the numbers the verdict rests on (test statistics, p-values, criteria).
         outlier_steps: step numbers of single-point excursions (a checkpoint save, an eval step)
-            left out of the verdict because with them in, and only then, it said growth.
+            left out of the verdict because with them in, and only then, it said growth; and
+            the periodic spikes (``spike_steps``), always left out.
+        spike_steps: step numbers of isolated high points at a regular period on the series'
+            base (checkpoint saves, evals every N steps), left out of the trend.
+        spike_period: steps between those spikes, None when there are none.
     """
 
     shape: str
@@ -105,6 +109,8 @@ class GrowthVerdict:
     budget_step: int | None = None
     evidence: dict[str, float] = field(default_factory=dict)
     outlier_steps: tuple[int, ...] = ()
+    spike_steps: tuple[int, ...] = ()
+    spike_period: int | None = None
 
     @property
     def judged_from(self) -> int:

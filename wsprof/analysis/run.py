@@ -215,6 +215,20 @@ def _stepped(s: Series) -> bool:
     return len(s.steps) == len(s.values) and all(b > a for a, b in zip(s.steps, s.steps[1:]))
 
 
+#: Most spike steps a note lists (the rest are counted).
+SPIKE_NOTE_STEPS = 6
+
+
+def spikes_note(name: str, period: int, steps: Sequence[int]) -> str:
+    """``step_s: spikes every 20 steps at steps 20, 40, 60: left out of the trend``."""
+    shown = ", ".join(str(s) for s in steps[:SPIKE_NOTE_STEPS])
+    more = f" and {len(steps) - SPIKE_NOTE_STEPS} more" if len(steps) > SPIKE_NOTE_STEPS else ""
+    return (
+        f"{name}: spikes every {period} steps at steps {shown}{more} (a checkpoint save or an "
+        "eval?): left out of the trend"
+    )
+
+
 def classify_series(series: Sequence[Series], notes: list[str]) -> list[SeriesResult]:
     """Classify each series (with :data:`TIME_BUDGETS_S`); one that cannot be judged (no finite
     value, overflow) is left out and described in ``notes``."""
@@ -223,9 +237,10 @@ def classify_series(series: Sequence[Series], notes: list[str]) -> list[SeriesRe
         try:
             budget = TIME_BUDGETS_S.get(s.name) if s.unit is Unit.SECONDS else None
             steps = s.steps if _stepped(s) else None
-            out.append(
-                SeriesResult(s, classify(s.values, steps=steps, config=s.config, budget=budget))
-            )
+            verdict = classify(s.values, steps=steps, config=s.config, budget=budget)
+            out.append(SeriesResult(s, verdict))
+            if verdict.spike_period is not None:
+                notes.append(spikes_note(s.name, verdict.spike_period, verdict.spike_steps))
         except (ValueError, OverflowError, FloatingPointError, ZeroDivisionError) as e:
             notes.append(f"series {s.name!r} not judged: {e}")
     return out

@@ -96,7 +96,8 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
     classified), judged (its kind can
     accumulate), shape, accumulating, confidence, slope_per_step (per logged step),
     growth_factor_per_step, change_point (a position in steps/values), change_point_step,
-    outlier_steps, projection {step, value, model, fit_first_step, fit_last_step}, steps,
+    outlier_steps, spike_steps and spike_period_steps (periodic spikes left out of the trend;
+    null period when none), projection {step, value, model, fit_first_step, fit_last_step}, steps,
     values), ``findings`` (id F1.., kind, severity, title, evidence, rows (the evidence as
     [{label, value}] in units), where, next_step), ``steps`` of the primary process (with
     sync_wait_s: waiting for slower ranks, and own_sync_s: weight sync less that wait), ``notes``,
@@ -134,6 +135,8 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
                 if v.change_point is None
                 else r.series.steps[v.change_point],
                 "outlier_steps": list(v.outlier_steps),
+                "spike_steps": list(v.spike_steps),
+                "spike_period_steps": v.spike_period,
                 "projection": None
                 if v.projection is None
                 else {
