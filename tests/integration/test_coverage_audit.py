@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from helpers import TARGETS, run_ranks
+from markupsafe import escape
 
 from wsprof.analysis.run import analyze_path
 from wsprof.report.html import render_html
@@ -43,13 +44,20 @@ def test_ddp_gradient_allreduce_from_cpp_is_counted_as_not_seen(tmp_path: Path) 
     flat = " ".join(text.split())
     assert f"recorded {recorded} of {res['issued']} collectives on group" in flat
     assert "issued by code wsprof does not see" in flat
+    # The ops seen are named, and the unseen ones' likely issuer from evidence in the trace.
+    assert "seen: broadcast " in flat, flat
+    assert "likely all_reduce: 6 issued during backward" in flat.replace(str(g0.missing), "6")
+    assert "DDP's C++ reducer (gradient buckets)" in flat
+    assert "_verify_params_across_processes was recorded there" in flat
+    assert g0.is_limit and g0.likely is not None and g0.likely.op == "all_reduce"
+    assert "coverage incomplete" not in " ".join(analysis.verdict.reasons)
     doc = to_dict(analysis)
     assert doc["coverage"]["status"] == "incomplete"
     assert {g["missing"] for g in doc["coverage"]["groups"]} == {g0.missing}
     html = render_html(analysis)
     box = html.index('id="coverage"')
     assert box < html.index('class="counts"'), "coverage comes before the findings"
-    assert g0.statement in html[box:]
+    assert escape(g0.statement) in html[box:]
     exported = tmp_path / "trace.json"
     proc = subprocess.run(
         [
@@ -151,3 +159,19 @@ def test_analyze_json_cli_has_coverage(tmp_path: Path) -> None:
     doc = json.loads(proc.stdout)
     assert doc["coverage"]["status"] == "incomplete"
     assert doc["coverage"]["lines"][0].startswith("rank 0: recorded ")
+
+
+def test_ddp_job_with_enough_steps_is_judged_with_the_limit_stated(tmp_path: Path) -> None:
+    """DDP's unseen gradient all-reduces make a limit line, not an INCONCLUSIVE verdict
+    forever: with enough steps the job gets a verdict, and COVERAGE still says the limit."""
+    run_ranks(TARGETS / "ddp_unseen.py", WORLD, str(tmp_path), "--steps=7")
+    analysis = analyze_path(str(tmp_path))
+    cov = analysis.coverage
+    assert cov is not None and cov.status == "incomplete" and not cov.gaps
+    assert analysis.verdict is not None and analysis.verdict.status != "inconclusive", (
+        analysis.verdict
+    )
+    g0 = next(g for g in cov.groups if g.rank == 0)
+    assert set(g0.short_steps) == set(range(7)), g0.short_steps
+    flat = " ".join(render_text(analysis).split())
+    assert "a limit, not a gap" in flat and "short in steps 0, 1, 2, 3, 4, 5, 6" in flat

@@ -1,6 +1,6 @@
 """One rank of a real gloo job whose gradient all-reduces no Python hook can see.
 
-Usage: python ddp_unseen.py RANK WORLD_SIZE PORT OUT_DIR [--destroy]
+Usage: python ddp_unseen.py RANK WORLD_SIZE PORT OUT_DIR [--destroy] [--steps=N]
 
 A ``DistributedDataParallel`` model trains ``STEPS`` steps: DDP's C++ reducer all-reduces the
 gradient buckets straight from C++ (no ``torch.distributed`` name, no ``ProcessGroup`` method
@@ -34,7 +34,8 @@ def main() -> None:
     torch.manual_seed(0)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)), bucket_cap_mb=1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for _ in range(STEPS):
+    steps = next((int(a.split("=")[1]) for a in sys.argv if a.startswith("--steps=")), STEPS)
+    for _ in range(steps):
         wsprof.step()
         loss = model(torch.randn(4, 8)).sum()
         loss.backward()

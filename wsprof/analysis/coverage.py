@@ -15,7 +15,7 @@ import bisect
 from collections import defaultdict
 from collections.abc import Sequence
 
-from wsprof.analysis.model import Coverage, GroupCoverage
+from wsprof.analysis.model import Coverage, GroupCoverage, UnseenIssuer
 from wsprof.contracts.events import Patched
 from wsprof.trace.model import IssuedReading, ProcessTrace, RecordedIssued
 
@@ -26,6 +26,39 @@ INJECT_BOUNDARY_CALLS = 1
 #: Ops NCCL does not count in its group sequence number (``seqCollective_`` counts
 #: collectives; point-to-point ops have their own counter).
 _P2P_OPS = frozenset({"send", "recv", "batch_p2p"})
+#: The C++ helper only ``DistributedDataParallel.__init__`` calls in torch
+#: (``torch.distributed.utils._verify_param_shape_across_processes``): recorded on a group, it
+#: says a DDP model was built on that group.
+DDP_EVIDENCE_API = "_verify_params_across_processes"
+
+
+def ddp_reducer(group: str) -> UnseenIssuer:
+    """DDP's reducer as the likely issuer of the unseen collectives on ``group``: it
+    all-reduces the gradient buckets from C++ (autograd hooks) during backward, where no
+    Python hook sees them. Gradients averaged across data-parallel ranks cannot carry a
+    weight push, so the shortfall is a limit of the audit, not a gap in what is judged."""
+    return UnseenIssuer(
+        op="all_reduce",
+        when="during backward",
+        who="DDP's C++ reducer (gradient buckets)",
+        evidence=(
+            f"DistributedDataParallel in use on group {group}: its construction's "
+            f"{DDP_EVIDENCE_API} was recorded there"
+        ),
+        limit=True,
+    )
+
+
+def _ddp_groups(recorded: Sequence[RecordedIssued], only: str | None) -> set[str]:
+    """Groups a DDP model was built on (``only``: the process's one group, for a call whose
+    group is unknown)."""
+    out: set[str] = set()
+    for c in recorded:
+        if c.api.rsplit(".", 1)[-1] == DDP_EVIDENCE_API:
+            g = c.group if c.group is not None else only
+            if g is not None:
+                out.add(g)
+    return out
 
 
 def audit_process(trace: ProcessTrace, label: str) -> list[GroupCoverage] | None:
@@ -59,6 +92,7 @@ def audit_process(trace: ProcessTrace, label: str) -> list[GroupCoverage] | None
             )
         ]
     only = next(iter(by_group)) if len(by_group) == 1 else None
+    ddp = _ddp_groups(trace.recorded_issued, only)
     return [
         _audit(
             [group],
@@ -72,6 +106,7 @@ def audit_process(trace: ProcessTrace, label: str) -> list[GroupCoverage] | None
             label,
             trace.rank,
             edge,
+            ddp_reducer(group) if group in ddp else None,
         )
         for group, readings in by_group.items()
     ]
@@ -117,6 +152,7 @@ def _audit(
     label: str,
     rank: int | None,
     edge: int = 0,
+    likely: UnseenIssuer | None = None,
 ) -> GroupCoverage:
     backend = next((r.backend for r in readings if r.backend), None)
     steps = [r.step for r in readings]
@@ -128,6 +164,7 @@ def _audit(
     read_steps = sorted(issued_by_step)
     nccl = (backend or "").lower() == "nccl"
     rec_by_step: dict[int, int] = defaultdict(int)
+    by_op: dict[str, int] = defaultdict(int)
     for c in recorded:
         if nccl and c.op in _P2P_OPS:
             continue
@@ -135,6 +172,8 @@ def _audit(
         # its hook read c10d's count (the C++ helpers).
         n = c.calls if api_only and c.layer == "api" and not c.issued else c.issued
         rec_by_step[_bucket(c.step, read_steps)] += n
+        if c.step <= last:  # compared: not in a step after the last reading
+            by_op[c.op] += n
     bucketed = {s: rec_by_step.get(s, 0) for s in issued_by_step}
     if edge and read_steps:  # the injection's boundary, in the first step read
         s0 = read_steps[0]
@@ -152,6 +191,8 @@ def _audit(
         last,
         short,
         exact=not api_only,
+        recorded_ops=tuple(sorted(by_op.items(), key=lambda kv: (-kv[1], kv[0]))),
+        likely=likely,
     )
 
 

@@ -509,6 +509,26 @@ class WrapperFact:
 
 
 @dataclass(frozen=True)
+class UnseenIssuer:
+    """Who likely issued collectives the hooks did not see (:mod:`wsprof.analysis.coverage`).
+
+    Attributes:
+        op: the canonical op they likely were (``all_reduce``).
+        when: when in a step they were likely issued (``during backward``).
+        who: the issuer (``DDP's C++ reducer (gradient buckets)``).
+        evidence: what in the trace points at it.
+        limit: True when such calls cannot carry weight sync: the shortfall is a stated
+            limit of the audit, not a reason to withhold the verdict.
+    """
+
+    op: str
+    when: str
+    who: str
+    evidence: str
+    limit: bool = False
+
+
+@dataclass(frozen=True)
 class GroupCoverage:
     """One process group of one process.
 
@@ -530,6 +550,16 @@ class GroupCoverage:
     #: False when ``recorded`` counts calls, not the collectives they issued
     #: (``layers='api'``): a difference then proves nothing either way.
     exact: bool = True
+    #: What the hooks saw issued on the group, per canonical op, most first: ``(op, n)``.
+    recorded_ops: tuple[tuple[str, int], ...] = ()
+    #: The likely issuer of the collectives wsprof did not see, from evidence in the trace
+    #: (:func:`wsprof.analysis.coverage.ddp_reducer`), None when nothing points at one.
+    likely: UnseenIssuer | None = None
+
+    @property
+    def is_limit(self) -> bool:
+        """Whether the shortfall is a known limit (calls that cannot carry weight sync)."""
+        return bool(self.missing) and self.likely is not None and self.likely.limit
 
     @property
     def missing(self) -> int | None:
@@ -564,12 +594,32 @@ class GroupCoverage:
             where = (
                 f"; short in steps {_list(self.short_steps)}"
                 if self.short_steps and len(self.short_steps) < 12
+                else f"; short in {len(self.short_steps)} steps"
+                if self.short_steps
                 else ""
             )
-            return (
-                f"{who}recorded {self.recorded} of {self.issued} collectives on {group}"
-                f"{steps} ({self.missing} issued by code wsprof does not see{where})"
+            saw = (
+                f"; seen: {', '.join(f'{op} {n}' for op, n in self.recorded_ops)}"
+                if self.recorded_ops
+                else ""
             )
+            out = (
+                f"{who}recorded {self.recorded} of {self.issued} collectives on {group}"
+                f"{steps} ({self.missing} issued by code wsprof does not see{where}{saw})"
+            )
+            u = self.likely
+            if u is None:
+                return f"{out}; no evidence of their issuer in the trace"
+            out += (
+                f"; likely {u.op}: {self.missing} issued {u.when}, not seen by the Python "
+                f"hooks: {u.who}; evidence: {u.evidence}"
+            )
+            if u.limit:
+                out += (
+                    f"; a limit, not a gap: {u.op}s of gradients cannot carry weight sync, "
+                    "so the verdict does not wait on them"
+                )
+            return out
         return f"{who}recorded all {self.issued} collectives on {group}{steps}"
 
 
@@ -586,6 +636,12 @@ class Coverage:
         """Groups where collectives were issued that wsprof did not record, most first."""
         short = [g for g in self.groups if g.missing]
         return tuple(sorted(short, key=lambda g: -(g.missing or 0)))
+
+    @property
+    def gaps(self) -> tuple[GroupCoverage, ...]:
+        """Incomplete groups whose unseen calls could carry weight sync (not a known limit):
+        what withholds a verdict."""
+        return tuple(g for g in self.incomplete if not g.is_limit)
 
     @property
     def unknown(self) -> tuple[GroupCoverage, ...]:
@@ -620,7 +676,12 @@ class Coverage:
 
 def _steps_text(a: int, b: int) -> str:
     if a < 0 and b < 0:
-        return " before the first step"
+        # Every reading at step -1: no step was marked while recording (steps found later
+        # by analysis, from rhythm or bursts, are not the capture's), never "before" them.
+        return (
+            " over the whole run (no step marked while recording: c10d's count was read at "
+            "flushes, not per step)"
+        )
     a = max(a, 0)
     return f" in step {a}" if a == b else f" in steps {a}-{b}"
 

@@ -6,7 +6,8 @@ have shown one. :func:`judge` returns ``inconclusive`` (with the reason and what
 - a run has no steps (no markers, no preset, no rhythm or bursts found) and no sampling
   windows that stand in for them;
 - there are fewer than :data:`MIN_STEPS_FOR_VERDICT` steps (or windows, or series points);
-- the coverage audit found collectives that were issued but not recorded;
+- the coverage audit found collectives that were issued but not recorded, unless the trace
+  shows they cannot carry weight sync (DDP's gradient all-reduces: a limit, said in COVERAGE);
 - a process lost records at its end (a damaged capture buffer) or a full capture buffer
   dropped calls (:mod:`wsprof.analysis.ending`);
 - a trace of the run could not be read (corrupt or truncated);
@@ -79,8 +80,11 @@ def _reasons(a: Analysis) -> list[str]:
             "judged; repair or remove the file, or analyse the readable traces alone"
         )
     cov = a.coverage
-    if cov is not None and cov.incomplete:
-        missing = sum(g.missing or 0 for g in cov.incomplete)
+    # A shortfall whose unseen calls cannot carry weight sync (DDP's gradient all-reduces,
+    # from evidence in the trace) is a limit stated in COVERAGE, not a reason to withhold
+    # the verdict: otherwise every DDP job would be inconclusive forever.
+    if cov is not None and cov.gaps:
+        missing = sum(g.missing or 0 for g in cov.gaps)
         out.append(
             f"coverage incomplete: {missing} issued collective(s) were not recorded "
             "(see COVERAGE); what wsprof did not see cannot be judged"
