@@ -25,12 +25,29 @@ import types
 from wsprof.capture import settings as cfg
 
 #: Launchers that start the ranks but make no collective call: script endings and modules.
-LAUNCHER_SCRIPTS = ("torch/distributed/run.py", "torchrun", "torch/distributed/launch.py")
-LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+#: ``accelerate launch`` imports torch and runs ``torch.distributed.run`` in its own process
+#: (accelerate's ``multi_gpu_launcher``); its console scripts are ``accelerate`` and
+#: ``accelerate-launch``.
+LAUNCHER_SCRIPTS = (
+    "torch/distributed/run.py",
+    "torchrun",
+    "torch/distributed/launch.py",
+    "/accelerate",
+    "/accelerate-launch",
+    "accelerate/commands/launch.py",
+    "accelerate/commands/accelerate_cli.py",
+)
+LAUNCHER_MODULES = (
+    "torch.distributed.run",
+    "torch.distributed.launch",
+    "accelerate.commands.launch",
+    "accelerate.commands.accelerate_cli",
+)
 
 
 def _is_launcher() -> bool:
-    """Whether this process is ``torchrun`` / ``python -m torch.distributed.run`` (from
+    """Whether this process is a launcher (``torchrun``, ``python -m torch.distributed.run``,
+    ``accelerate launch``) (from
     ``sys.orig_argv``: under ``-m``, torch is imported before ``sys.argv[0]`` is set)."""
     orig = list(getattr(sys, "orig_argv", []) or [])
     if "-m" in orig[1:]:

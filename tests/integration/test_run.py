@@ -65,6 +65,42 @@ def test_torchrun_job_every_rank_patched_launcher_not(tmp_path: Path) -> None:
     assert path.parent == out and path.suffix == ".html" and path.stat().st_size > 10_000
 
 
+ACCELERATE = str(REPO / "tests" / "standins" / "accelerate")
+
+
+def test_accelerate_launch_is_a_launcher_its_workers_are_patched(tmp_path: Path) -> None:
+    """``accelerate launch`` (a stand-in shaped like accelerate's ``multi_gpu_launcher``: it
+    imports torch and runs ``torch.distributed.run`` in its own process), by module and by
+    its console script: the workers are patched, the launcher writes no trace."""
+    script = tmp_path / "bin" / "accelerate"  # shaped like pip's console script
+    script.parent.mkdir()
+    script.write_text(
+        f"#!{sys.executable}\nimport sys\n"
+        "from accelerate.commands.accelerate_cli import main\nsys.exit(main())\n"
+    )
+    script.chmod(0o755)
+    env = {"PYTHONPATH": os.pathsep.join([ACCELERATE, os.environ.get("PYTHONPATH", "")])}
+    for name, cmd in [
+        ("module", [sys.executable, "-m", "accelerate.commands.launch"]),
+        ("script", [str(script), "launch"]),
+    ]:
+        out = tmp_path / name
+        res = wsprof_run(
+            out,
+            *cmd,
+            "--num_processes",
+            "2",
+            "--main_process_port",
+            str(free_port()),
+            JOB,
+            "plain",
+            env=env,
+            opts=("--no-report",),
+        )
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert _calls_by_rank(out) == {0: 60, 1: 60}, name  # no trace of the launcher
+
+
 def test_multiprocessing_spawn_children_are_patched(tmp_path: Path) -> None:
     out = tmp_path / "run"
     res = wsprof_run(out, sys.executable, JOB, "spawn", str(free_port()), opts=("--no-report",))
