@@ -414,6 +414,41 @@ class ProcessAnalysis:
 
 
 @dataclass(frozen=True)
+class World:
+    """One process world of the run: the processes that share a default group (their own
+    ``init_process_group``), with the role analysis gave it (:mod:`wsprof.analysis.worlds`).
+
+    Attributes:
+        label: ``world N`` (N from 1, trainer worlds first).
+        role: ``trainer``, ``inference engine`` or ``other`` (:class:`wsprof.contracts.roles.Role`).
+        size: the world size its processes recorded, None when unknown.
+        pids: its processes' pids (None where unknown), in rank order.
+        ranks: their ranks in the world (None where unknown).
+        store: ``host:port`` of the store its default group rendezvoused through, if known.
+        evidence: why this role, one short phrase each (strongest first).
+    """
+
+    label: str
+    role: str
+    size: int | None
+    pids: tuple[int | None, ...]
+    ranks: tuple[int | None, ...]
+    store: str | None
+    evidence: tuple[str, ...]
+
+    def line(self) -> str:
+        """``world 1: trainer, 2 processes (ranks 0-1, pids 11, 12); evidence: ...``."""
+        ranks = [r for r in self.ranks if r is not None]
+        span = f"ranks {min(ranks)}-{max(ranks)}" if ranks else "ranks unknown"
+        pids = ", ".join(str(p) for p in self.pids if p is not None) or "?"
+        why = "; ".join(self.evidence) or "no evidence"
+        return (
+            f"{self.label}: {self.role}, {len(self.pids)} processes ({span}, pids {pids}); "
+            f"evidence: {why}"
+        )
+
+
+@dataclass(frozen=True)
 class RankSeries:
     """One process's per-step times, for comparing the ranks of a run (see
     :mod:`wsprof.analysis.ranks`). Per-step tuples all have the length of ``steps``.
@@ -468,6 +503,9 @@ class RankSeries:
     wrapper: str | None = None
     sync_gap_s: tuple[float | None, ...] = ()
     gap: GrowthVerdict | None = None
+    #: The process world it belongs to (``world N``: :class:`World`); None when the run has
+    #: one world or worlds are unknown. Ranks are compared only within one world.
+    world: str | None = None
 
     def where(self) -> str:
         """``rank 3 (host node-b, pid 4242)``: how findings name the process."""
@@ -837,6 +875,9 @@ class Analysis:
     #: One line per trace of the run that could not be read (``skipped <path>: <why>``): not
     #: judged, so the verdict says so (:mod:`wsprof.analysis.verdict`).
     unread: tuple[str, ...] = ()
+    #: The run's process worlds and their roles (:mod:`wsprof.analysis.worlds`); empty for a
+    #: series file or traces that recorded no world.
+    worlds: tuple[World, ...] = ()
 
     @property
     def primary(self) -> ProcessAnalysis | None:

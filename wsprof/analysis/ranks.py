@@ -39,6 +39,7 @@ class RankInput:
             (None where unknown): ``StepRow.sync_start_ns``.
         wrapper: the foreign wrapper on a collective name with the most time between layers
             in this process (``qualname (file:line)``), None when none was found.
+        world: its process world's label when the run has several (else None).
     """
 
     pa: ProcessAnalysis
@@ -46,6 +47,8 @@ class RankInput:
     clock: ProcessClock
     sync_start_ns: tuple[int | None, ...]
     wrapper: str | None = None
+    #: its process world (``world N``) when the run has several; ranks are compared within one.
+    world: str | None = None
 
 
 #: Ranks met in a step's weight sync when its ends agree an order of magnitude better than its
@@ -236,7 +239,13 @@ def rank_series(inputs: Sequence[RankInput], judge: Judge | Sequence[Judge]) -> 
                 wrapper=inp.wrapper,
                 sync_gap_s=gaps,
                 gap=judge_one(gap_series) if gap_series is not None else None,
+                world=inp.world,
             )
         )
-    lags = sync_lags(rows)
-    return [replace(r, sync_lag_s=lag) for r, lag in zip(rows, lags)]
+    # Lags behind the earliest rank of the same world: another world's sync is another job.
+    out = list(rows)
+    for world in dict.fromkeys(r.world for r in rows):
+        idx = [i for i, r in enumerate(rows) if r.world == world]
+        for i, lag in zip(idx, sync_lags([rows[i] for i in idx])):
+            out[i] = replace(rows[i], sync_lag_s=lag)
+    return out

@@ -22,6 +22,7 @@ from wsprof.analysis.model import (
     RankSeries,
     SeriesResult,
     StepRow,
+    World,
     WrapperFact,
 )
 from wsprof.analysis.phases import pattern_problems
@@ -34,6 +35,7 @@ from wsprof.analysis.process import (
 from wsprof.analysis.ranks import RankInput, peer_waits, rank_series
 from wsprof.analysis.steps import assign_calls
 from wsprof.analysis.verdict import with_verdict
+from wsprof.analysis.worlds import ROLE_ORDER, find_worlds
 from wsprof.contracts.counters import counter_unit, counter_unit_text, is_gpu_counter
 from wsprof.contracts.events import (
     Event,
@@ -360,6 +362,7 @@ def _digest_all(traces: Iterable[ProcessTrace]) -> list[_Digest]:
     """Analyse each trace as it comes; keep the calls of the best primary candidate only."""
     out: list[_Digest] = []
     best: _Digest | None = None
+    kept = 0
     for i, t in enumerate(traces):
         d = _Digest(
             t,
@@ -371,13 +374,29 @@ def _digest_all(traces: Iterable[ProcessTrace]) -> list[_Digest]:
             wrapper_facts(t),
         )
         if not d.sampler_only and (best is None or d.key() < best.key()):
-            if best is not None:
+            if best is not None and best.trace.rank != 0:
                 best.trace = replace(best.trace, calls=CallTable.empty())
             best = d
-        elif d.n_calls:
+        elif d.n_calls and not (d.trace.rank == 0 and kept < MAX_KEPT_RANK0):
+            # Every world's rank 0 keeps its calls until the worlds are known (the primary is
+            # the trainer world's rank 0); the others are released now.
             d.trace = replace(t, calls=CallTable.empty())
+        elif d.n_calls and d.trace.rank == 0 and d is not best:
+            kept += 1
         out.append(d)
     return out
+
+
+#: Most rank-0 processes (one per world) whose calls are kept until the primary is chosen.
+MAX_KEPT_RANK0 = 8
+
+
+def _label_in_world(label: str, world: World, worlds: Sequence[World]) -> str:
+    """``trainer rank 0`` / ``inference engine rank 1`` (``world 3 rank 0`` where two worlds
+    have one role): how reports name a process when the run has several worlds."""
+    same = sum(1 for w in worlds if w.role == world.role)
+    prefix = world.role if same == 1 else f"{world.label} ({world.role})"
+    return f"{prefix} {label}"
 
 
 def analyze_run(
@@ -445,11 +464,17 @@ def _with_peer_waits(analyses: Sequence[ProcessAnalysis], clock: RunClock) -> li
 
 
 def _rank_rows(
-    procs: Sequence[_Digest], analyses: Sequence[ProcessAnalysis], clock: RunClock, notes: list[str]
+    procs: Sequence[_Digest],
+    analyses: Sequence[ProcessAnalysis],
+    clock: RunClock,
+    notes: list[str],
+    worlds: Sequence[str | None] | None = None,
 ) -> list[RankSeries]:
     """Per-rank rows of every process with steps, on the run clock (``clock``: those
     processes, in order); alignment notes go to ``notes`` (only when ranks are compared: a
     single process needs no common clock)."""
+    labels = list(worlds) if worlds is not None else [None] * len(procs)
+    world_of = {id(d): w for d, w in zip(procs, labels)}
     with_steps = [(d, pa) for d, pa in zip(procs, analyses) if pa.steps]
     if not with_steps:
         return []
@@ -468,6 +493,7 @@ def _rank_rows(
                 c,
                 tuple(r.sync_start_ns for r in pa.steps),
                 next((w.label() for w in d.wrappers if w.kind == "name"), None),
+                world_of.get(id(d)),
             )
             for (d, pa), c in zip(with_steps, clock.clocks)
         ],
@@ -481,12 +507,39 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
     unread = tuple(n for n in notes if n.startswith("skipped "))
     samples = _samples_by_pid([d.trace for d in digests])
     procs = [d for d in digests if not d.sampler_only] or list(digests)
-    procs.sort(key=_Digest.key)
+    worlds, world_idx = find_worlds([d.trace.meta for d in procs])
+    world_of = {id(d): worlds[w] for d, w in zip(procs, world_idx) if w is not None}
+    index_of = {id(d): w for d, w in zip(procs, world_idx)}
+
+    def key(d: _Digest) -> tuple[int, ...]:
+        # The primary is the trainer world's rank 0: role first, then steps, world, rank, ...
+        w = world_of.get(id(d))
+        return (
+            ROLE_ORDER[w.role] if w else 1,
+            *d.key()[:1],
+            index_of.get(id(d)) or 0,
+            *d.key()[1:],
+        )
+
+    procs.sort(key=key)
+    for d in procs[1:]:
+        if len(d.trace.calls):
+            d.trace = replace(d.trace, calls=CallTable.empty())
+    if procs and procs[0].n_calls and not len(procs[0].trace.calls):
+        notes.append(
+            f"{procs[0].trace.label}: its calls were released before the worlds were known; "
+            "the headline's per-op series are missing"
+        )
+    several = len(worlds) > 1
     analyses: list[ProcessAnalysis] = []
     for d in procs:
         pid = d.trace.meta.get("pid")
         own = [] if d.trace.samples or not isinstance(pid, int) else samples.get(pid, [])
-        analyses.append(join_samples(d.pa, d.trace.meta, own) if own else d.pa)
+        pa = join_samples(d.pa, d.trace.meta, own) if own else d.pa
+        w = world_of.get(id(d))
+        if several and w is not None:
+            pa = replace(pa, label=_label_in_world(pa.label, w, worlds))
+        analyses.append(pa)
     clock = _run_clock([(d, pa) for d, pa in zip(procs, analyses) if pa.steps])
     analyses = _with_peer_waits(analyses, clock)
     primary = procs[0].trace if procs else None
@@ -500,7 +553,13 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
     unattributed = _unattributed_backend(primary) if primary is not None else None
     if unattributed:
         notes.append(unattributed)
-    ranks = _rank_rows(procs, analyses, clock, notes)
+    ranks = _rank_rows(
+        procs,
+        analyses,
+        clock,
+        notes,
+        [world_of[id(d)].label if several and id(d) in world_of else None for d in procs],
+    )
     errors = [e.detail for d in procs for e in d.trace.events if e.kind is EventKind.INTERNAL_ERROR]
     head = headline_of(analyses[0] if analyses else None, results, source, analyses)
     facts = Facts(
@@ -512,7 +571,15 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
             "nothing recorded: no collective calls and no steps in these traces (did the "
             "process exit before the first flush, or never call a collective?)"
         )
-    lowest = min((d.trace.rank for d in procs if d.trace.rank is not None), default=None)
+    first_world = world_of.get(id(procs[0])) if procs else None
+    lowest = min(
+        (
+            d.trace.rank
+            for d in procs
+            if d.trace.rank is not None and world_of.get(id(d)) is first_world
+        ),
+        default=None,
+    )
     if (
         analyses
         and analyses[0].rank is not None
@@ -577,6 +644,7 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
             ),
             unread=unread,
             headline=head,
+            worlds=worlds,
         )
     )
 

@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from wsprof.capture import buffer
 from wsprof.capture import settings as cfg
+from wsprof.capture.world import WorldProbe
 from wsprof.contracts.events import EventKind
 from wsprof.trace import journal as jfmt
 from wsprof.trace import outputs
@@ -219,6 +220,8 @@ class Recorder:
         self.flush_cpu_ns_total = 0
         self._rank_known = False
         self._remembered: dict[str, Any] = {}  # identity taken while the group was up
+        self.world = WorldProbe()  # world, groups and role modules (meta 'world', 'groups')
+        self._world_written: tuple[int, int, bool] | None = None
         self.lock = threading.Lock()  # held by a drain
         self._flushing_here = threading.local()
         self._stop = threading.Event()
@@ -341,6 +344,8 @@ class Recorder:
         """Take rank, world size and backend now (before the group is destroyed); the next
         flush writes them, and the exit line uses them."""
         self._identity()
+        with contextlib.suppress(Exception):
+            self.world.read()
 
     def _identity(self) -> dict[str, Any]:
         dist = sys.modules.get("torch.distributed")
@@ -440,6 +445,12 @@ class Recorder:
             if not self._rank_known:
                 meta.update(self._identity())
                 self._rank_known = "backend" in meta  # from the live group: final
+            # Worlds and roles: each group once (a store round trip for its token), never at
+            # close (a store whose server is gone must not be waited for).
+            world = self.world.read(ask_stores=not self._stop.is_set())
+            if self.world.state() != self._world_written:
+                meta.update(world)
+                self._world_written = self.world.state()
             batches: dict[str, list[tuple[Any, ...]]] = {
                 "strings": list(jrows.strings),
                 "sites": list(jrows.sites),

@@ -68,6 +68,7 @@ def _rank(r: RankSeries) -> dict[str, Any]:
         "median_weight_sync_s": r.median_weight_sync_s,
         "median_step_s": r.median_step_s,
         "sync_lag_s": r.sync_lag_s,
+        "world": r.world,
         "sync": _verdict(r.sync),
         "between": _verdict(r.between),
     }
@@ -261,6 +262,7 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             "phase_source": None if pa is None else pa.phase_source,
             "frame_shift": shift,
             "ranks": [_rank(r) for r in analysis.ranks],
+            "worlds": [dataclasses.asdict(w) for w in analysis.worlds],
             "coverage": _coverage(analysis.coverage),
         }
     )

@@ -364,6 +364,10 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int | No
             )
         if len(analysis.wrappers) > 8:
             lines.append(f"  (+{len(analysis.wrappers) - 8} more: --format json)")
+    if len(analysis.worlds) > 1:
+        lines.append("process worlds (ranks compared within each; the primary is trainer rank 0):")
+        for world in analysis.worlds:
+            lines += _wrap(world.line(), WIDTH, initial_indent="  ", subsequent_indent="    ")
     for note in analysis.notes:
         lines += _wrap(f"note: {note}", WIDTH, subsequent_indent="      ")
     return "\n".join(terminal_lines(lines, colour)) + "\n"
