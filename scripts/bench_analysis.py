@@ -22,8 +22,8 @@ import sys
 import tempfile
 import time
 
-from wsprof.capture.collectives import _pack_row
 from wsprof.capture.recorder import Recorder
+from wsprof.trace import ring
 from wsprof.trace.retention import Retention
 
 _CHILD = """
@@ -51,13 +51,18 @@ def write_trace(steps: int, calls: int) -> str:
     rec = Recorder(
         tempfile.mkdtemp(prefix="wsprof-analysis-"),
         flush_interval_s=3600,
-        max_pending=calls + 1,
+        ring_records=calls + 2,  # one step's records (calls and 2 spans) fit
         retention=Retention(keep_steps=0),
     )
-    hooks = [
-        rec.hook_id("broadcast", "dist.broadcast", "api"),
-        rec.hook_id("all_gather_into_tensor", "dist.all_gather_into_tensor", "api"),
-    ]
+    # API-layer hooks as ids 0 and 1; a call record's word 1 is its kind and hook id, as the
+    # hooks of wsprof.capture.collectives put it.
+    hooks = []
+    for i, (op, api) in enumerate(
+        [("broadcast", "dist.broadcast"), ("all_gather_into_tensor", "dist.all_gather_into_tensor")]
+    ):
+        rec.register_hook(i, op, api, "api")
+        hooks.append(ring.CALL | (i << 8))
+    put = rec.ring.put
     dt, grp, phase = (rec.strings.intern(s) for s in ("bfloat16", "0", "weight_sync"))
     sizes = [rng.choice([4096, 2**20, 4 * 2**20, 16 * 2**20]) for _ in range(300)]
     t = time.monotonic_ns()
@@ -68,23 +73,24 @@ def write_trace(steps: int, calls: int) -> str:
         t = sync_start
         for i in range(calls):
             dur = rng.randint(20_000, 60_000) + step * 200  # per-call cost grows a little
-            rec.calls.append(
-                _pack_row(
-                    t,
-                    t + dur,
-                    dur - 5_000,
-                    2,
-                    ident,
-                    hooks[i % 50 == 0],
-                    sizes[i % 300],
-                    dt,
-                    grp,
-                    0,
-                    i % 3,
-                    step,
-                    phase,
-                    -1,
-                )
+            # The call record as the hooks put it (collectives._record_slow): word 1, then
+            # t0, t1, backend_ns, n_backend, thread, bytes, dtype, grp, is_async, site, step,
+            # phase, error.
+            put(
+                hooks[i % 50 == 0],
+                t,
+                t + dur,
+                dur - 5_000,
+                2,
+                ident,
+                sizes[i % 300],
+                dt,
+                grp,
+                0,
+                i % 3,
+                step,
+                phase,
+                -1,
             )
             t += dur + rng.randint(1_000, 5_000)
         rec.spans.append(("phase", "weight_sync", sync_start, t, step, ident))
@@ -92,6 +98,7 @@ def write_trace(steps: int, calls: int) -> str:
         rec.spans.append(("step", str(step), t_step, t, step, ident))
         rec.flush()
     rec.close()
+    assert rec.dropped_calls == 0 and rec.written() == steps * calls, "calls dropped"
     return rec.path
 
 

@@ -18,10 +18,20 @@ import random
 import tempfile
 import time
 
-from wsprof.capture.collectives import _pack_row
 from wsprof.capture.recorder import Recorder
+from wsprof.trace import ring
 from wsprof.trace.reader import read_trace
 from wsprof.trace.retention import DEFAULT_KEEP_STEPS, Retention
+
+
+def hook_words(rec: Recorder, names: list[tuple[str, str]]) -> list[int]:
+    """Register API-layer hooks ``(op, api)`` as ids 0, 1, ... and return each one's record
+    word 1 (kind and hook id), as the hooks of :mod:`wsprof.capture.collectives` do."""
+    words = []
+    for i, (op, api) in enumerate(names):
+        rec.register_hook(i, op, api, "api")
+        words.append(ring.CALL | (i << 8))
+    return words
 
 
 def main() -> None:
@@ -34,47 +44,52 @@ def main() -> None:
     rec = Recorder(
         tempfile.mkdtemp(prefix="wsprof-size-"),
         flush_interval_s=3600,
-        max_pending=args.calls + 1,
+        ring_records=args.calls + 1,  # one step's records fit: drained after each step
         retention=Retention(keep_steps=args.keep_steps),
     )
-    hooks = [
-        rec.hook_id("broadcast", "dist.broadcast", "api"),
-        rec.hook_id("all_gather", "dist.all_gather", "api"),
-        rec.hook_id("all_gather_into_tensor", "dist.all_gather_into_tensor", "api"),
-    ]
+    hooks = hook_words(
+        rec,
+        [
+            ("broadcast", "dist.broadcast"),
+            ("all_gather", "dist.all_gather"),
+            ("all_gather_into_tensor", "dist.all_gather_into_tensor"),
+        ],
+    )
     dt = rec.strings.intern("bfloat16")
     grp = rec.strings.intern("0")
     phase = rec.strings.intern("weight_sync")
     sizes = [rng.choice([4096, 8192, 2**20, 4 * 2**20, 16 * 2**20]) for _ in range(300)]
     t = time.monotonic_ns()
     ident = 140_000_000_000_123
+    put = rec.ring.put
     t0 = time.monotonic()
     for step in range(args.steps):
-        calls = rec.calls
         for i in range(args.calls):
             dur = rng.randint(20_000, 400_000)
             backend = dur - rng.randint(1_000, 15_000)
-            calls.append(
-                _pack_row(
-                    t,
-                    t + dur,
-                    backend,
-                    2,
-                    ident,
-                    hooks[i % 97 == 0],
-                    sizes[i % 300],
-                    dt,
-                    grp,
-                    0,
-                    i % 3,
-                    step,
-                    phase,
-                    -1,
-                )
+            # The call record as the hooks put it (collectives._record_slow): word 1, then
+            # t0, t1, backend_ns, n_backend, thread, bytes, dtype, grp, is_async, site, step,
+            # phase, error.
+            put(
+                hooks[i % 97 == 0],
+                t,
+                t + dur,
+                backend,
+                2,
+                ident,
+                sizes[i % 300],
+                dt,
+                grp,
+                0,
+                i % 3,
+                step,
+                phase,
+                -1,
             )
             t += dur + rng.randint(10_000, 40_000)
         rec.flush()
     rec.close()
+    assert rec.dropped_calls == 0 and rec.written() == args.steps * args.calls, "calls dropped"
     size = os.path.getsize(rec.path)
     n = args.steps * args.calls
     print(f"{args.steps} steps x {args.calls:,} calls = {n:,} calls, keep_steps={args.keep_steps}")
