@@ -195,3 +195,37 @@ def test_presets_are_the_registry_and_openrlhf_rollout_has_both_paths() -> None:
         "openrlhf.trainer.ppo_utils.samples_generator:SamplesGenerator.generate_samples",
         "openrlhf.trainer.ppo_utils.experience_maker:SamplesGenerator.generate_samples",
     )
+
+
+def test_trl_generation_without_vllm_is_rollout(
+    fresh: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TRL's ``GRPOTrainer._generate_single_turn`` (the stand-in has TRL 1.16.0's signature)
+    generates with or without vLLM: the model's ``generate`` runs in ``rollout``."""
+    standins = Path(__file__).resolve().parents[1] / "standins" / "presets"
+    monkeypatch.syspath_prepend(str(standins))
+    for name in [m for m in sys.modules if m == "trl" or m.startswith("trl.")]:
+        monkeypatch.delitem(sys.modules, name)
+    from trl.trainer import grpo_trainer  # the stand-in
+
+    original = grpo_trainer.GRPOTrainer._generate_single_turn
+    try:
+        presets.install("trl")
+        assert "trl.trainer.grpo_trainer:GRPOTrainer._generate_single_turn" in presets.wrapped
+
+        class Model:
+            def generate(self, prompt_ids: object) -> str | None:
+                return current_phase()
+
+        trainer = grpo_trainer.GRPOTrainer(Model())
+        completion_ids, _ = trainer._generate_single_turn(
+            [[1, 2]], None, {}, num_generations=2, has_tool_images=False
+        )
+        assert completion_ids == "rollout"
+        assert current_phase() is None
+        assert (
+            "preset",
+            "trl: rollout marked on trl.trainer.grpo_trainer:GRPOTrainer._generate_single_turn",
+        ) in fresh
+    finally:
+        grpo_trainer.GRPOTrainer._generate_single_turn = original  # type: ignore[method-assign]

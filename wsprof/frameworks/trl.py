@@ -1,6 +1,8 @@
 """TRL (huggingface/trl, PyPI ``trl``): GRPO and the other online trainers, vLLM generation.
 
 Sources: ``trl/generation/vllm_generation.py`` (``VLLMGeneration``: sync and generate),
+``trl/trainer/grpo_trainer.py`` (``GRPOTrainer._generate_single_turn``: generation with or
+without vLLM),
 ``trl/generation/vllm_client.py`` and ``trl/scripts/vllm_serve.py`` (server mode),
 ``trl/trainer/<name>_trainer.py`` (the online trainers). TRL logs through ``transformers``'
 trainer (no step line of its own): its W&B history is read as a metrics CSV.
@@ -23,6 +25,13 @@ FRAMEWORK = Framework(
     entry_points=(
         EntryPoint(WEIGHT_SYNC, ("trl.generation.vllm_generation:VLLMGeneration.sync_weights",)),
         EntryPoint(ROLLOUT, ("trl.generation.vllm_generation:VLLMGeneration.generate",)),
+        EntryPoint(
+            ROLLOUT,
+            ("trl.trainer.grpo_trainer:GRPOTrainer._generate_single_turn",),
+            "trl/trainer/grpo_trainer.py: generation with or without vLLM (use_vllm=False: "
+            "transformers' generate, which TRL times as transformers.generate); with vLLM it "
+            "also holds the weight sync it triggers",
+        ),
     ),
     phase_patterns=(
         PhasePattern(

@@ -1,0 +1,1 @@
+"""Stand-in package (same dotted path as the framework's)."""
