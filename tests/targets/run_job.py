@@ -4,7 +4,9 @@ Usage:
     ``python run_job.py plain`` under torchrun (RANK/WORLD_SIZE/MASTER_* from the launcher);
     ``python run_job.py spawn PORT``: spawns 2 ranks with multiprocessing (spawn);
     ``python run_job.py slime PORT``: world size 1, steps through the slime stand-ins
-    (``tests/standins/presets`` on the path), and imports the verl stand-in.
+    (``tests/standins/presets`` on the path), and imports the verl stand-in;
+    ``python run_job.py trl PORT [generate]``: world size 1, imports the TRL stand-ins (GRPO
+    trainer, vLLM generation) and generates each step without vLLM only with ``generate``.
 Each rank does 3 steps of 20 broadcasts. ``$EXIT`` is the exit code.
 """
 
@@ -63,6 +65,19 @@ def main() -> None:
         for i in range(3):
             rollout.generate(i)
             sync.update_weights()
+        dist.destroy_process_group()
+    elif mode == "trl":
+        import trl.generation.vllm_generation  # noqa: F401 - imported by TRL's trainers
+        from trl.trainer.grpo_trainer import GRPOTrainer
+
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{sys.argv[2]}", rank=0, world_size=1
+        )
+        trainer = GRPOTrainer()
+        for _ in range(3):
+            if "generate" in sys.argv[3:]:
+                trainer._generate_single_turn([[1, 2]], None, {}, 2)
+            steps()
         dist.destroy_process_group()
     sys.exit(int(os.environ.get("EXIT", "0")))
 

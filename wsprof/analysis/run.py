@@ -40,11 +40,13 @@ from wsprof.contracts.counters import counter_unit, counter_unit_text, is_gpu_co
 from wsprof.contracts.events import (
     Event,
     EventKind,
+    PresetMarked,
     ProbeTrouble,
     SamplerWindowFailed,
     SamplerWindowLost,
     WrapperFound,
 )
+from wsprof.contracts.phases import canonical_phase
 from wsprof.contracts.series import (
     BETWEEN_LAYERS_S,
     COLLECTIVE_CALLS,
@@ -278,6 +280,24 @@ def _last_step(t: ProcessTrace) -> int | None:
     return max(steps) if steps and max(steps) >= 0 else None
 
 
+def _idle_preset_notes(traces: Sequence[ProcessTrace]) -> list[str]:
+    """One note per preset that wrapped entry points (``preset`` events) in some process while
+    no process has a phase span of any phase it marks: none of its entry points ran (a TRL job
+    generating through a path the preset does not know). A phase also marked by hand hides
+    this: the note is said only when it is certain."""
+    marked: dict[str, set[str]] = {}
+    for t in traces:
+        for e in t.events:
+            if isinstance(e, PresetMarked):
+                marked.setdefault(e.preset, set()).add(e.phase)
+    seen = {canonical_phase(s.name) or s.name for t in traces for s in t.spans if s.kind == "phase"}
+    return [
+        f"{preset} preset installed; none of its entry points ran: no phases marked from it"
+        for preset, phases in marked.items()
+        if not phases & seen
+    ]
+
+
 def _capture_notes(traces: Iterable[ProcessTrace]) -> list[str]:
     """What capture could not do, once per kind: extra targets not hooked, device time off."""
     missing: list[str] = []
@@ -309,6 +329,7 @@ def _capture_notes(traces: Iterable[ProcessTrace]) -> list[str]:
             + (f" (and {len(thinned) - 1} more processes)" if len(thinned) > 1 else "")
         )
     notes += [f"counter probe: {d}" for d in probes[:3]]
+    notes += _idle_preset_notes(traces_seen)
     if missing:
         notes.append(
             f"{len(missing)} extra communicator target(s) not hooked: "
