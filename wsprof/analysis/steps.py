@@ -33,7 +33,12 @@ def _phase_totals(spans: Sequence[Span]) -> dict[tuple[int, str], float]:
     phase (:func:`~wsprof.contracts.phases.canonical_phase`: ``sync`` and ``update_weights``
     are weight sync): the time covered by at least one phase of that kind (nested or
     concurrent phases of one kind, e.g. ``generate`` inside ``rollout`` or two rollout
-    threads, count once). Phases of other names are left out."""
+    threads, count once). Phases of other names are left out.
+
+    A weight sync that runs inside a rollout phase counts as weight sync only: rollout is
+    the time in rollout phases and in no weight-sync phase of that step (TRL's
+    ``GRPOTrainer._generate_single_turn`` calls ``VLLMGeneration.sync_weights`` before it
+    generates; both are preset entry points), so the two never count one second twice."""
     found: dict[tuple[int, str], list[tuple[int, int]]] = {}
     for sp in spans:
         if sp.kind != "phase":
@@ -41,7 +46,14 @@ def _phase_totals(spans: Sequence[Span]) -> dict[tuple[int, str], float]:
         kind = canonical_phase(sp.name)
         if kind is not None:
             found.setdefault((sp.step, kind), []).append((sp.t_start_ns, sp.t_end_ns))
-    return {key: _union_ns(intervals) / 1e9 for key, intervals in found.items()}
+    totals = {key: _union_ns(intervals) / 1e9 for key, intervals in found.items()}
+    for (step, kind), intervals in found.items():
+        sync = found.get((step, WEIGHT_SYNC)) if kind == ROLLOUT else None
+        if sync:
+            # |rollout \ sync| = |rollout U sync| - |sync|
+            both = _union_ns([*intervals, *sync]) / 1e9
+            totals[(step, kind)] = max(both - totals[(step, WEIGHT_SYNC)], 0.0)
+    return totals
 
 
 def _union_ns(intervals: Sequence[tuple[int, int]]) -> int:
