@@ -235,12 +235,15 @@ class Recorder:
             self.ring, self._mm = buffer.open_ring(
                 fmt.ring_path(self.path), self.capacity, self.pid, native=s.native
             )
-        except BaseException:
+        except BaseException as e:
             # A name taken under us (a link planted between the check and the create): the
-            # files made so far are ours; leave no empty trace behind.
+            # files made so far are ours; leave no empty trace behind. A ring that failed
+            # for any other reason (a full disk) was created by us (O_EXCL) and goes too.
             self._writer.close()
             if len(made) > 1:
                 self.journal.close()
+                if not isinstance(e, FileExistsError):
+                    made.append(fmt.ring_path(self.path))
             for path in made:
                 with contextlib.suppress(OSError):
                     os.remove(path)
