@@ -1,5 +1,6 @@
-"""The handed real training logs (``shared/cases/logs/``): every expectation of its
-``expected.json``, for every log present, through ``analyze_path`` as ``wsprof analyze`` runs it.
+"""The handed real training logs (``shared/cases/logs/``) and metric exports of real runs
+(``shared/cases/metrics/``, the same ``expected.json`` form): every expectation, for every file
+present, through ``analyze_path`` as ``wsprof analyze`` runs it.
 
 Each expectation is its own test (``<file>::<key>``): the verdicts of ``weight_sync_s`` and
 ``step_s`` (null: the log has none), no warning-or-worse finding, and no leak or growth advice
@@ -22,7 +23,9 @@ from wsprof.analysis.model import Analysis, Finding
 from wsprof.analysis.run import analyze_path
 
 LOGS = helpers.CASES / "logs"
-EXPECTED = LOGS / "expected.json"
+METRICS = helpers.CASES / "metrics"
+#: Each handed folder and the files in it that must have expectations.
+FOLDERS = ((LOGS, "*.log"), (METRICS, "*.csv"))
 #: Severities that make a finding a warning or worse.
 WARNING_OR_WORSE = frozenset({"warning", "critical"})
 #: Expectation keys that name a series verdict.
@@ -30,19 +33,22 @@ SERIES_KEYS = ("weight_sync_s", "step_s")
 
 
 def _cases() -> list[Any]:
-    if not EXPECTED.is_file():  # the test skips (fails under CI) on the missing file
-        return [pytest.param(None, None, None, id="cases-missing")]
-    expected: dict[str, dict[str, Any]] = json.loads(EXPECTED.read_text())
     out: list[Any] = []
-    for file, checks in expected.items():
-        for key, want in checks.items():
-            out.append(pytest.param(file, key, want, id=f"{file}::{key}"))
+    for folder, _ in FOLDERS:
+        expected_file = folder / "expected.json"
+        if not expected_file.is_file():  # the test skips (fails under CI) on the missing file
+            out.append(pytest.param(folder, None, None, None, id=f"{folder.name}-missing"))
+            continue
+        expected: dict[str, dict[str, Any]] = json.loads(expected_file.read_text())
+        for file, checks in expected.items():
+            for key, want in checks.items():
+                out.append(pytest.param(folder, file, key, want, id=f"{file}::{key}"))
     return out
 
 
 @functools.cache
-def _analysis(file: str) -> Analysis:
-    return analyze_path(str(LOGS / file))
+def _analysis(path: Path) -> Analysis:
+    return analyze_path(str(path))
 
 
 def _advice_on(findings: tuple[Finding, ...], metric: str) -> list[str]:
@@ -54,15 +60,15 @@ def _advice_on(findings: tuple[Finding, ...], metric: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize(("file", "key", "want"), _cases())
-def test_handed_log(file: str, key: str, want: Any) -> None:
-    helpers.require_cases(EXPECTED)
-    helpers.require_cases(LOGS / file)
-    a = _analysis(file)
+@pytest.mark.parametrize(("folder", "file", "key", "want"), _cases())
+def test_handed_case(folder: Path, file: str, key: str, want: Any) -> None:
+    helpers.require_cases(folder / "expected.json")
+    helpers.require_cases(folder / file)
+    a = _analysis(folder / file)
     series = {r.series.name: r for r in a.series}
     if key in SERIES_KEYS:
         if want is None:
-            assert key not in series, f"{file}: the log has no {key}, got {series[key].verdict}"
+            assert key not in series, f"{file}: the input has no {key}, got {series[key].verdict}"
             return
         assert key in series, (file, sorted(series))
         v = series[key].verdict
@@ -77,17 +83,19 @@ def test_handed_log(file: str, key: str, want: Any) -> None:
         assert not (want and bad), bad
     elif key == "never_leak_advice_on":
         for metric in want:
-            assert metric in series, (file, metric, "not read from the log")
+            assert metric in series, (file, metric, "not read from the input")
             assert _advice_on(a.findings, metric) == [], (file, metric)
             kind = series_kind(series[metric].series)
             assert kind.kind not in ACCUMULATING_KINDS, (file, metric, kind)
     else:
-        pytest.fail(f"{EXPECTED}: unknown expectation {key!r} for {file}; teach this test it")
+        pytest.fail(f"{folder}/expected.json: unknown expectation {key!r} for {file}; teach it")
 
 
-def test_handed_logs_are_all_checked() -> None:
-    """Every log in the folder has expectations (a new log without them is not tested)."""
-    helpers.require_cases(EXPECTED)
-    expected = json.loads(EXPECTED.read_text())
-    logs = sorted(p.name for p in Path(LOGS).glob("*.log"))
-    assert [f for f in logs if f not in expected] == []
+@pytest.mark.parametrize(("folder", "pattern"), FOLDERS, ids=lambda v: getattr(v, "name", v))
+def test_handed_cases_are_all_checked(folder: Path, pattern: str) -> None:
+    """Every file in each folder has expectations (a new one without them is not tested)."""
+    expected_file = folder / "expected.json"
+    helpers.require_cases(expected_file)
+    expected = json.loads(expected_file.read_text())
+    files = sorted(p.name for p in Path(folder).glob(pattern))
+    assert [f for f in files if f not in expected] == []
