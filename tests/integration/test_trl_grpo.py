@@ -53,10 +53,8 @@ class Run:
     analysis: Analysis | None
 
 
-def _run(tmp: Path, name: str, under_wsprof: bool, flags: tuple[str, ...]) -> Run:
-    truth = tmp / f"{name}.jsonl"
-    out = tmp / name
-    job = [
+def _torchrun() -> list[str]:
+    return [
         sys.executable,
         "-m",
         "torch.distributed.run",
@@ -66,6 +64,40 @@ def _run(tmp: Path, name: str, under_wsprof: bool, flags: tuple[str, ...]) -> Ru
         "127.0.0.1",
         "--master-port",
         str(free_port()),
+    ]
+
+
+def _accelerate_launch() -> list[str]:
+    """accelerate 1.16 ``accelerate launch``: ``--multi_gpu`` is its torchrun launcher
+    (``multi_gpu_launcher``), on CPU here since no GPU is visible (``--cpu`` with 2 processes
+    takes the one-process ``simple_launcher``)."""
+    exe = Path(sys.executable).with_name("accelerate")
+    return [
+        str(exe) if exe.exists() else "accelerate",
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_ip",
+        "127.0.0.1",
+        "--main_process_port",
+        str(free_port()),
+    ]
+
+
+def _run(
+    tmp: Path, name: str, under_wsprof: bool, flags: tuple[str, ...], accelerate: bool = False
+) -> Run:
+    truth = tmp / f"{name}.jsonl"
+    out = tmp / name
+    job = [
+        *(_accelerate_launch() if accelerate else _torchrun()),
         str(SCRIPT),
         "--steps",
         str(STEPS),
@@ -77,6 +109,7 @@ def _run(tmp: Path, name: str, under_wsprof: bool, flags: tuple[str, ...]) -> Ru
     if under_wsprof:
         cmd = [sys.executable, "-m", "wsprof", "run", "--out", str(out), "--no-report", "--", *job]
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    env["HF_HOME"] = str(tmp / "hf_home")  # accelerate reads its default config there
     res = subprocess.run(
         cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False, env=env
     )
@@ -102,11 +135,24 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     got = {"reference": _run(tmp, "reference", False, ())}
     for kind, flags in KINDS.items():
         got[kind] = _run(tmp, kind, True, flags)
-    for name, r in got.items():  # the job itself did what it says
-        assert sorted(r.steps) == [0, 1], name
-        assert all(len(rows) == STEPS for rows in r.steps.values()), name
-        assert sorted(r.finals) == [0, 1], name
+    for name, r in got.items():
+        _check_job(name, r)
     return got
+
+
+def _check_job(name: str, r: Run) -> None:
+    """The job itself did what it says: every rank ran every step and ended."""
+    assert sorted(r.steps) == [0, 1], name
+    assert all(len(rows) == STEPS for rows in r.steps.values()), name
+    assert sorted(r.finals) == [0, 1], name
+
+
+@pytest.fixture(scope="module")
+def accelerate_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """The healthy job under ``wsprof run -- accelerate launch ...`` instead of torchrun."""
+    r = _run(tmp_path_factory.mktemp("trl_grpo_accelerate"), "accelerate", True, (), True)
+    _check_job("accelerate", r)
+    return r
 
 
 def _analysis(runs: dict[str, Run], kind: str) -> Analysis:
@@ -218,3 +264,19 @@ def test_no_weight_sync_number(runs: dict[str, Run], kind: str) -> None:
 def test_says_no_weight_sync_found(runs: dict[str, Run], kind: str) -> None:
     text = render_text(_analysis(runs, kind))
     assert "no weight sync found" in text.lower(), text[:2000]
+
+
+def test_accelerate_launch_is_a_launcher_not_a_training_process(
+    runs: dict[str, Run], accelerate_run: Run
+) -> None:
+    """Under ``accelerate launch`` the two ranks are the traced training processes (the
+    launcher is not one of them), rank 0 is primary, results are bit-identical and no
+    warning is raised."""
+    a = accelerate_run.analysis
+    assert a is not None
+    pids = {rows[0]["pid"] for rows in accelerate_run.steps.values()}
+    assert {p.pid for p in a.processes} == pids, [(p.label, p.pid) for p in a.processes]
+    assert a.processes[0].pid == accelerate_run.steps[0][0]["pid"]
+    ref = runs["reference"].finals[0]["checksum"]
+    assert {f["checksum"] for f in accelerate_run.finals.values()} == {ref}
+    assert not [f.title for f in a.findings if f.severity in ("warning", "critical")]
