@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 
 from wsprof.analysis.model import WindowSummary
+from wsprof.analysis.pushes import is_push
 from wsprof.analysis.ranks import peer_waits
 from wsprof.analysis.rhythm import find_cycle, idle_before, steps_from_rhythm, tokens
 from wsprof.analysis.sampled_steps import steps_from_windows
+from wsprof.analysis.steps import drop_truncated_edges
+from wsprof.analysis.updates import push_group, steps_from_updates, updates
 from wsprof.cli import main
 from wsprof.trace.model import CallTable
 
@@ -63,14 +66,15 @@ class _Job:
 
 
 def _leaky_job(steps: int, grow_ms: float, train_ms: float = 150.0) -> CallTable:
-    """Per step: training, a barrier, then 16 equal broadcasts from one site with a gap
-    between them that grows by ``grow_ms`` per step (the wrapper's overhead)."""
+    """Per step: training, a barrier, then 16 equal broadcasts of a 64 KiB parameter from one
+    site with a gap between them that grows by ``grow_ms`` per step (the wrapper's
+    overhead)."""
     j = _Job()
     j.call("broadcast", 1, site=9, nbytes=8)  # set-up: once
     for k in range(steps):
         j.call("barrier", 2, gap_ms=train_ms, site=2, nbytes=0)
         for _ in range(16):
-            j.call("broadcast", 0.3, gap_ms=0.1 + grow_ms * k, site=3)
+            j.call("broadcast", 0.3, gap_ms=0.1 + grow_ms * k, site=3, nbytes=64 * 1024)
     return j.table()
 
 
@@ -80,7 +84,8 @@ def test_growing_overhead_between_calls_does_not_hide_the_steps() -> None:
     calls = _leaky_job(10, grow_ms=5.0)
     rows = steps_from_rhythm(calls)
     assert len(rows) == 10
-    assert [r.n_calls for r in rows] == [17] * 10
+    # A step ends with its weight sync: the first holds the set-up broadcast too.
+    assert [r.n_calls for r in rows] == [18] + [17] * 9
     sync = [r.weight_sync_s for r in rows]
     assert all(s is not None for s in sync)
     # The barrier is not weight sync: each sync is the 16 broadcasts and the gaps between them.
@@ -231,3 +236,109 @@ def test_steps_from_sampled_phases_of_long_steps() -> None:
         4.0,
         5.0,
     ]
+
+
+# ------------------------------------------------------------------ weight pushes by evidence
+
+
+def _engine(steps: int, initial_push: bool = True) -> tuple[CallTable, dict[str, object]]:
+    """An inference engine (SGLang-shaped, TP rank 1): a scheduler loop that receives pickled
+    requests from TP rank 0 every few ms on group '1' (int64 size + uint8 pickle), a decode
+    loop of a varying number of tokens (two all-reduces each on the default group), then the
+    weight update it receives: 20 float32 broadcasts of 256 KiB on 'slime-pp_0'."""
+    j = _Job()
+    rng = np.random.default_rng(3)
+
+    def update() -> None:
+        for i in range(20):
+            j.call("broadcast", 2.0, gap_ms=0.3 if i else 5.0, site=7, nbytes=1 << 18, grp="pp")
+
+    def control() -> None:
+        j.call("broadcast", 0.05, gap_ms=8.0, site=3, nbytes=8, grp="1")
+        j.call("broadcast", 0.05, site=4, nbytes=600, grp="1")
+
+    j.call("barrier", 1, site=1, nbytes=0)
+    if initial_push:
+        update()
+    for _ in range(steps):
+        for _ in range(int(rng.integers(12, 33))):
+            control()
+            j.call("all_reduce", 0.2, gap_ms=1.0, site=5, nbytes=4096)
+            j.call("all_reduce", 0.2, site=6, nbytes=4096)
+        update()
+    for _ in range(5):
+        control()
+    table = j.table()
+    table.dtype[:] = np.where(table.bytes == 8, "torch.int64", table.dtype)
+    table.dtype[:] = np.where(table.bytes == 600, "torch.uint8", table.dtype)
+    meta = {
+        "world": {"rank": 1, "size": 2},
+        "groups": [
+            {"name": "0", "size": 2, "rank": 1, "default": True},
+            {"name": "1", "size": 2, "rank": 1, "default": False},
+            {"name": "pp", "size": 3, "rank": 2, "default": False},
+        ],
+    }
+    return table, meta
+
+
+def test_engine_steps_are_the_weight_updates_it_receives() -> None:
+    calls, meta = _engine(8)
+    up = updates(calls, meta)
+    assert up is not None and up.group == "pp" and not up.sender
+    assert len(up.bursts) == 9  # the initial push and one per step
+    rows = steps_from_updates(calls, up)
+    # The segment before the initial push is start-up, not a step; after the last update,
+    # the loop's tail is a truncated step: left out. One step per decoded batch? Never.
+    assert len(rows) == 8
+    syncs = [r.weight_sync_s for r in rows]
+    assert all(s is not None and 0.035 < s < 0.06 for s in syncs), syncs  # 20 x 2 ms + gaps
+    assert all(r.t_end_ns > r.t_start_ns for r in rows)
+    assert all(a.t_end_ns == b.t_start_ns for a, b in zip(rows, rows[1:]))
+
+
+def test_a_control_group_of_pickled_requests_is_not_a_push_group() -> None:
+    calls, meta = _engine(6)
+    keep = calls.grp != "pp"
+    found = push_group(calls.take(np.nonzero(keep)[0]), meta)
+    assert found is None
+
+
+def test_tiny_gathers_are_no_weight_sync() -> None:
+    # TRL without vLLM: per step a few gathers of rewards and lengths (tens of bytes): a run
+    # of weight-push ops, but no push by any evidence.
+    j = _Job()
+    for _ in range(10):
+        for site in (11, 12, 13, 14):
+            j.call("all_gather", 0.1, gap_ms=40.0 if site == 11 else 0.2, site=site, nbytes=64)
+    rows = steps_from_rhythm(j.table())
+    assert len(rows) >= 9
+    assert all(r.weight_sync_s is None for r in rows)
+    assert not is_push(j.table(), 0, 4, None)
+
+
+def test_two_unlike_halves_are_one_step() -> None:
+    # TRL's step: generation (gathers of prompts, rewards: 11 calls) then optimisation (7
+    # calls); a k=2 anchor would cut 24 steps for 12.
+    j = _Job()
+    for _ in range(12):
+        for i in range(11):
+            j.call("all_gather", 0.1, gap_ms=30.0 if i == 0 else 0.5, site=20 + i % 3, nbytes=64)
+        for i in range(7):
+            j.call("broadcast", 0.1, gap_ms=25.0 if i == 0 else 0.5, site=30 + i % 2, nbytes=32)
+    rows = steps_from_rhythm(j.table())
+    assert len(rows) in (11, 12, 13), [r.n_calls for r in rows]
+    assert all(r.n_calls == 18 for r in rows[1:-1]), [r.n_calls for r in rows]
+
+
+def test_truncated_edges_are_left_out() -> None:
+    j = _Job()
+    for _ in range(6):
+        j.call("barrier", 1, gap_ms=100.0, site=1, nbytes=0)
+        for _ in range(8):
+            j.call("all_reduce", 0.5, site=2)
+    j.call("barrier", 1, gap_ms=100.0, site=1, nbytes=0)  # the job ends inside a step
+    rows, said = drop_truncated_edges(steps_from_rhythm(j.table()))
+    assert [r.n_calls for r in rows] == [9] * 6
+    assert [r.step for r in rows] == list(range(6))
+    assert len(said) == 1 and "last step (1 calls" in said[0]

@@ -153,8 +153,9 @@ def _ids(findings: Iterable[Finding]) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- symptom
 
 
-#: A per-step time rides along with the lead symptom ("step time grows with it") only when it
-#: grows at most this many times as fast: faster, the lead cannot explain it, and it is a
+#: A per-step time rides along with the lead symptom ("step time grows with it") unless it
+#: grows more than this many times as fast, at the low end of its slope's confidence interval
+#: (Theil-Sen, :mod:`wsprof.analysis.growth`): faster, the lead cannot explain it, and it is a
 #: symptom of its own (a rollout that grows +2 s/step beside a +0.3 s/step sync).
 RIDE_SLOPE_RATIO = 1.5
 #: Slowdowns of these series are a cause's own (time between layers is the wrapper's where).
@@ -201,6 +202,11 @@ def _symptom_link(
         if n == lead_name or n in CAUSE_SERIES:
             continue
         slope = float(f.evidence.get("slope_per_step", 0.0))
+        # The data must show it grows faster: the low end of its slope's confidence interval
+        # (a step time whose rollout varies with the tokens decoded has a wide one).
+        other = series.get(n)
+        low = other.verdict.evidence.get("theil_sen_slope_lo") if other is not None else None
+        slope = min(slope, float(low)) if low is not None else slope
         if lead_slope > 0 and slope <= RIDE_SLOPE_RATIO * lead_slope:
             riders.append(f)
         else:

@@ -14,9 +14,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from wsprof.analysis.model import Analysis, ProcessAnalysis, SeriesResult
+from wsprof.analysis.pushes import MIN_PUSH_BYTES
 from wsprof.contracts.phases import phase_of_series
 from wsprof.contracts.series import ROLLOUT_S, ROLLOUT_SHARE, STEP_S, WEIGHT_SYNC_S
-from wsprof.contracts.units import fmt_duration
+from wsprof.contracts.units import fmt_bytes, fmt_duration
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,10 @@ class Headline:
         rollout_source: where the rollout share comes from when not from the primary's steps
             (``steps of rank 1``: the rollout ranks marked it; ``sampling windows of rank 0``;
             ``rollout_s / step_s of X``); None when from the primary's steps or unknown.
+        sync_evidence: how the primary's weight sync was told (``sends weights on group
+            'slime-pp_0' (13 updates)``, ``weight-sync phases``, ...); None otherwise.
+        no_sync_found: why the primary's steps have no weight sync (no push by any evidence):
+            the headline says so instead of a number; None when it has one or has no steps.
     """
 
     source: str
@@ -72,6 +77,8 @@ class Headline:
     sync_wait_median_s: float | None = None
     weight_sync_result: SeriesResult | None = None
     rollout_source: str | None = None
+    sync_evidence: str | None = None
+    no_sync_found: str | None = None
 
     def summary(self) -> str | None:
         """``rollout 18% of each step (median); weight sync 1.06 s median, 1.73 s last step
@@ -86,12 +93,21 @@ class Headline:
         last = last if last is not None else self.weight_sync_last_s
         if sync is not None:
             parts.append(f"weight sync {fmt_duration(sync)} median, {fmt_duration(last)} last step")
+        elif self.no_sync_found is not None:
+            parts.append(f"no weight sync found ({self.no_sync_found})")
         if not parts:
             return None
         src = self.source
         if self.step_source:
             src += f", from {self.step_source}"
         return "; ".join(parts) + f" ({src})"
+
+
+#: Why a run's steps have no weight sync (:mod:`wsprof.analysis.pushes`).
+NO_PUSH_EVIDENCE = (
+    "no weight-sync phase, no group used only to push weights, and no run of broadcasts or "
+    f"gathers moving {fmt_bytes(MIN_PUSH_BYTES)} or more of float tensors in a step"
+)
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -166,6 +182,7 @@ def headline_of(
         if shares:
             rollout_source = f"rollout_s / step_s of {source}"
     step_times = [r.step_s for r in rows] or (list(step.series.values) if step else [])
+    no_sync = NO_PUSH_EVIDENCE if rows and not syncs and ws is None else None
     if ws is not None and not syncs:
         syncs = list(ws.series.values)
         if where == "no steps":
@@ -193,6 +210,8 @@ def headline_of(
         sync_wait_median_s=_median(waits),
         weight_sync_result=ws,
         rollout_source=rollout_source,
+        sync_evidence=primary.sync_evidence if primary is not None and syncs else None,
+        no_sync_found=no_sync,
     )
 
 

@@ -381,7 +381,7 @@ class ProcessAnalysis:
     label: str
     rank: int | None
     pid: int | None
-    step_source: str  # 'markers' | 'rhythm' | 'bursts' | 'sampled' | 'none'
+    step_source: str  # 'markers' | 'updates' | 'rhythm' | 'bursts' | 'sampled' | 'none'
     steps: tuple[StepRow, ...]
     ops: tuple[OpStats, ...]
     calls: CallPoints
@@ -411,6 +411,12 @@ class ProcessAnalysis:
     sync_site: str | None = None
     #: wsprof's own cost and losses in the process (``meta['self']``, typed by the reader).
     self_overhead: SelfOverhead = field(default_factory=SelfOverhead)
+    #: How its steps' weight sync was told (``weight-sync phases``, ``sends weights on group
+    #: 'X' (12 updates)``, ``payloads of 64 KiB or more of float tensors per step``); None
+    #: when no step has one: no weight sync found.
+    sync_evidence: str | None = None
+    #: One phrase per step left out of its steps (a truncated first or last step).
+    left_out: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

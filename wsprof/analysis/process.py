@@ -21,10 +21,17 @@ from wsprof.analysis.model import (
     StepRow,
 )
 from wsprof.analysis.phases import patterns_from_meta, window_summaries
+from wsprof.analysis.pushes import is_push
 from wsprof.analysis.rhythm import steps_from_rhythm
 from wsprof.analysis.sampled_steps import steps_from_windows
 from wsprof.analysis.samples import early_late_shift, early_late_stacks, hot_frames, hot_stacks
-from wsprof.analysis.steps import steps_from_bursts, steps_from_markers, sync_spans
+from wsprof.analysis.steps import (
+    drop_truncated_edges,
+    steps_from_bursts,
+    steps_from_markers,
+    sync_spans,
+)
+from wsprof.analysis.updates import evidence_line, push_group, steps_from_updates, updates
 from wsprof.contracts.counters import NVML_UTIL_PCT, counter_unit, is_nvml_gpu
 from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow, Site, Span
 
@@ -328,12 +335,10 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
         if isinstance(lo, int) and isinstance(hi, int):
             steps = [replace(s, sync_gap_s=None) if lo <= s.step <= hi else s for s in steps]
     source = "markers"
+    left_out: list[str] = []
+    evidence = "weight-sync phases" if steps and sync_spans(trace.spans) else None
     if not steps:
-        steps = steps_from_rhythm(calls, last_record_ns(trace))
-        source = "rhythm"
-    if not steps:
-        steps = steps_from_bursts(calls, last_record_ns(trace))
-        source = "bursts" if steps else "none"
+        steps, source, evidence, left_out = unmarked_steps(trace)
     steps = with_sync_starts(steps, trace.spans)
     pa = ProcessAnalysis(
         label=trace.label,
@@ -352,8 +357,38 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
         gpu_util=gpu_util(trace),
         sync_site=sync_site(calls, steps, trace.spans, trace.sites),
         self_overhead=trace.self_overhead,
+        sync_evidence=evidence,
+        left_out=tuple(left_out),
     )
     return join_samples(pa, trace.meta, [*samples, *trace.samples])
+
+
+def unmarked_steps(trace: ProcessTrace) -> tuple[list[StepRow], str, str | None, list[str]]:
+    """Steps of a process without step markers, from evidence, strongest first: the weight
+    updates on its push group (:func:`~wsprof.analysis.pushes.steps_from_updates`: an engine's
+    steps, and the sending trainer's), the job's rhythm, bursts of collectives. A truncated
+    first or last step is left out (:func:`~wsprof.analysis.steps.drop_truncated_edges`).
+
+    Returns:
+        ``(steps, source, how the weight sync was told or None, phrases on steps left out)``;
+        source is ``updates``, ``rhythm``, ``bursts`` or ``none``.
+    """
+    calls = trace.calls
+    up = updates(calls, trace.meta)
+    if up is not None:
+        rows = steps_from_updates(calls, up, first_record_ns(trace))
+        return rows, "updates", evidence_line(up, up.group, rows), []
+    found = push_group(calls, trace.meta)
+    group = found[0] if found is not None else None
+    rows = steps_from_rhythm(calls, last_record_ns(trace), group, first_record_ns(trace))
+    source = "rhythm"
+    if not rows:
+        rows = steps_from_bursts(
+            calls, last_record_ns(trace), lambda lo, hi: is_push(calls, lo, hi, group)
+        )
+        source = "bursts" if rows else "none"
+    rows, left_out = drop_truncated_edges(rows)
+    return rows, source, evidence_line(None, group, rows), left_out
 
 
 def join_samples(

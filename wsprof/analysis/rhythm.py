@@ -32,9 +32,12 @@ Method:
    inside a loop (between two calls of one op from one site, as a per-parameter push is):
    there the gaps are the very overhead that grows.
 4. **Weight sync** of a step: the longest run of consecutive weight-push collectives
-   (:data:`SYNC_OPS`: broadcast, all-gather, scatter, point-to-point; never a barrier or a
-   reduction) of at least :data:`MIN_SYNC_CALLS` calls; its span, first start to last
-   completion, time between the calls included (that is where a wrapper's overhead lives).
+   (:data:`~wsprof.analysis.pushes.SYNC_OPS`: broadcast, all-gather, scatter, point-to-point;
+   never a barrier or a reduction) of at least :data:`MIN_SYNC_CALLS` calls that is a push by
+   evidence (:func:`~wsprof.analysis.pushes.is_push`: it touches the push group, or it moves a
+   model's worth of float payload); its span, first start to last completion, time between
+   the calls included (that is where a wrapper's overhead lives). A step without one has no
+   weight sync (never a gather of rewards called one).
    In a step with reduce-scatters (FSDP/ZeRO training), only runs after the last of them
    count: the all-gathers of forward and backward gather parameters for training, the
    weight push comes after the optimizer step.
@@ -50,7 +53,14 @@ import numpy as np
 import numpy.typing as npt
 
 from wsprof.analysis.model import StepRow
-from wsprof.analysis.steps import covered_ns, step_rows
+from wsprof.analysis.pushes import SYNC_OPS, is_push
+from wsprof.analysis.steps import (
+    EDGE_CALLS_SHARE,
+    covered_ns,
+    ending_with_sync,
+    run_end_ns,
+    step_rows,
+)
 from wsprof.trace.model import CallTable
 
 #: Fewest repetitions that make a rhythm (fewer are not a curve either: see growth).
@@ -76,18 +86,6 @@ MAX_PERIOD_ITEMS = 20_000
 MATCH_SAMPLE = 4096
 #: Longest unit (in items) of a loop collapsed to one item when no period is found without.
 MAX_LOOP_UNIT = 4
-#: Canonical ops that push weights from a trainer to engines (or gather full weights).
-SYNC_OPS = frozenset(
-    {
-        "broadcast",
-        "all_gather",
-        "all_gather_into_tensor",
-        "scatter",
-        "send",
-        "recv",
-        "batch_p2p",
-    }
-)
 #: Ops of sharded training's backward (FSDP, ZeRO): the all-gathers before the last of them in
 #: a step gather parameters for forward and backward, not weights for the engines.
 TRAINING_GATHER_AFTER = frozenset({"reduce_scatter", "reduce_scatter_tensor"})
@@ -297,7 +295,7 @@ def _cut(
         ):
             continue
         lo, hi = np.percentile(d, [10, 90])
-        if hi <= STEP_EVENNESS * lo + 1:
+        if hi <= STEP_EVENNESS * lo + 1 and (k == 1 or _alike_parts(first, p)):
             anchors.append((k, key))
     if not anchors:
         return None
@@ -328,6 +326,16 @@ def _cut(
     return Cycle(len(starts), starts, match)
 
 
+def _alike_parts(first: npt.NDArray[np.int64], at: list[int]) -> bool:
+    """True when the parts an anchor cuts (its occurrences ``at``, item positions; ``first``
+    maps items to calls) hold nearly the same number of calls (:data:`STEP_EVENNESS`): a
+    period of several steps repeats one step (an extra call every third), while TRL's
+    generation and optimisation halves of one step (11 and 7 calls) are one step, not two."""
+    calls = np.diff(first[at])
+    lo, hi = np.percentile(calls, [10, 90])
+    return bool(hi <= STEP_EVENNESS * lo + 1)
+
+
 def idle_before(calls: CallTable) -> npt.NDArray[np.int64]:
     """Per call (sorted by start): ns since every earlier call had returned, >= 0."""
     n = len(calls)
@@ -338,10 +346,14 @@ def idle_before(calls: CallTable) -> npt.NDArray[np.int64]:
     return np.clip(gaps, 0, None).astype(np.int64)
 
 
-def sync_run(calls: CallTable, lo: int, hi: int) -> tuple[int, int] | None:
-    """The longest run of consecutive :data:`SYNC_OPS` calls in ``[lo, hi)`` (indices, the
-    second exclusive) with at least :data:`MIN_SYNC_CALLS` calls, or None; after the last
-    reduce-scatter of the range when it has one (:data:`TRAINING_GATHER_AFTER`)."""
+def sync_run(
+    calls: CallTable, lo: int, hi: int, group: str | None = None
+) -> tuple[int, int] | None:
+    """The longest run of consecutive :data:`~wsprof.analysis.pushes.SYNC_OPS` calls in
+    ``[lo, hi)`` (indices, the second exclusive) with at least :data:`MIN_SYNC_CALLS` calls
+    that is a weight push (:func:`~wsprof.analysis.pushes.is_push` with the process's push
+    ``group``), or None; after the last reduce-scatter of the range when it has one
+    (:data:`TRAINING_GATHER_AFTER`)."""
     ops = calls.op[lo:hi].tolist()
     last_rs = max((i for i, op in enumerate(ops) if op in TRAINING_GATHER_AFTER), default=-1)
     if last_rs >= 0:
@@ -356,19 +368,34 @@ def sync_run(calls: CallTable, lo: int, hi: int) -> tuple[int, int] | None:
         j = i
         while j < len(is_sync) and is_sync[j]:
             j += 1
-        if j - i >= MIN_SYNC_CALLS and (best is None or j - i > best[1] - best[0]):
+        if (
+            j - i >= MIN_SYNC_CALLS
+            and (best is None or j - i > best[1] - best[0])
+            and is_push(calls, lo + i, lo + j, group)
+        ):
             best = (lo + i, lo + j)
         i = j
     return best
 
 
-def steps_from_rhythm(calls: CallTable, t_last_ns: int | None = None) -> list[StepRow]:
+def steps_from_rhythm(
+    calls: CallTable,
+    t_last_ns: int | None = None,
+    group: str | None = None,
+    t_first_ns: int | None = None,
+) -> list[StepRow]:
     """One step per repetition of the job's call pattern; empty when none is found.
 
     Step ``i`` runs from repetition ``i``'s first call to repetition ``i+1``'s (the last to
     ``t_last_ns`` or its last call's end). ``weight_sync_s`` is the span of the step's sync run
-    (:func:`sync_run`) and ``sync_gap_s`` the part of it in no collective; both None for a
-    step without one. ``sync_start_ns`` is the run's first call.
+    (:func:`sync_run`, ``group`` the process's push group) and ``sync_gap_s`` the part of it
+    in no collective; both None for a step without one. ``sync_start_ns`` is the run's first call.
+
+    When every repetition (all but one at most) has a weight sync, a step ends with it
+    (:func:`_ending_with_sync`): the frameworks' step is rollout, train, push, and every
+    process of a run then cuts its steps at the same place, whichever call its own rhythm
+    started from; the first such step starts at ``t_first_ns`` (the process's first record),
+    else at its first call.
     """
     if len(calls) < MIN_RHYTHM_STEPS:
         return []
@@ -379,25 +406,78 @@ def steps_from_rhythm(calls: CallTable, t_last_ns: int | None = None) -> list[St
         calls.t_done_ns >= 0, np.maximum(calls.t_done_ns, calls.t_end_ns), calls.t_end_ns
     )
     bounds = [*cyc.starts, len(calls)]
+    runs = [sync_run(calls, bounds[i], bounds[i + 1], group) for i in range(cyc.n_steps)]
+    found = [r for r in runs if r is not None]
+    if len(found) >= max(MIN_RHYTHM_STEPS, cyc.n_steps - 1):
+        return _ending_with_sync(calls, done, found, t_first_ns)
     specs = []
-    for i in range(cyc.n_steps):
+    head = _head_step(calls, cyc, done, group, t_first_ns)
+    if head is not None:
+        specs.append(head)
+    for i, run in enumerate(runs):
         lo, hi = bounds[i], bounds[i + 1]
         t0 = int(calls.t_start_ns[lo])
         if i + 1 < cyc.n_steps:
             t1 = int(calls.t_start_ns[hi])
         else:
             t1 = max(int(done[lo:hi].max()), t_last_ns or 0)
-        run = sync_run(calls, lo, hi)
-        sync_s = gap_s = None
-        sync_t0 = None
-        if run is not None:
-            a, b = run
-            sync_t0 = int(calls.t_start_ns[a])
-            end = int(done[a:b].max())
-            sync_s = (end - sync_t0) / 1e9
-            gap_s = (
-                max(end - sync_t0 - covered_ns(calls.t_start_ns[a:b], done[a:b], sync_t0, end), 0)
-                / 1e9
-            )
-        specs.append((i, t0, t1, sync_s, gap_s, sync_t0))
+        specs.append((len(specs), t0, t1, *_sync_of(calls, done, run)))
     return step_rows(calls, specs)
+
+
+def _head_step(
+    calls: CallTable,
+    cyc: Cycle,
+    done: npt.NDArray[np.int64],
+    group: str | None,
+    t_first_ns: int | None,
+) -> tuple[int, int, int, float | None, float | None, int | None] | None:
+    """The calls before the first repetition as a step of their own, when they hold at least
+    :data:`~wsprof.analysis.steps.EDGE_CALLS_SHARE` of a step's calls: the cut goes before the
+    longest pause, which in a DDP job (its gradient all-reduces unseen) falls inside the step,
+    so the first step's first part comes before it (the last step's rest, after the last
+    cut, is then a truncated step, left out)."""
+    first = cyc.starts[0]
+    lengths = np.diff(np.array(cyc.starts, dtype=np.int64))
+    per_step = float(np.median(lengths))
+    if first == 0 or first < EDGE_CALLS_SHARE * per_step or lengths[0] < 0.75 * per_step:
+        return None  # nothing before, too little, or the first repetition is itself partial
+    t0 = int(calls.t_start_ns[0])
+    t0 = min(t0, t_first_ns) if t_first_ns is not None else t0
+    run = sync_run(calls, 0, first, group)
+    return (0, t0, int(calls.t_start_ns[first]), *_sync_of(calls, done, run))
+
+
+def _sync_of(
+    calls: CallTable, done: npt.NDArray[np.int64], run: tuple[int, int] | None
+) -> tuple[float | None, float | None, int | None]:
+    """``(weight_sync_s, sync_gap_s, sync_start_ns)`` of a sync run (all None without)."""
+    if run is None:
+        return None, None, None
+    a, b = run
+    t0 = int(calls.t_start_ns[a])
+    end = run_end_ns(calls, done, a, b)
+    gap = max(end - t0 - covered_ns(calls.t_start_ns[a:b], done[a:b], t0, end), 0) / 1e9
+    return (end - t0) / 1e9, gap, t0
+
+
+def _ending_with_sync(
+    calls: CallTable,
+    done: npt.NDArray[np.int64],
+    runs: list[tuple[int, int]],
+    t_first_ns: int | None,
+) -> list[StepRow]:
+    """Steps that end when their weight sync completes: step ``k`` runs from the end of sync
+    ``k-1`` (the first from the first call) to the end of sync ``k``
+    (:func:`~wsprof.analysis.steps.ending_with_sync`); what follows the last sync is a
+    truncated step, left out."""
+    ends = [int(done[a:b].max()) for a, b in runs]
+    first = int(calls.t_start_ns[0])
+    starts = [min(first, t_first_ns) if t_first_ns is not None else first, *ends[:-1]]
+    return ending_with_sync(
+        calls,
+        [
+            (i, t0, t1, *_sync_of(calls, done, run))
+            for i, (t0, t1, run) in enumerate(zip(starts, ends, runs))
+        ],
+    )

@@ -584,7 +584,12 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
     errors = [e.detail for d in procs for e in d.trace.events if e.kind is EventKind.INTERNAL_ERROR]
     head = headline_of(analyses[0] if analyses else None, results, source, analyses)
     facts = Facts(
-        {r.series.name: r for r in results}, analyses, wrappers, errors, ranks=ranks, headline=head
+        {r.series.name: r for r in results},
+        analyses,
+        wrappers,
+        errors,
+        ranks=ranks,
+        headline=head,
     )
     sampled = any(pa.n_samples for pa in analyses)
     if analyses and not sampled and not any(d.n_calls or d.trace.spans for d in procs):
@@ -610,6 +615,13 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
         notes.append(
             f"no steps found on rank {lowest}: the headline series come from "
             f"{analyses[0].label}, the lowest rank with steps"
+        )
+    for pa in analyses:
+        notes += [f"{pa.label}: {phrase}" for phrase in pa.left_out]
+    if analyses and analyses[0].step_source == "updates":
+        notes.append(
+            f"no step markers: steps were cut at the weight updates ({analyses[0].sync_evidence});"
+            " a step ends when its update has arrived; rollout and train times are unknown"
         )
     if analyses and analyses[0].step_source == "rhythm":
         notes.append(

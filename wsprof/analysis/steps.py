@@ -8,7 +8,7 @@ from in-burst gaps at a jump of at least :data:`MIN_GAP_RATIO` in the sorted gap
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -24,6 +24,9 @@ from wsprof.trace.model import CallTable, CallTotals, Span
 MIN_GAP_RATIO = 10.0
 #: And at least this long, ns (below it, gaps are scheduling noise).
 MIN_IDLE_GAP_NS = 20_000_000
+#: Whether the calls ``[lo, hi)`` of a process are a weight push (see
+#: :func:`wsprof.analysis.pushes.is_push`).
+PushTest = Callable[[int, int], bool]
 #: Bursts with fewer calls are not weight syncs (a lone barrier, a metrics all_reduce).
 MIN_BURST_CALLS = 3
 
@@ -164,9 +167,11 @@ def _rows(
     return out
 
 
-def step_rows(
-    calls: CallTable, specs: Sequence[tuple[int, int, int, float | None, float | None, int | None]]
-) -> list[StepRow]:
+#: A step cut by time: ``(step, t0_ns, t1_ns, weight_sync_s, sync_gap_s, sync_start_ns)``.
+_RowSpec = tuple[int, int, int, float | None, float | None, int | None]
+
+
+def step_rows(calls: CallTable, specs: Sequence[_RowSpec]) -> list[StepRow]:
     """Rows of steps cut by time (the job's rhythm, bursts) from ``(step, t0_ns, t1_ns,
     weight_sync_s, sync_gap_s, sync_start_ns)``; calls are assigned by their start."""
     rows = _rows(
@@ -187,6 +192,18 @@ def sync_spans(spans: Sequence[Span]) -> list[Span]:
         (sp for sp in spans if sp.kind == "phase" and canonical_phase(sp.name) == WEIGHT_SYNC),
         key=lambda sp: sp.t_start_ns,
     )
+
+
+def run_end_ns(calls: CallTable, done: npt.NDArray[np.int64], lo: int, hi: int) -> int:
+    """When the calls ``[lo, hi)`` (a weight sync) completed, ns: their last return or wait
+    (``done``: per call, its completion), a wait counted only up to the next call's start.
+    A functional collective's output is waited where it is first used (``AsyncCollectiveTensor``):
+    a gather in one step can be waited seconds later, after other work; that is not sync."""
+    end = int(calls.t_end_ns[lo:hi].max())
+    waits = done[lo:hi]
+    if hi < len(calls):
+        waits = np.minimum(waits, calls.t_start_ns[hi])
+    return max(end, int(waits.max()))
 
 
 def covered_ns(starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], lo: int, hi: int) -> int:
@@ -272,11 +289,13 @@ def steps_from_markers(
     return [replace(r, sync_gap_s=gaps.get(r.step)) for r in rows]
 
 
-def idle_gap_threshold(gaps: npt.NDArray[np.int64]) -> float | None:
+def idle_gap_threshold(
+    gaps: npt.NDArray[np.int64], min_ratio: float = MIN_GAP_RATIO
+) -> float | None:
     """The gap length (ns) that separates idle gaps from in-burst gaps, or None.
 
-    Candidates are the jumps in the sorted gaps where the next gap is at least
-    :data:`MIN_GAP_RATIO` times the previous and at least :data:`MIN_IDLE_GAP_NS` long; among
+    Candidates are the jumps in the sorted gaps where the next gap is at least ``min_ratio``
+    (:data:`MIN_GAP_RATIO`) times the previous and at least :data:`MIN_IDLE_GAP_NS` long; among
     them the one with the largest between-class variance of log-gaps (Otsu's criterion, N. Otsu,
     IEEE Trans. SMC 9(1), 1979) wins, so one long start-up pause does not outvote the many
     idle gaps between steps.
@@ -286,9 +305,7 @@ def idle_gap_threshold(gaps: npt.NDArray[np.int64]) -> float | None:
     logs = np.sort(np.log10(np.maximum(gaps, 1).astype(np.float64)))
     n = len(logs)
     jumps = np.diff(logs)
-    cands = np.nonzero(
-        (jumps >= np.log10(MIN_GAP_RATIO)) & (logs[1:] >= np.log10(MIN_IDLE_GAP_NS))
-    )[0]
+    cands = np.nonzero((jumps >= np.log10(min_ratio)) & (logs[1:] >= np.log10(MIN_IDLE_GAP_NS)))[0]
     if len(cands) == 0:
         return None
     csum = np.cumsum(logs)
@@ -306,13 +323,17 @@ def idle_gap_threshold(gaps: npt.NDArray[np.int64]) -> float | None:
 
 
 def detect_bursts(
-    t_start_ns: npt.NDArray[np.int64], t_end_ns: npt.NDArray[np.int64]
+    t_start_ns: npt.NDArray[np.int64],
+    t_end_ns: npt.NDArray[np.int64],
+    min_ratio: float = MIN_GAP_RATIO,
 ) -> list[tuple[int, int]]:
     """Split calls (sorted by start) into bursts separated by idle gaps.
 
     Args:
         t_start_ns: call start times, shape (n,), sorted.
         t_end_ns: call end times, shape (n,).
+        min_ratio: how many times longer than the longest in-burst gap an idle gap is at
+            least (:func:`idle_gap_threshold`).
 
     Returns:
         ``(first, last)`` call indices (inclusive) of each burst with at least
@@ -323,7 +344,7 @@ def detect_bursts(
         return []
     running_end = np.maximum.accumulate(t_end_ns)
     gaps = t_start_ns[1:] - running_end[:-1]
-    threshold = idle_gap_threshold(gaps)
+    threshold = idle_gap_threshold(gaps, min_ratio)
     if threshold is None:
         return []
     cuts = np.nonzero(gaps > threshold)[0]
@@ -332,12 +353,15 @@ def detect_bursts(
     return [(int(a), int(b)) for a, b in zip(starts, ends) if b - a + 1 >= MIN_BURST_CALLS]
 
 
-def steps_from_bursts(calls: CallTable, t_last_ns: int | None = None) -> list[StepRow]:
+def steps_from_bursts(
+    calls: CallTable, t_last_ns: int | None = None, is_push: PushTest | None = None
+) -> list[StepRow]:
     """One step per sync burst: step i runs from burst i's start to burst i+1's start.
 
-    Weight-sync time is the burst's span (first call start to last call end). Rollout and
-    train times are unknown (None). The last step ends at ``t_last_ns`` (the last record of the
-    process) or at its burst's end.
+    Weight-sync time is the burst's span (first call start to last call end) where
+    ``is_push(first, end)`` (call indices, the end exclusive) says the burst is a weight push,
+    else None (no test: every burst). Rollout and train times are unknown (None). The last
+    step ends at ``t_last_ns`` (the last record of the process) or at its burst's end.
     """
     if len(calls) == 0:
         return []
@@ -350,7 +374,64 @@ def steps_from_bursts(calls: CallTable, t_last_ns: int | None = None) -> list[St
             t1 = int(calls.t_start_ns[bursts[i + 1][0]])
         else:
             t1 = max(sync_end, t_last_ns or sync_end)
-        specs.append((i, t0, t1, None, None, (sync_end - t0) / 1e9))
+        push = is_push is None or is_push(a, b + 1)
+        specs.append((i, t0, t1, None, None, (sync_end - t0) / 1e9 if push else None))
     return [
-        replace(r, sync_start_ns=r.t_start_ns) for r in _rows(calls, specs, by_step_number=False)
+        replace(r, sync_start_ns=r.t_start_ns if r.weight_sync_s is not None else None)
+        for r in _rows(calls, specs, by_step_number=False)
     ]
+
+
+#: A first or last step with fewer calls than this share of the median step's is truncated
+#: (the run started or ended inside it: a final barrier, a push cut short by a kill) and is
+#: left out of every series and of the headline.
+EDGE_CALLS_SHARE = 0.5
+
+
+#: The segment before a process's first weight sync is a step only when it holds at least
+#: this share of the calls a step issues before its sync (median; the rollout's and the
+#: training's collectives): start-up and an initial push before training are not a step.
+#: Where steps issue nothing before their sync, its length against the shortest step decides.
+FIRST_STEP_SHARE = 0.5
+
+
+def ending_with_sync(calls: CallTable, specs: Sequence[_RowSpec]) -> list[StepRow]:
+    """Rows of steps that each end when their weight sync completes, from ``(step, t0_ns,
+    t1_ns, weight_sync_s, sync_gap_s, sync_start_ns)`` (see :func:`step_rows`): the first
+    segment (from the first call to the first sync's end) is left out unless it looks like a
+    step (:data:`FIRST_STEP_SHARE`); steps renumbered from 0."""
+    specs = list(specs)
+    if len(specs) > 1:
+        starts = calls.t_start_ns
+        before = [
+            int(np.searchsorted(starts, sy if sy is not None else t1) - np.searchsorted(starts, t0))
+            for _, t0, t1, _, _, sy in specs
+        ]
+        typical = float(np.median(before[1:]))
+        lengths = [t1 - t0 for _, t0, t1, *_ in specs[1:]]
+        if typical >= 1:
+            first_is_step = before[0] >= FIRST_STEP_SHARE * typical
+        else:
+            first_is_step = specs[0][2] - specs[0][1] >= FIRST_STEP_SHARE * min(lengths)
+        if not first_is_step:
+            specs = specs[1:]
+    return step_rows(calls, [(i, *sp[1:]) for i, sp in enumerate(specs)])
+
+
+def drop_truncated_edges(rows: Sequence[StepRow]) -> tuple[list[StepRow], list[str]]:
+    """``rows`` (steps cut by time) without a truncated first or last step (see
+    :data:`EDGE_CALLS_SHARE`), renumbered from 0, and one phrase per step left out."""
+    out = list(rows)
+    if len(out) < 3:
+        return out, []
+    med = float(np.median([r.n_calls for r in out[1:-1]]))
+    said: list[str] = []
+    for pos, which in ((-1, "last"), (0, "first")):
+        r = out[pos]
+        if r.n_calls < EDGE_CALLS_SHARE * med:
+            said.append(
+                f"its {which} step ({r.n_calls} calls against {med:.0f} in a step) is "
+                "truncated and left out"
+            )
+            out.pop(pos)
+    return [replace(r, step=i) for i, r in enumerate(out)], said

@@ -11,6 +11,7 @@ have shown one. :func:`judge` returns ``inconclusive`` (with the reason and what
 - a process lost records at its end (a damaged capture buffer) or a full capture buffer
   dropped calls (:mod:`wsprof.analysis.ending`);
 - a trace of the run could not be read (corrupt or truncated);
+- a rank of the primary's world (a trainer) has no steps: its own series were not judged;
 - a series input has no series that can accumulate.
 
 With problems found, the same limits are kept as ``reasons``: a problem seen on part of the
@@ -70,6 +71,7 @@ def _reasons(a: Analysis) -> list[str]:
             f"only {len(pa.steps)} step(s) of {pa.label} (from {pa.step_source}): a curve "
             f"needs at least {MIN_STEPS_FOR_VERDICT}; run longer"
         )
+    out += _unjudged_trainers(a)
     for p in a.processes:
         out += end_limits(p.meta, p.self_overhead, p.label)
     if a.unread:
@@ -90,6 +92,25 @@ def _reasons(a: Analysis) -> list[str]:
             "(see COVERAGE); what wsprof did not see cannot be judged"
         )
     return out
+
+
+def _unjudged_trainers(a: Analysis) -> list[str]:
+    """A reason per rank of the primary's world (the trainers) whose steps could not be found:
+    its own series were not judged, so a leak on it alone would go unseen (issue 28: never a
+    silent "no problem" for a trainer rank)."""
+    pa = a.primary
+    if pa is None or not pa.steps or not a.worlds:
+        return []
+    world = next((w for w in a.worlds if pa.pid in w.pids), None)
+    if world is None:
+        return []
+    missing = [p.label for p in a.processes if p.pid in world.pids and not p.steps]
+    if not missing:
+        return []
+    return [
+        f"no steps found on {', '.join(missing)} (same world as {pa.label}): its own series "
+        "were not judged; mark its steps with wsprof.step() or set WSPROF_PRESET"
+    ]
 
 
 def judge(a: Analysis) -> Verdict:

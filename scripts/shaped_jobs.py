@@ -1,0 +1,161 @@
+"""Framework-shaped jobs under ``wsprof run`` with no markers, against their own ground truth.
+
+Runs the slime-, verl- and AReaL-shaped jobs (``../shared/jobs/slime_shaped``,
+``tests/jobs/verl_shaped``, ``tests/jobs/areal_shaped``; 4 processes each, gloo on CPU),
+healthy and leaking, and compares what ``wsprof analyze`` reads with what each job logged: the
+issue 28 table (job x variant -> steps found/true per trainer and engine, primary, per-step
+weight-sync error of the primary, verdict, the top diagnosis's ``where``, the steps the leak
+needed to be found).
+
+    python scripts/shaped_jobs.py [--jobs slime,verl,areal] [--variants healthy,leak]
+        [--repeats 2] [--steps 12] [--out DIR]
+
+:func:`run_job` and :func:`compare` are what ``tests/integration/test_shaped_jobs.py`` uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wsprof.analysis.model import Analysis
+from wsprof.analysis.run import analyze_path, classify_series, row_series
+from wsprof.demo.run import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+#: The shared jobs folder (the slime-shaped job and the ``common`` the others import).
+SHARED_JOBS = Path(os.environ.get("WSPROF_JOBS", REPO.parent / "shared" / "jobs"))
+JOBS = {
+    "slime": SHARED_JOBS / "slime_shaped" / "job_slime.py",
+    "verl": REPO / "tests" / "jobs" / "verl_shaped" / "job_verl.py",
+    "areal": REPO / "tests" / "jobs" / "areal_shaped" / "job_areal.py",
+}
+#: ``--leak`` of each job's leaking twin: segments the probe walks more each step (AReaL's on
+#: trainer rank 1 only, its default ``--leak-rank``).
+LEAK = {"slime": 4000, "verl": 8000, "areal": 8000}
+
+
+@dataclass
+class Row:
+    """One job run read by wsprof, against its truth."""
+
+    job: str
+    variant: str
+    steps: dict[str, tuple[int, int]] = field(default_factory=dict)  # label -> (found, true)
+    primary_ok: bool = False
+    sync_err_pct: float | None = None  # median per-step error of the primary's weight sync
+    verdict: str = ""
+    top: str = ""
+    where: str = ""
+    leak_found_at: int | None = None  # fewest steps after which the leak is named
+
+    def line(self) -> str:
+        steps = ", ".join(f"{k} {a}/{b}" for k, (a, b) in self.steps.items())
+        err = "-" if self.sync_err_pct is None else f"{self.sync_err_pct:+.1f}%"
+        return (
+            f"| {self.job} | {self.variant} | {steps} | {'yes' if self.primary_ok else 'NO'} | "
+            f"{err} | {self.verdict} | {self.top[:90]} | {self.where[:110]} | "
+            f"{self.leak_found_at if self.leak_found_at is not None else '-'} |"
+        )
+
+
+def run_job(job: str, variant: str, out: Path, steps: int = 12, timeout_s: float = 600) -> Path:
+    """Run ``job`` (a key of :data:`JOBS`) under ``wsprof run --no-report`` with no markers;
+    returns the truth file (the run folder is ``out``). Raises ``RuntimeError`` on failure."""
+    truth = out.with_suffix(".truth.jsonl")
+    cmd = [
+        sys.executable, "-m", "wsprof", "run", "--out", str(out), "--no-report", "--",
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
+        "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+        str(JOBS[job]), "--steps", str(steps), "--truth", str(truth),
+    ]  # fmt: skip
+    if variant == "leak":
+        cmd += ["--leak", str(LEAK[job])]
+    env = {**os.environ, "WSPROF_JOBS": str(SHARED_JOBS), "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"{job} {variant} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return truth
+
+
+def _truth(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def compare(job: str, variant: str, run: Path, truth_file: Path) -> tuple[Row, Analysis]:
+    """What wsprof reads from ``run`` against the job's truth."""
+    a = analyze_path(str(run))
+    truth = [t for t in _truth(truth_file) if isinstance(t.get("step"), int) and t["step"] >= 0]
+    row = Row(job, variant)
+    for p in a.processes:
+        mine = [t for t in truth if t.get("pid") == p.pid]
+        if mine:
+            row.steps[p.label] = (len(p.steps), len(mine))
+    t0 = [t for t in truth if t.get("role") == "trainer" and t.get("role_rank") == 0]
+    pid0 = t0[0]["pid"] if t0 else None
+    row.primary_ok = a.primary is not None and a.primary.pid == pid0
+    if a.primary is not None and t0:
+        by_step = sorted(t0, key=lambda t: int(str(t["step"])))
+        errs = [
+            (r.weight_sync_s / float(str(t["sync_s"])) - 1) * 100
+            for r, t in zip(a.primary.steps, by_step)
+            if r.weight_sync_s is not None and float(str(t["sync_s"])) > 0
+        ]
+        row.sync_err_pct = statistics.median(errs) if errs else None
+    row.verdict = a.verdict.status
+    if a.diagnoses:
+        d = a.diagnoses[0]
+        row.top = f"{d.severity}: {d.title}"
+        row.where = d.where.text if d.where is not None else ""
+    return row, a
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", default="slime,verl,areal")
+    ap.add_argument("--variants", default="healthy,leak")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="wsprof-shaped-"))
+    print(
+        "| job | variant | steps found/true | primary = trainer rank 0 | sync error (median) | "
+        "verdict | top diagnosis | where | leak named after steps |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for job in args.jobs.split(","):
+        for variant in args.variants.split(","):
+            for k in range(args.repeats):
+                run = out / f"{job}-{variant}-{k}"
+                truth = run_job(job, variant, run, args.steps)
+                row, a = compare(job, variant, run, truth)
+                if variant == "leak":
+                    row.leak_found_at = _steps_needed(a)
+                print(row.line(), flush=True)
+    return 0
+
+
+def _steps_needed(a: Analysis) -> int | None:
+    """Fewest steps of the primary's after which the diagnosis is critical: the analysis of
+    the first n steps' series (``wsprof analyze`` of a run cut there), n = 3..all."""
+    pa = a.primary
+    if pa is None:
+        return None
+    for n in range(3, len(pa.steps) + 1):
+        series = row_series(pa.steps[:n], pa.step_source)
+        res = classify_series(series, [])
+        if any(r.series.name == "weight_sync_s" and r.verdict.accumulating for r in res):
+            return n
+    return None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

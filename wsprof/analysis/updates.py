@@ -1,0 +1,248 @@
+"""Weight updates on the push group, and steps cut at them.
+
+RL frameworks push new weights from the trainers to the inference engines on a group made for
+it (slime's ``slime-pp_0``, AReaL's and verl's weight-update groups, OpenRLHF's ``openrlhf``
+group): a non-default process group on which a process issues nothing but weight-push
+collectives (:data:`~wsprof.analysis.pushes.SYNC_OPS`) and barriers. Its rank 0 sends (a
+trainer), the others receive (the engines). Every weight update is one repetition of the same
+calls on it.
+
+- :func:`push_group` names that group for one process and finds its updates.
+- :func:`steps_from_updates` cuts an engine's (or the sending trainer's) steps at the end of
+  each update it took part in: step ``k`` ends when update ``k`` has arrived, so every process
+  of the run has the same steps (the trainers' step ends with its push, the engines' with
+  loading it), as the frameworks log them.
+
+Pure numpy over a :class:`~wsprof.trace.model.CallTable` and the trace's meta; no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from wsprof.analysis.model import StepRow
+from wsprof.analysis.pushes import MIN_PUSH_BYTES, SYNC_OPS, is_float
+from wsprof.analysis.rhythm import find_cycle, idle_before, loop_keys, tokens
+from wsprof.analysis.steps import covered_ns, detect_bursts, ending_with_sync
+from wsprof.contracts.units import fmt_bytes
+from wsprof.trace.model import CallTable
+
+#: Updates on a push group are split where a gap is this many times the longest gap inside
+#: one: a looser bar than for bursts of all calls (:data:`~wsprof.analysis.steps.MIN_GAP_RATIO`),
+#: as only the push's own calls are on the group, and the trainer's gathers between buckets
+#: (verl's checkpoint engine broadcasts bucket by bucket from a thread) stretch the gaps inside.
+UPDATE_GAP_RATIO = 3.0
+#: Fewest weight updates on a push group for steps to be cut at them.
+MIN_UPDATES = 3
+
+
+#: Every update pushes the whole model: the bytes of the updates found differ by at most this
+#: factor (largest over smallest), else the cut is wrong (a bucket taken for an update, or
+#: two updates for one).
+UPDATE_BYTES_SPREAD = 1.25
+
+
+def _updates_on(calls: CallTable, on: npt.NDArray[np.int64]) -> list[tuple[int, int]]:
+    """The updates among the calls ``on`` (indices into ``calls``, all on one group): first
+    and last call index of each, inclusive. Two cuts are tried: bursts split at idle gaps
+    (:data:`UPDATE_GAP_RATIO`), and the group's own rhythm, as every update repeats the same
+    calls (:func:`~wsprof.analysis.rhythm.find_cycle`; verl's buckets wait for the
+    trainer's gathers, so its gaps do not tell updates apart). Of those with
+    :data:`MIN_UPDATES` updates that each move the same bytes (:data:`UPDATE_BYTES_SPREAD`),
+    the one with the fewest updates wins (a bucket is not an update); empty when none."""
+    sub = calls.take(on)
+    done = np.maximum(sub.t_done_ns, sub.t_end_ns)
+    cuts = [detect_bursts(sub.t_start_ns, done, UPDATE_GAP_RATIO)]
+    cyc = find_cycle(tokens(sub), idle_before(sub), loop_keys(sub))
+    if cyc is not None:
+        bounds = [*cyc.starts, len(on)]
+        cuts.append([(a, b - 1) for a, b in zip(bounds[:-1], bounds[1:])])
+    good: list[list[tuple[int, int]]] = []
+    for cut in cuts:
+        units = [(int(on[a]), int(on[b])) for a, b in cut]
+        per = [push_bytes(calls, a, b + 1, on) for a, b in units]
+        if (
+            len(units) >= MIN_UPDATES
+            and min(per) > 0
+            and max(per) <= UPDATE_BYTES_SPREAD * min(per)
+        ):
+            good.append(units)
+    return min(good, key=len) if good else []
+
+
+def push_bytes(calls: CallTable, lo: int, hi: int, on: npt.NDArray[np.int64] | None = None) -> int:
+    """Bytes of weights among the calls ``[lo, hi)`` (those in ``on`` only, when given): float
+    tensors, and buffers of at least :data:`~wsprof.analysis.pushes.MIN_PUSH_BYTES` whatever
+    their dtype (verl packs a bucket as bytes); a pickled request of a few hundred bytes is
+    not weights."""
+    idx = np.arange(lo, hi) if on is None else on[(on >= lo) & (on < hi)]
+    b = calls.bytes[idx]
+    dt = calls.dtype[idx].tolist()
+    keep = np.fromiter(
+        (x > 0 and (is_float(d) or x >= MIN_PUSH_BYTES) for x, d in zip(b.tolist(), dt)),
+        dtype=bool,
+        count=len(dt),
+    )
+    return int(b[keep].sum())
+
+
+def push_group(
+    calls: CallTable, meta: Mapping[str, Any]
+) -> tuple[str, list[tuple[int, int]]] | None:
+    """The group this process pushes or receives weights on, with its updates, or None.
+
+    A non-default group (``meta['groups']``, the default one left out by its recorded flag or
+    its name ``'0'``) on which every recorded call is a :data:`SYNC_OPS` op or a barrier
+    (verl's checkpoint engine meets on its group before each update), whose calls come in
+    updates (:func:`_updates_on`) that move at least
+    :data:`~wsprof.analysis.pushes.MIN_PUSH_BYTES` of weights each (median,
+    :func:`push_bytes`). Of several, a group larger than the process's world first (it
+    reaches beyond it: trainers to engines), then one that carries float tensors (an
+    engine's loop of pickled requests broadcast to its TP peers carries bytes), then the
+    most bytes per update.
+
+    Returns:
+        ``(group name, per update the first and last call index, inclusive)``.
+    """
+    if not len(calls):
+        return None
+    default = {"0"}
+    groups = meta.get("groups")
+    if isinstance(groups, list):
+        default |= {
+            str(g.get("name"))
+            for g in groups
+            if isinstance(g, Mapping) and g.get("default") is True
+        }
+    world = meta.get("world")
+    world_size = world.get("size") if isinstance(world, Mapping) else None
+    sizes = (
+        {str(g.get("name")): g.get("size") for g in groups or [] if isinstance(g, Mapping)}
+        if isinstance(groups, list)
+        else {}
+    )
+    grp = calls.grp
+    best: tuple[tuple[bool, bool, float], str, list[tuple[int, int]]] | None = None
+    for name in set(grp.tolist()) - {None}:
+        if str(name) in default:
+            continue
+        on = np.nonzero(grp == name)[0]
+        ops = set(calls.op[on].tolist())
+        if not ops & SYNC_OPS or not ops <= SYNC_OPS | {"barrier"}:
+            continue
+        bursts = _updates_on(calls, on)
+        if not bursts:
+            continue
+        per = float(np.median([push_bytes(calls, a, b + 1, on) for a, b in bursts]))
+        if per < MIN_PUSH_BYTES:
+            continue
+        size = sizes.get(str(name))
+        beyond = isinstance(size, int) and isinstance(world_size, int) and size > world_size
+        floats = any(is_float(d) for d in set(calls.dtype[on].tolist()))
+        key = (beyond, floats, per)
+        if best is None or key > best[0]:
+            best = (key, str(name), bursts)
+    return None if best is None else (best[1], best[2])
+
+
+@dataclass(frozen=True)
+class Updates:
+    """The weight updates of one process on its push group.
+
+    Attributes:
+        group: the push group's name.
+        bursts: per update, the first and last call index (inclusive) into the process's calls.
+        sender: True when the process is the group's rank 0 (it sends the weights).
+    """
+
+    group: str
+    bursts: tuple[tuple[int, int], ...]
+    sender: bool
+
+
+def updates(calls: CallTable, meta: Mapping[str, Any]) -> Updates | None:
+    """The weight updates on the process's push group (:func:`push_group`); None without one
+    or with fewer than :data:`MIN_UPDATES` updates."""
+    found = push_group(calls, meta)
+    if found is None or len(found[1]) < MIN_UPDATES:
+        return None
+    group, bursts = found
+    rank = next(
+        (
+            g.get("rank")
+            for g in (meta.get("groups") or [])
+            if isinstance(g, Mapping) and str(g.get("name")) == group
+        ),
+        None,
+    )
+    return Updates(group, tuple(bursts), rank == 0)
+
+
+def _sync_span(
+    calls: CallTable, done: npt.NDArray[np.int64], a: int, b: int, lo: int, group: str
+) -> tuple[int, int, float]:
+    """The weight sync around an update whose calls on the push group are ``a..b``: the
+    update, extended back over the float weight-push calls and barriers right before it in
+    the step (from ``lo``: a trainer meets its peers, gathers each parameter, then broadcasts
+    it; an engine's control broadcasts of pickled requests are not part of it) and forward
+    over the barriers right after it (slime and AReaL meet again when it is done). Returns
+    its first call's index, its end (ns) and its time in no collective (s)."""
+    first = a
+    while first - 1 >= lo and (
+        calls.op[first - 1] == "barrier"
+        or (calls.op[first - 1] in SYNC_OPS and is_float(calls.dtype[first - 1]))
+    ):
+        first -= 1
+    while b + 1 < len(calls) and calls.op[b + 1] == "barrier":  # the frameworks meet after
+        b += 1
+    t0 = int(calls.t_start_ns[first])
+    # Its end: the last of its own calls (a call of another thread started inside it may end
+    # later).
+    mine = (calls.grp[a : b + 1] == group) | (calls.op[a : b + 1] == "barrier")
+    own = np.concatenate((done[first:a], done[a : b + 1][mine]))
+    if b + 1 < len(calls):  # a lazy wait after the next call is not part of it
+        own = np.minimum(own, calls.t_start_ns[b + 1])
+    end = max(int(own.max()), int(calls.t_end_ns[b]))
+    cov = covered_ns(calls.t_start_ns[first : b + 1], done[first : b + 1], t0, end)
+    return first, end, max(end - t0 - cov, 0) / 1e9
+
+
+def steps_from_updates(
+    calls: CallTable, up: Updates, t_first_ns: int | None = None
+) -> list[StepRow]:
+    """One step per weight update: step ``k`` runs from the end of update ``k-1`` to the end
+    of update ``k`` (its weight sync is that update, see :func:`_sync_span`), the first
+    segment kept only when long enough
+    (:func:`~wsprof.analysis.steps.ending_with_sync`: a job with an initial push starts
+    with a short one); what follows the last update is a truncated step and left out."""
+    done = np.where(
+        calls.t_done_ns >= 0, np.maximum(calls.t_done_ns, calls.t_end_ns), calls.t_end_ns
+    )
+    specs: list[tuple[int, int, int, float | None, float | None, int | None]] = []
+    prev_end, prev_idx = int(calls.t_start_ns[0]), 0
+    if t_first_ns is not None:  # the first step starts with the process's first record
+        prev_end = min(prev_end, t_first_ns)
+    for a, b in up.bursts:
+        first, end, gap = _sync_span(calls, done, a, b, prev_idx, up.group)
+        t0 = int(calls.t_start_ns[first])
+        specs.append((len(specs), prev_end, end, (end - t0) / 1e9, gap, t0))
+        prev_end, prev_idx = end, b + 1
+    return ending_with_sync(calls, specs)
+
+
+def evidence_line(up: Updates | None, group: str | None, rows: Sequence[StepRow]) -> str | None:
+    """How the weight sync of these steps was told (for notes and the headline), or None when
+    no step has one."""
+    if not any(r.weight_sync_s is not None for r in rows):
+        return None
+    if up is not None:
+        side = "sends" if up.sender else "receives"
+        return f"{side} weights on group '{up.group}' ({len(up.bursts)} updates)"
+    if group is not None:
+        return f"pushes on group '{group}'"
+    return f"payloads of {fmt_bytes(MIN_PUSH_BYTES)} or more of float tensors per step"
