@@ -552,6 +552,20 @@ def _gaps_draft(f: Finding, facts: Facts) -> _Draft:
     ]
     if caller:
         rows.append(("caller of the collectives", str(caller)))
+    where = f.title
+    places: tuple[str, ...] = (_short(_function(str(caller))),) if caller else ()
+    top = next((w for w in facts.wrappers if w.kind == "name"), None)
+    if top is not None:
+        # Its time on the names wsprof hooks is between layers, measured; on a name it does not
+        # hook (a functional collective DTensor and FSDP2 call), it is outside every call.
+        names = _wrapper_names(top, facts.wrappers)
+        who = f"{top.qualname} ({top.file}:{top.line})"
+        where += (
+            f"; a wrapper on this process's collective names, {who}, sits on "
+            f"{', '.join(names)}: what it wraps beyond the names wsprof hooks runs here"
+        )
+        rows.append(("wrapper on the collective names", f"{who} on {', '.join(names)}"))
+        places = (_short(top.qualname), *places)
     first, last = ev.get("first_s"), ev.get("last_s")
     added = (
         (float(last) - float(first)) if isinstance(first, float) and isinstance(last, float) else 0
@@ -561,8 +575,8 @@ def _gaps_draft(f: Finding, facts: Facts) -> _Draft:
         "time in the weight sync outside any collective grows "
         f"({fmt_duration(first)} -> {fmt_duration(last)} per step)",
         [f],
-        where=Link("where", f.title, (f.id,), tuple(rows)),
-        places=(_short(_function(str(caller))),) if caller else (),
+        where=Link("where", where, (f.id,), tuple(rows)),
+        places=places,
         explains=added,
         process=facts.primary.label if facts.primary else None,
     )
@@ -730,7 +744,31 @@ def _cause_drafts(
         if top is not None:  # a wrapper that no between-layers growth named yet
             d.places = (_short(top.qualname),)
         drafts.append(d)
-    drafts += [_gaps_draft(f, facts) for f in by_kind.get("gaps", []) if f.severity != "info"]
+    for f in by_kind.get("gaps", []):
+        if f.severity == "info":
+            continue
+        g = _gaps_draft(f, facts)
+        same = next((d for d in drafts if d.cause == "wrapper"), None)
+        link = same.where if same is not None else None
+        if (
+            same is not None
+            and link is not None
+            and g.where is not None
+            and g.places[:1] == same.places[:1]
+        ):
+            # One wrapper, one cause: its time on the names wsprof hooks grows between the
+            # layers, on those it does not hook (functional collectives) outside every call.
+            same.findings.append(f)
+            same.explains += g.explains
+            same.where = replace(
+                link,
+                text=link.text + "; its time outside every collective grows too "
+                f"({g.title.split('(', 1)[-1].rstrip(')')}): the names it wraps that wsprof "
+                "does not hook",
+                finding_ids=(*link.finding_ids, f.id),
+            )
+            continue
+        drafts.append(g)
     drafts.sort(key=lambda d: -d.explains)
     return drafts
 

@@ -56,6 +56,7 @@ from wsprof.analysis.model import StepRow
 from wsprof.analysis.pushes import SYNC_OPS, is_push
 from wsprof.analysis.steps import (
     EDGE_CALLS_SHARE,
+    clipped_done,
     covered_ns,
     ending_with_sync,
     run_end_ns,
@@ -456,8 +457,9 @@ def _sync_of(
         return None, None, None
     a, b = run
     t0 = int(calls.t_start_ns[a])
-    end = run_end_ns(calls, done, a, b)
-    gap = max(end - t0 - covered_ns(calls.t_start_ns[a:b], done[a:b], t0, end), 0) / 1e9
+    own = clipped_done(calls, done, a, b)
+    end = int(own.max())
+    gap = max(end - t0 - covered_ns(calls.t_start_ns[a:b], own, t0, end), 0) / 1e9
     return (end - t0) / 1e9, gap, t0
 
 
@@ -471,7 +473,7 @@ def _ending_with_sync(
     ``k-1`` (the first from the first call) to the end of sync ``k``
     (:func:`~wsprof.analysis.steps.ending_with_sync`); what follows the last sync is a
     truncated step, left out."""
-    ends = [int(done[a:b].max()) for a, b in runs]
+    ends = [run_end_ns(calls, done, a, b) for a, b in runs]
     first = int(calls.t_start_ns[0])
     starts = [min(first, t_first_ns) if t_first_ns is not None else first, *ends[:-1]]
     return ending_with_sync(

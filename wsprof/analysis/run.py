@@ -17,6 +17,8 @@ from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import (
     Analysis,
     Coverage,
+    Diagnosis,
+    Finding,
     GrowthVerdict,
     ProcessAnalysis,
     RankSeries,
@@ -522,6 +524,61 @@ def _rank_rows(
     )
 
 
+#: How many times faster another rank's own series must grow than the primary's for the causes
+#: of a slowdown whose cause on the primary is time outside collectives to be read on it.
+CAUSE_RANK_RATIO = 3.0
+#: A rank's own series that locate a cause (a wrapper's time between the layers, time in its
+#: weight sync outside any collective), read from another rank of the primary's world when the
+#: primary's slowdown has no cause of its own.
+OWN_SERIES = (BETWEEN_LAYERS_S, SYNC_GAP_S)
+
+
+def conclude_on_cause_rank(
+    facts: Facts,
+    peers: Sequence[tuple[ProcessAnalysis, Sequence[WrapperFact]]],
+    notes: list[str],
+) -> tuple[list[Finding], tuple[Diagnosis, ...]]:
+    """Findings and diagnoses of ``facts``; when the first diagnosis is a slowdown with no
+    recorded cause on the primary (or only time outside collectives, growing
+    :data:`CAUSE_RANK_RATIO` times slower than on another rank), the same rules again with the
+    cause series
+    (:data:`OWN_SERIES`) and wrappers of the rank of its world whose own series grow
+    (``peers``: every process of the primary's world, the primary first, with its wrappers).
+    A leak on one trainer rank slows every rank that meets it in a collective; the primary
+    (trainer rank 0, whose sync the framework logs) shows the symptom, that rank the cause
+    (issue 28: found and named on that rank, never on the ranks that wait for it)."""
+    findings = run_rules(facts)
+    diagnoses = diagnose(findings, facts)
+    if not diagnoses or diagnoses[0].cause not in ("unexplained", "gaps") or len(peers) < 2:
+        return findings, diagnoses
+    best: tuple[float, int, list[SeriesResult]] | None = None
+    mine = 0.0
+    for i, (pa, _) in enumerate(peers):
+        own = [s for s in row_series(pa.steps, pa.step_source) if s.name in OWN_SERIES]
+        res = classify_series(own, [])
+        slope = max((r.verdict.slope_per_step for r in res if r.verdict.accumulating), default=0)
+        if i == 0:
+            mine = slope
+        elif slope > 0 and (best is None or slope > best[0]):
+            best = (slope, i, res)
+    # A gap on the primary is its own cause unless another rank's grows far faster (the
+    # primary's gaps are then its waits for that rank between collectives).
+    if best is None or (diagnoses[0].cause == "gaps" and best[0] < CAUSE_RANK_RATIO * mine):
+        return findings, diagnoses
+    _, i, res = best
+    pa, wrappers = peers[i]
+    series = {**{k: v for k, v in facts.series.items() if k not in OWN_SERIES}}
+    series.update({r.series.name: r for r in res})
+    others = [p for p in facts.processes if p is not pa]
+    focused = replace(facts, series=series, processes=[pa, *others], wrappers=list(wrappers))
+    notes.append(
+        f"{pa.label}: its own time in the weight sync grows while the primary's does not: "
+        "the causes are read on it (the primary waits for it)"
+    )
+    findings = run_rules(focused)
+    return findings, diagnose(findings, focused)
+
+
 def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> Analysis:
     # The lines of traces that could not be read (the notes a run starts with) are kept for
     # the verdict and the coverage: what was not read was not judged.
@@ -657,7 +714,15 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
             "no CUDA allocator or NVML counters (CUDA not in use, or NVML unavailable, "
             "in the traced processes)"
         )
-    findings = run_rules(facts)
+    findings, diagnoses = conclude_on_cause_rank(
+        facts,
+        [
+            (pa, d.wrappers)
+            for d, pa in zip(procs, analyses)
+            if first_world is not None and world_of.get(id(d)) is first_world
+        ],
+        notes,
+    )
     return with_verdict(
         Analysis(
             source=source,
@@ -665,7 +730,7 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
             processes=tuple(analyses),
             series=tuple(results),
             findings=tuple(findings),
-            diagnoses=diagnose(findings, facts),
+            diagnoses=diagnoses,
             notes=tuple(notes),
             wrappers=tuple(wrappers),
             ranks=tuple(ranks),

@@ -194,16 +194,23 @@ def sync_spans(spans: Sequence[Span]) -> list[Span]:
     )
 
 
+def clipped_done(
+    calls: CallTable, done: npt.NDArray[np.int64], lo: int, hi: int
+) -> npt.NDArray[np.int64]:
+    """Completion of each call in ``[lo, hi)`` as a weight sync counts it, ns: its return or
+    its wait (``done``), a wait counted only up to the next call's start. A functional
+    collective's output is waited where it is first used (``AsyncCollectiveTensor``): a
+    gather can be waited seconds later, after other work; that is not sync time."""
+    n = len(calls)
+    nxt = calls.t_start_ns[lo + 1 : min(hi + 1, n)]
+    if len(nxt) < hi - lo:  # the last call of the trace: nothing after it
+        nxt = np.append(nxt, np.iinfo(np.int64).max)
+    return np.maximum(calls.t_end_ns[lo:hi], np.minimum(done[lo:hi], nxt))
+
+
 def run_end_ns(calls: CallTable, done: npt.NDArray[np.int64], lo: int, hi: int) -> int:
-    """When the calls ``[lo, hi)`` (a weight sync) completed, ns: their last return or wait
-    (``done``: per call, its completion), a wait counted only up to the next call's start.
-    A functional collective's output is waited where it is first used (``AsyncCollectiveTensor``):
-    a gather in one step can be waited seconds later, after other work; that is not sync."""
-    end = int(calls.t_end_ns[lo:hi].max())
-    waits = done[lo:hi]
-    if hi < len(calls):
-        waits = np.minimum(waits, calls.t_start_ns[hi])
-    return max(end, int(waits.max()))
+    """When the calls ``[lo, hi)`` (a weight sync) completed, ns (:func:`clipped_done`)."""
+    return int(clipped_done(calls, done, lo, hi).max())
 
 
 def covered_ns(starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], lo: int, hi: int) -> int:

@@ -28,7 +28,7 @@ import numpy.typing as npt
 from wsprof.analysis.model import StepRow
 from wsprof.analysis.pushes import MIN_PUSH_BYTES, SYNC_OPS, is_float
 from wsprof.analysis.rhythm import find_cycle, idle_before, loop_keys, tokens
-from wsprof.analysis.steps import covered_ns, detect_bursts, ending_with_sync
+from wsprof.analysis.steps import clipped_done, covered_ns, detect_bursts, ending_with_sync
 from wsprof.contracts.units import fmt_bytes
 from wsprof.trace.model import CallTable
 
@@ -203,12 +203,11 @@ def _sync_span(
     t0 = int(calls.t_start_ns[first])
     # Its end: the last of its own calls (a call of another thread started inside it may end
     # later).
+    clipped = clipped_done(calls, done, first, b + 1)
     mine = (calls.grp[a : b + 1] == group) | (calls.op[a : b + 1] == "barrier")
-    own = np.concatenate((done[first:a], done[a : b + 1][mine]))
-    if b + 1 < len(calls):  # a lazy wait after the next call is not part of it
-        own = np.minimum(own, calls.t_start_ns[b + 1])
+    own = np.concatenate((clipped[: a - first], clipped[a - first :][mine]))
     end = max(int(own.max()), int(calls.t_end_ns[b]))
-    cov = covered_ns(calls.t_start_ns[first : b + 1], done[first : b + 1], t0, end)
+    cov = covered_ns(calls.t_start_ns[first : b + 1], clipped, t0, end)
     return first, end, max(end - t0 - cov, 0) / 1e9
 
 
