@@ -342,3 +342,29 @@ def test_truncated_edges_are_left_out() -> None:
     assert [r.n_calls for r in rows] == [9] * 6
     assert [r.step for r in rows] == list(range(6))
     assert len(said) == 1 and "last step (1 calls" in said[0]
+
+
+def test_updates_of_equal_buckets_with_stretched_gaps() -> None:
+    # AReaL with a slow trainer rank: an engine receives 6 equal buckets per update, the gaps
+    # between buckets stretched by the trainer's gathers (80-150 ms) to within 3x of the gaps
+    # between updates (300-400 ms): neither a fixed gap ratio nor the group's rhythm (one
+    # bucket long) gives the updates; the largest gaps that leave updates of equal bytes do.
+    j = _Job()
+    rng = np.random.default_rng(5)
+    for _ in range(10):
+        for b in range(6):
+            gap = float(rng.uniform(300, 400)) if b == 0 else float(rng.uniform(80, 150))
+            for i in range(10):
+                j.call(
+                    "broadcast",
+                    0.5,
+                    gap_ms=gap if i == 0 else 0.05,
+                    site=7,
+                    nbytes=1 << 17,
+                    grp="pp",
+                )
+    calls = j.table()
+    meta = {"world": {"rank": 0, "size": 2}, "groups": [{"name": "pp", "size": 3, "rank": 1}]}
+    up = updates(calls, meta)
+    assert up is not None and len(up.bursts) == 10, up
+    assert all(b - a + 1 == 60 for a, b in up.bursts)

@@ -49,12 +49,14 @@ UPDATE_BYTES_SPREAD = 1.25
 
 def _updates_on(calls: CallTable, on: npt.NDArray[np.int64]) -> list[tuple[int, int]]:
     """The updates among the calls ``on`` (indices into ``calls``, all on one group): first
-    and last call index of each, inclusive. Two cuts are tried: bursts split at idle gaps
-    (:data:`UPDATE_GAP_RATIO`), and the group's own rhythm, as every update repeats the same
+    and last call index of each, inclusive. Three cuts are tried: bursts split at idle gaps
+    (:data:`UPDATE_GAP_RATIO`), the group's own rhythm, as every update repeats the same
     calls (:func:`~wsprof.analysis.rhythm.find_cycle`; verl's buckets wait for the
-    trainer's gathers, so its gaps do not tell updates apart). Of those with
-    :data:`MIN_UPDATES` updates that each move the same bytes (:data:`UPDATE_BYTES_SPREAD`),
-    the one with the fewest updates wins (a bucket is not an update); empty when none."""
+    trainer's gathers, so its gaps do not tell updates apart), and the largest gaps
+    (:func:`_largest_gaps`: where equal buckets make the rhythm one bucket long). Of those
+    with :data:`MIN_UPDATES` updates that each move the same bytes
+    (:data:`UPDATE_BYTES_SPREAD`), the one with the fewest updates wins (a bucket is not an
+    update); empty when none."""
     sub = calls.take(on)
     done = np.maximum(sub.t_done_ns, sub.t_end_ns)
     cuts = [detect_bursts(sub.t_start_ns, done, UPDATE_GAP_RATIO)]
@@ -62,6 +64,7 @@ def _updates_on(calls: CallTable, on: npt.NDArray[np.int64]) -> list[tuple[int, 
     if cyc is not None:
         bounds = [*cyc.starts, len(on)]
         cuts.append([(a, b - 1) for a, b in zip(bounds[:-1], bounds[1:])])
+    cuts.append(_largest_gaps(calls, on, sub, done))
     good: list[list[tuple[int, int]]] = []
     for cut in cuts:
         units = [(int(on[a]), int(on[b])) for a, b in cut]
@@ -73,6 +76,46 @@ def _updates_on(calls: CallTable, on: npt.NDArray[np.int64]) -> list[tuple[int, 
         ):
             good.append(units)
     return min(good, key=len) if good else []
+
+
+#: Cutting at the largest gaps: the shortest gap cut is at least this many times the longest
+#: gap left inside an update. On the AReaL-shaped job's engines with a slow trainer rank, the
+#: gaps between updates stand 1.7-2.0 times above the longest inside one, while cutting two
+#: updates a piece (also even in bytes) stands at 1.46-1.51.
+LARGEST_GAPS_RATIO = 1.6
+
+
+def _largest_gaps(
+    calls: CallTable,
+    on: npt.NDArray[np.int64],
+    sub: CallTable,
+    done: npt.NDArray[np.int64],
+) -> list[tuple[int, int]]:
+    """Updates cut at the ``m`` largest gaps between the group's calls, for the smallest ``m``
+    whose pieces each move the same bytes (:data:`UPDATE_BYTES_SPREAD`) and whose shortest
+    cut gap is at least :data:`LARGEST_GAPS_RATIO` times the longest uncut one (more cuts
+    would split the buckets of an update, fewer with a weaker gap two updates a piece): an
+    engine's updates when the trainer's gathers stretch the gaps between buckets (AReaL with
+    a slow trainer rank) so that neither a fixed ratio nor the group's rhythm tells them
+    apart. Positions
+    into ``on``; empty when no ``m`` fits."""
+    n = len(on)
+    if n < 2 * MIN_UPDATES:
+        return []
+    gaps = sub.t_start_ns[1:] - np.maximum.accumulate(done)[:-1]
+    order = np.argsort(-gaps, kind="stable")
+    per_call = np.array([push_bytes(calls, int(i), int(i) + 1, on) for i in on], dtype=np.int64)
+    cum = np.concatenate(([0], np.cumsum(per_call)))
+    for m in range(MIN_UPDATES - 1, n - 1):
+        if float(gaps[order[m - 1]]) < LARGEST_GAPS_RATIO * max(float(gaps[order[m]]), 1.0):
+            continue
+        at = np.sort(order[:m]) + 1  # each cut starts a piece
+        starts = np.concatenate(([0], at))
+        ends = np.concatenate((at, [n]))
+        per = cum[ends] - cum[starts]
+        if per.min() > 0 and per.max() <= UPDATE_BYTES_SPREAD * per.min():
+            return [(int(a), int(b) - 1) for a, b in zip(starts, ends)]
+    return []
 
 
 def push_bytes(calls: CallTable, lo: int, hi: int, on: npt.NDArray[np.int64] | None = None) -> int:
