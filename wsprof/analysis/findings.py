@@ -27,6 +27,7 @@ from wsprof.analysis.model import (
 )
 from wsprof.analysis.model import HotFrame as HotFrameModel
 from wsprof.analysis.samples import split_frame
+from wsprof.analysis.workload import explained_by_workload
 from wsprof.contracts.counters import (
     NVML_MEM_TOTAL_BYTES,
     NVML_PROCESS_GPU_BYTES,
@@ -231,6 +232,8 @@ class AccumulatingSlowdown(Rule):
 
     Only series whose kind is a duration (:mod:`wsprof.analysis.kinds`) are judged: a per-token
     time, a throughput or a cumulative clock in seconds moves for reasons that are no slowdown.
+    A step or rollout time that grows with a workload series of the same log at a flat time
+    per unit of work is workload, said at info (:mod:`wsprof.analysis.workload`).
     """
 
     kind = "accumulating_slowdown"
@@ -275,6 +278,10 @@ class AccumulatingSlowdown(Rule):
                     f"; so far {s.fmt(added)} added, "
                     f"{added / step_ref:.0%} of a step: watch it, not yet material"
                 )
+            work = explained_by_workload(res, facts.series) if name != WEIGHT_SYNC_S else None
+            if work is not None:
+                severity = "info"
+                title += "; " + work.text()
             evidence: dict[str, Any] = {
                 "series": name,
                 "added_s": added,
@@ -286,6 +293,13 @@ class AccumulatingSlowdown(Rule):
                 "growth_factor_per_step": v.growth_factor_per_step,
                 "confidence": v.confidence,
             }
+            if work is not None:
+                evidence["workload"] = {
+                    "series": work.name,
+                    "growth": work.growth,
+                    "spearman": work.rho,
+                    "rate_change": work.rate_change,
+                }
             if proj:
                 evidence["projection"] = {
                     "step": proj.step,

@@ -1,0 +1,45 @@
+"""A step time that grows with the work of the step (longer responses at a flat tokens/s) is
+workload, not a leak (issue 28 item 6); the same growth without the work growing stays a
+slowdown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from wsprof.analysis.run import analyze_path
+
+HEADER = "rollout/step,perf/step_time,rollout/response_lengths,perf/tokens_per_gpu_per_sec\n"
+
+
+def _csv(path: Path, step: np.ndarray, resp: np.ndarray, tps: np.ndarray) -> str:
+    rows = [f"{i},{s:.4f},{r:.1f},{t:.1f}" for i, (s, r, t) in enumerate(zip(step, resp, tps))]
+    path.write_text(HEADER + "\n".join(rows) + "\n")
+    return str(path)
+
+
+def test_longer_responses_at_flat_throughput_are_workload(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    n = 40
+    resp = 1000 * (1 + 0.25 * np.arange(n) / n) * (1 + 0.02 * rng.standard_normal(n))
+    tps = 500 * (1 + 0.02 * rng.standard_normal(n))
+    a = analyze_path(_csv(tmp_path / "w.csv", resp * 8 / tps + 2, resp, tps))
+    slow = [f for f in a.findings if f.kind == "accumulating_slowdown"]
+    assert slow and slow[0].severity == "info", [(f.severity, f.title) for f in a.findings]
+    assert "workload, not a leak" in slow[0].title
+    assert slow[0].evidence["workload"]["series"] == "rollout/response_lengths"
+    assert a.verdict.status == "no_problem"
+
+
+def test_the_same_growth_without_more_work_is_a_slowdown(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    n = 40
+    resp = 1000 * (1 + 0.02 * rng.standard_normal(n))
+    tps = 500 * (1 + 0.02 * rng.standard_normal(n))
+    step = resp * 8 / tps + 2 + 0.1 * np.arange(n)  # +100 ms/step that no work explains
+    a = analyze_path(_csv(tmp_path / "l.csv", step, resp, tps))
+    slow = [f for f in a.findings if f.kind == "accumulating_slowdown"]
+    assert slow and slow[0].severity in ("warning", "critical")
+    assert "workload" not in slow[0].evidence
+    assert a.verdict.status == "problems"
