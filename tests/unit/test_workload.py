@@ -43,3 +43,27 @@ def test_the_same_growth_without_more_work_is_a_slowdown(tmp_path: Path) -> None
     assert slow and slow[0].severity in ("warning", "critical")
     assert "workload" not in slow[0].evidence
     assert a.verdict.status == "problems"
+
+
+def test_growth_on_the_newest_step_alone_waits_in_analyze_as_in_watch(tmp_path: Path) -> None:
+    # A flat step time whose last step is a checkpoint save: growth that rests on the newest
+    # step alone is no trend yet, in `wsprof analyze` as in `wsprof watch`, and the verdict is
+    # inconclusive, not "no problem" and not a leak.
+    from wsprof.analysis.live import _judge
+    from wsprof.analysis.run import classify_series
+    from wsprof.contracts.series import STEP_S, Series
+    from wsprof.contracts.units import Unit
+
+    # Without its last step the series is judged flat; with it, growth (found by search).
+    values = [20.1, 20.3, 20.2, 19.76, 20.47, 20.38, 20.14, 20.52, 20.51, 20.54, 20.51, 20.71, 22.0]
+    s = Series(STEP_S, Unit.SECONDS, tuple(range(13)), tuple(values))
+    (analyzed,) = classify_series([s], [])
+    watched = _judge(s, {})
+    assert watched is not None
+    for v in (analyzed.verdict, watched.verdict):
+        assert not v.accumulating and v.evidence.get("newest_step_alone") == 1.0
+    resp = np.full(13, 1000.0)
+    tps = np.full(13, 500.0)
+    a = analyze_path(_csv(tmp_path / "spike.csv", np.array(values), resp, tps))
+    assert a.verdict.status == "inconclusive", a.verdict
+    assert any("newest step" in r for r in a.verdict.reasons), a.verdict.reasons

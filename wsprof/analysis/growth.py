@@ -408,6 +408,34 @@ class _Out:
         return int(np.searchsorted(self.x_all, float(step)))
 
 
+def hold_newest(
+    values: Sequence[float],
+    verdict: GrowthVerdict,
+    *,
+    steps: Sequence[int] | None = None,
+    config: Sequence[str] | None = None,
+    budget: float | None = None,
+) -> GrowthVerdict:
+    """``verdict`` (of ``values``, :func:`classify`), not accumulating when its growth rests on
+    the newest point alone: without it the series is not judged to grow. The newest step is
+    where one slow step (a checkpoint save, an evaluation) falls, and one slow step is not a
+    trend; ``evidence['newest_step_alone']`` says so, and the verdict of the run is
+    inconclusive until more steps confirm it. ``wsprof analyze`` and ``wsprof watch`` both
+    judge so (issue 28: they agree on growth that rests on the newest point alone)."""
+    if not verdict.accumulating or len(values) <= 2:
+        return verdict
+    before = classify(
+        values[:-1],
+        steps=steps[:-1] if steps is not None else None,
+        config=config[:-1] if config is not None else None,
+        budget=budget,
+    )
+    if before.accumulating:
+        return verdict
+    evidence = {**verdict.evidence, "newest_step_alone": 1.0}
+    return replace(verdict, accumulating=False, evidence=evidence)
+
+
 def classify(
     values: Sequence[float],
     *,

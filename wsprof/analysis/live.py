@@ -44,8 +44,8 @@ import numpy as np
 from wsprof.analysis.align import ClockInput, align, anchor_of
 from wsprof.analysis.coverage import audit_process, coverage_of
 from wsprof.analysis.diagnoses import diagnose
-from wsprof.analysis.findings import TIME_BUDGETS_S, TIME_SERIES, Facts, run_rules
-from wsprof.analysis.growth import classify
+from wsprof.analysis.findings import TIME_BUDGETS_S, Facts, run_rules
+from wsprof.analysis.growth import classify, hold_newest
 from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import (
     Analysis,
@@ -132,13 +132,9 @@ def _judge(
     try:
         budget = budgets.get(s.name) if s.unit is Unit.SECONDS else None
         verdict = classify(b.values, steps=b.steps, budget=budget)
-        if verdict.accumulating and len(b.values) > 2:
-            # Judged live, the newest step is the one a spike (a checkpoint save, an eval
-            # step) falls on; growth that rests on it alone waits for the next step.
-            before = classify(b.values[:-1], steps=b.steps[:-1], budget=budget)
-            if not before.accumulating:
-                evidence = {**verdict.evidence, "newest_step_alone": 1.0}
-                verdict = replace(verdict, accumulating=False, evidence=evidence)
+        # The newest step is the one a spike (a checkpoint save, an eval step) falls on:
+        # growth that rests on it alone waits for the next step (as in `wsprof analyze`).
+        verdict = hold_newest(b.values, verdict, steps=b.steps, budget=budget)
     except (ValueError, OverflowError, FloatingPointError, ZeroDivisionError) as e:
         if notes is not None:
             notes.append(f"series {s.name!r} not judged: {e}")
@@ -797,20 +793,6 @@ class LiveRun:
                 headline=head,
             )
         )
-        held = [
-            r.series.name
-            for r in results
-            if r.verdict.evidence.get("newest_step_alone") and r.series.name in TIME_SERIES
-        ]
-        if held and analysis.verdict.status == "no_problem":
-            # Growth waits for the next step to confirm it: not a "no problem" meanwhile.
-            reason = (
-                f"{', '.join(held)} grows only with its newest step: judged again at the next step"
-            )
-            analysis = replace(
-                analysis,
-                verdict=replace(analysis.verdict, status="inconclusive", reasons=(reason,)),
-            )
         return analysis
 
     def _live_rank(self, p: LiveProcess, follower: TraceFollower | None) -> LiveRank:

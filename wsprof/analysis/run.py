@@ -12,7 +12,7 @@ from wsprof.analysis.coverage import audit_run
 from wsprof.analysis.diagnoses import diagnose
 from wsprof.analysis.ending import end_notes
 from wsprof.analysis.findings import TIME_BUDGETS_S, Facts, run_rules
-from wsprof.analysis.growth import classify
+from wsprof.analysis.growth import classify, hold_newest
 from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import (
     Analysis,
@@ -244,6 +244,7 @@ def classify_series(series: Sequence[Series], notes: list[str]) -> list[SeriesRe
             budget = TIME_BUDGETS_S.get(s.name) if s.unit is Unit.SECONDS else None
             steps = s.steps if _stepped(s) else None
             verdict = classify(s.values, steps=steps, config=s.config, budget=budget)
+            verdict = hold_newest(s.values, verdict, steps=steps, config=s.config, budget=budget)
             out.append(SeriesResult(s, verdict))
             if verdict.spike_period is not None:
                 notes.append(spikes_note(s.name, verdict.spike_period, verdict.spike_steps))

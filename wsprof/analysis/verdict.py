@@ -12,6 +12,8 @@ have shown one. :func:`judge` returns ``inconclusive`` (with the reason and what
   dropped calls (:mod:`wsprof.analysis.ending`);
 - a trace of the run could not be read (corrupt or truncated);
 - a rank of the primary's world (a trainer) has no steps: its own series were not judged;
+- a time per step grows only with its newest step (``growth.hold_newest``), in ``analyze``
+  and ``watch`` alike;
 - a series input has no series that can accumulate.
 
 With problems found, the same limits are kept as ``reasons``: a problem seen on part of the
@@ -23,6 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from wsprof.analysis.ending import end_limits
+from wsprof.analysis.findings import TIME_SERIES
 from wsprof.analysis.model import Analysis, Verdict
 
 #: Fewest steps (points of a series) for a "no problem" verdict: below 5 a rank trend test
@@ -33,6 +36,17 @@ MIN_STEPS_FOR_VERDICT = 5
 
 def _reasons(a: Analysis) -> list[str]:
     out: list[str] = []
+    held = [
+        r.series.name
+        for r in a.series
+        if r.verdict.evidence.get("newest_step_alone") and r.series.name in TIME_SERIES
+    ]
+    if held:
+        # Growth that rests on the newest step alone waits for more steps: not "no problem".
+        out.append(
+            f"{', '.join(held)} grows only with its newest step (one slow step is not a "
+            "trend): judged again with the next step"
+        )
     if a.kind == "series":
         judged = [r for r in a.series if r.series.values]
         if not judged:
@@ -72,6 +86,7 @@ def _reasons(a: Analysis) -> list[str]:
             f"needs at least {MIN_STEPS_FOR_VERDICT}; run longer"
         )
     out += _unjudged_trainers(a)
+
     for p in a.processes:
         out += end_limits(p.meta, p.self_overhead, p.label)
     if a.unread:
