@@ -673,6 +673,11 @@ class CounterCorrelation(Rule):
         return out
 
 
+#: Memory (bytes, no device total known) that grew by less than this share of its first level
+#: over the run is shown at info: not yet material (a host process's RSS filling its caches).
+MEMORY_MATERIAL_SHARE = 0.10
+
+
 class CounterGrowth(Rule):
     """A counter (GPU or host memory, allocator mappings, object counts, a user counter) grows
     step after step; for GPU memory, the step at which it reaches the GPU's total.
@@ -717,6 +722,20 @@ class CounterGrowth(Rule):
             }
             total = gpu_total_bytes(facts, cname)
             severity = "warning"
+            grown = vals[-1] - vals[0]
+            if (
+                kind.kind is SeriesKind.BYTES
+                and total is None
+                and vals[0] > 0
+                and grown < MEMORY_MATERIAL_SHARE * vals[0]
+            ):
+                # A process's memory that grew a few % over the run (warm-up, caches filling):
+                # shown, not yet a leak; a GPU's memory has its own test (steps to its total).
+                severity = "info"
+                title += (
+                    f"; so far {s.fmt(grown)}, {grown / vals[0]:.0%} of its level: "
+                    "watch it, not yet material"
+                )
             if total is not None and slope > 0:
                 steps_left = max((total - vals[-1]) / slope, 0.0)
                 oom_step = res.series.steps[-1] + steps_left

@@ -37,6 +37,7 @@ from wsprof.analysis.process import (
 from wsprof.analysis.ranks import RankInput, peer_waits, rank_series
 from wsprof.analysis.steps import assign_calls
 from wsprof.analysis.verdict import with_verdict
+from wsprof.analysis.workload import ENGINE_CALLS
 from wsprof.analysis.worlds import ROLE_ORDER, find_worlds
 from wsprof.contracts.counters import counter_unit, counter_unit_text, is_gpu_counter
 from wsprof.contracts.events import (
@@ -49,6 +50,7 @@ from wsprof.contracts.events import (
     WrapperFound,
 )
 from wsprof.contracts.phases import canonical_phase
+from wsprof.contracts.roles import Role
 from wsprof.contracts.series import (
     BETWEEN_LAYERS_S,
     COLLECTIVE_CALLS,
@@ -525,6 +527,33 @@ def _rank_rows(
     )
 
 
+def engine_work_series(
+    analyses: Sequence[ProcessAnalysis], worlds: Sequence[World | None], primary: object
+) -> list[Series]:
+    """The collectives an inference engine issued per step, when its steps are the primary's
+    (cut at the same weight updates): a TP engine's decode issues its all-reduces per token,
+    so this is the rollout's work per step, the workload a step time is judged against
+    (:mod:`wsprof.analysis.workload`). Empty without such an engine."""
+    if not analyses or not analyses[0].steps or primary is None:
+        return []
+    n = len(analyses[0].steps)
+    for pa, w in zip(analyses, worlds):
+        if w is None or w.role != Role.ENGINE.value or len(pa.steps) != n:
+            continue
+        if pa.step_source != "updates" or analyses[0].step_source != "updates":
+            continue
+        return [
+            Series(
+                ENGINE_CALLS,
+                Unit.OTHER,
+                tuple(r.step for r in analyses[0].steps),
+                tuple(float(r.n_calls) for r in pa.steps),
+                unit_text="calls",
+            )
+        ]
+    return []
+
+
 #: How many times faster another rank's own series must grow than the primary's for the causes
 #: of a slowdown whose cause on the primary is time outside collectives to be read on it.
 CAUSE_RANK_RATIO = 3.0
@@ -627,6 +656,9 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
         series += window_series(analyses[0])
     for d in procs:
         notes += [f"{d.trace.label}: {p}" for p in pattern_problems(d.trace.meta)]
+    series += engine_work_series(
+        analyses, [world_of.get(id(d)) for d in procs], procs[0] if procs else None
+    )
     results = classify_series(series, notes)
     wrappers = procs[0].wrappers if procs else []
     unattributed = _unattributed_backend(primary) if primary is not None else None

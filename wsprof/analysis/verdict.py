@@ -27,6 +27,7 @@ from dataclasses import replace
 from wsprof.analysis.ending import end_limits
 from wsprof.analysis.findings import TIME_SERIES
 from wsprof.analysis.model import Analysis, Verdict
+from wsprof.analysis.workload import explained_by_workload
 
 #: Fewest steps (points of a series) for a "no problem" verdict: below 5 a rank trend test
 #: cannot reach the 5% level (Mann-Kendall's smallest one-sided p for n = 4 is 1/24 only for a
@@ -36,10 +37,13 @@ MIN_STEPS_FOR_VERDICT = 5
 
 def _reasons(a: Analysis) -> list[str]:
     out: list[str] = []
+    by_name = {r.series.name: r for r in a.series}
     held = [
         r.series.name
         for r in a.series
-        if r.verdict.evidence.get("newest_step_alone") and r.series.name in TIME_SERIES
+        if r.verdict.evidence.get("newest_step_alone")
+        and r.series.name in TIME_SERIES
+        and explained_by_workload(r, by_name) is None  # a longer rollout is no trend either
     ]
     if held:
         # Growth that rests on the newest step alone waits for more steps: not "no problem".

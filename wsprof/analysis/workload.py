@@ -1,9 +1,11 @@
 """A step time that grows with the work of the step is workload, not a leak.
 
 An RL run's responses get longer as the policy learns (slime ``rollout/response_lengths``,
-verl ``response_length/mean``, ``perf/total_num_tokens``): at a flat throughput the rollout and
-the step take longer in proportion. That growth is real but it is no accumulating problem. A
-log that carries a workload series beside the step time says which it is: the time follows the
+verl ``response_length/mean``, ``perf/total_num_tokens``; in a trace, the collectives a TP
+engine issues per step, :data:`ENGINE_CALLS`, one set per token): at a flat throughput the
+rollout and the step take longer in proportion. That growth is real but it is no accumulating
+problem. A log that carries a workload series beside the step time says which it is: the time
+follows the
 workload (Spearman's rank correlation, :func:`scipy.stats.spearmanr`), and the time per unit of
 work has no trend (its Theil-Sen slope's confidence interval holds 0, or it moves less than
 :data:`FLAT_RATE_CHANGE` over the run; :func:`scipy.stats.theilslopes`).
@@ -29,6 +31,9 @@ WORKLOAD_NAME = re.compile(
     r"(?:total_)?(?:num_)?tokens|(?:total_)?num_(?:tokens|samples|sequences|responses)|"
     r"global_seqlen(?:/mean)?|response_length/mean)"
 )
+#: The collectives an inference engine issued per step (:func:`wsprof.analysis.run.
+#: engine_work_series`): a TP engine's decode issues its all-reduces per token generated.
+ENGINE_CALLS = "engine_calls_per_step"
 #: Least rank correlation of the time with the workload for the workload to explain it.
 MIN_SPEARMAN = 0.6
 #: Time per unit of work whose fitted change over the run is below this share is flat.
@@ -78,7 +83,7 @@ def explained_by_workload(
     t_by_step = dict(zip(time.series.steps, time.series.values))
     best: Workload | None = None
     for name, res in series.items():
-        if res is time or not WORKLOAD_NAME.fullmatch(name.lower()):
+        if res is time or not (name == ENGINE_CALLS or WORKLOAD_NAME.fullmatch(name.lower())):
             continue
         common = [
             (s, t_by_step[s], w)
