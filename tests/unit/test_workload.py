@@ -54,8 +54,23 @@ def test_growth_on_the_newest_step_alone_waits_in_analyze_as_in_watch(tmp_path: 
     from wsprof.contracts.series import STEP_S, Series
     from wsprof.contracts.units import Unit
 
-    # Without its last step the series is judged flat; with it, growth (found by search).
-    values = [20.1, 20.3, 20.2, 19.76, 20.47, 20.38, 20.14, 20.52, 20.51, 20.54, 20.51, 20.71, 22.0]
+    # Without its last step the series is judged flat; with it, a material growth (+4 s over
+    # the run, 20% of a step; found by search).
+    values = [
+        20.28,
+        19.42,
+        19.78,
+        16.94,
+        23.5,
+        22.72,
+        20.71,
+        22.56,
+        22.02,
+        20.97,
+        23.47,
+        21.73,
+        28.0,
+    ]
     s = Series(STEP_S, Unit.SECONDS, tuple(range(13)), tuple(values))
     (analyzed,) = classify_series([s], [])
     watched = _judge(s, {})

@@ -796,7 +796,9 @@ def _add_symptoms(drafts: list[_Draft], by_kind: dict[str, list[Finding]], facts
                 d.findings = [lead, *d.findings]
                 d.shared.add(lead.id)
         if not drafts:
-            drafts.append(_unexplained(link, name, conf, used, pa))
+            d = _unexplained(link, name, conf, used, pa)
+            _with_growing_wrapper(d, facts)
+            drafts.append(d)
         for f in apart:  # grows faster than the lead: a symptom no cause here explains
             own = _symptom_link([f], facts.series, facts.budgets)
             if own is not None:
@@ -858,6 +860,34 @@ def _as_wrapper(d: _Draft, facts: Facts) -> None:
             *d.where.rows,
         ),
     )
+
+
+def _with_growing_wrapper(d: _Draft, facts: Facts) -> None:
+    """An unexplained slowdown on a process whose wrapper on the collective names grows
+    between the layers, though too little to explain it (the between-layers finding stayed
+    info): that wrapper is the recorded cause, the rest of its time is on names wsprof does
+    not hook (the functional collectives DTensor's ``full_tensor()`` calls) or elsewhere."""
+    top = next((w for w in facts.wrappers if w.kind == "name"), None)
+    bl = facts.series.get(BETWEEN_LAYERS_S)
+    if top is None or bl is None or not bl.verdict.accumulating:
+        return
+    names = _wrapper_names(top, facts.wrappers)
+    who = f"{top.qualname} ({top.file}:{top.line})"
+    slope = bl.series.fmt_slope(bl.verdict.slope_per_step)
+    d.cause = "wrapper"
+    d.title = (
+        f"a wrapper on the collective names, {_short(top.qualname)}, grows with the slowdown: "
+        f"its time between the layers {slope}; the rest is where wsprof does not time it"
+    )
+    d.where = Link(
+        "where",
+        f"{who} sits on {', '.join(names)}; its time between the API and the backend grows "
+        f"{slope}, less than the slowdown: what it also wraps beyond the names wsprof hooks "
+        "(functional collectives) runs outside every timed call",
+        tuple(f.id for f in d.findings[:1]),
+        (("wrapper", who), (f"names it sits on ({len(names)})", ", ".join(names))),
+    )
+    d.places = (_short(top.qualname),)
 
 
 def _unexplained(

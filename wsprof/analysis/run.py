@@ -570,7 +570,8 @@ def conclude_on_cause_rank(
 ) -> tuple[list[Finding], tuple[Diagnosis, ...]]:
     """Findings and diagnoses of ``facts``; when the first diagnosis is a slowdown with no
     recorded cause on the primary (or only time outside collectives, growing
-    :data:`CAUSE_RANK_RATIO` times slower than on another rank), the same rules again with the
+    :data:`CAUSE_RANK_RATIO` times slower than on another rank, or while another rank's
+    wrapper on the collective names grows and the primary has none), the same rules again with the
     cause series
     (:data:`OWN_SERIES`) and wrappers of the rank of its world whose own series grow
     (``peers``: every process of the primary's world, the primary first, with its wrappers).
@@ -581,19 +582,30 @@ def conclude_on_cause_rank(
     diagnoses = diagnose(findings, facts)
     if not diagnoses or diagnoses[0].cause not in ("unexplained", "gaps") or len(peers) < 2:
         return findings, diagnoses
-    best: tuple[float, int, list[SeriesResult]] | None = None
+    best: tuple[tuple[bool, float], int, list[SeriesResult]] | None = None
     mine = 0.0
-    for i, (pa, _) in enumerate(peers):
+    mine_wrapped = any(w.kind == "name" for w in peers[0][1])
+    for i, (pa, wrappers) in enumerate(peers):
         own = [s for s in row_series(pa.steps, pa.step_source) if s.name in OWN_SERIES]
         res = classify_series(own, [])
         slope = max((r.verdict.slope_per_step for r in res if r.verdict.accumulating), default=0)
+        # A wrapper whose time between the layers grows is a cause of its own; time outside
+        # the collectives may be a wait.
+        wrapped = any(w.kind == "name" for w in wrappers) and any(
+            r.series.name == BETWEEN_LAYERS_S and r.verdict.accumulating for r in res
+        )
         if i == 0:
             mine = slope
-        elif slope > 0 and (best is None or slope > best[0]):
-            best = (slope, i, res)
-    # A gap on the primary is its own cause unless another rank's grows far faster (the
-    # primary's gaps are then its waits for that rank between collectives).
-    if best is None or (diagnoses[0].cause == "gaps" and best[0] < CAUSE_RANK_RATIO * mine):
+        elif slope > 0 and (best is None or (wrapped, slope) > best[0]):
+            best = ((wrapped, slope), i, res)
+    # A gap on the primary is its own cause unless another rank's grows far faster, or that
+    # rank's wrapper grows where the primary has none (the primary's gaps are then its waits
+    # for that rank between collectives).
+    if best is None or (
+        diagnoses[0].cause == "gaps"
+        and best[0][1] < CAUSE_RANK_RATIO * mine
+        and not (best[0][0] and not mine_wrapped)
+    ):
         return findings, diagnoses
     _, i, res = best
     pa, wrappers = peers[i]

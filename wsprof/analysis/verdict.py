@@ -22,12 +22,14 @@ data is still a problem.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 
 from wsprof.analysis.ending import end_limits
-from wsprof.analysis.findings import TIME_SERIES
-from wsprof.analysis.model import Analysis, Verdict
+from wsprof.analysis.findings import SLOWDOWN_MATERIAL_SHARE, TIME_SERIES
+from wsprof.analysis.model import Analysis, SeriesResult, Verdict
 from wsprof.analysis.workload import explained_by_workload
+from wsprof.contracts.series import STEP_S
 
 #: Fewest steps (points of a series) for a "no problem" verdict: below 5 a rank trend test
 #: cannot reach the 5% level (Mann-Kendall's smallest one-sided p for n = 4 is 1/24 only for a
@@ -43,6 +45,7 @@ def _reasons(a: Analysis) -> list[str]:
         for r in a.series
         if r.verdict.evidence.get("newest_step_alone")
         and r.series.name in TIME_SERIES
+        and _material(r, by_name)
         and explained_by_workload(r, by_name) is None  # a longer rollout is no trend either
     ]
     if held:
@@ -111,6 +114,18 @@ def _reasons(a: Analysis) -> list[str]:
             "(see COVERAGE); what wsprof did not see cannot be judged"
         )
     return out
+
+
+def _material(r: SeriesResult, by_name: dict[str, SeriesResult]) -> bool:
+    """Whether ``r``'s growth, were it confirmed, would be a finding at warning or above: it
+    adds at least :data:`~wsprof.analysis.findings.SLOWDOWN_MATERIAL_SHARE` of a median
+    step over the steps seen (as :class:`~wsprof.analysis.findings.AccumulatingSlowdown`)."""
+    step = by_name.get(STEP_S)
+    s = r.series
+    if step is None or not step.series.values or len(s.steps) < 2:
+        return True
+    added = r.verdict.slope_per_step * (s.steps[-1] - s.steps[0])
+    return added >= SLOWDOWN_MATERIAL_SHARE * statistics.median(step.series.values)
 
 
 def _unjudged_trainers(a: Analysis) -> list[str]:
