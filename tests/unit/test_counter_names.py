@@ -184,7 +184,7 @@ def test_process_and_gc_counters_get_bytes_count_and_percent_units() -> None:
     for name, _ in process_reading(me) + gc_reading():
         assert parse_counter(name) is not None, name
         unit = counter_unit(name)
-        if name == "proc.rss_bytes":
+        if name in ("proc.rss_bytes", "proc.host_total_bytes"):
             assert unit is Unit.BYTES
         elif name == "proc.cpu_pct":
             assert (unit, counter_unit_text(name)) == (Unit.OTHER, "%")

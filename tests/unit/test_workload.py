@@ -82,3 +82,29 @@ def test_growth_on_the_newest_step_alone_waits_in_analyze_as_in_watch(tmp_path: 
     a = analyze_path(_csv(tmp_path / "spike.csv", np.array(values), resp, tps))
     assert a.verdict.status == "inconclusive", a.verdict
     assert any("newest step" in r for r in a.verdict.reasons), a.verdict.reasons
+
+
+def test_rss_growth_is_judged_against_the_hosts_memory() -> None:
+    # A healthy AReaL-shaped trainer: RSS +3 MiB a step over 12 steps on a 24 GiB host: the
+    # host's memory lasts 8,000 more steps: info. The same curve at 1 GiB a step: warning.
+    from wsprof.analysis.findings import CounterGrowth, Facts
+    from wsprof.analysis.growth import classify
+    from wsprof.analysis.model import SeriesResult
+    from wsprof.contracts.counters import proc_counter
+    from wsprof.contracts.series import Series, counter_key
+    from wsprof.contracts.units import Unit
+
+    def facts(per_step: float) -> Facts:
+        steps = tuple(range(12))
+        rss = tuple(318e6 + per_step * k + 1e5 * ((-1) ** k) for k in steps)
+        host = tuple(24 * 2.0**30 for _ in steps)
+        out = {}
+        for name, vals in (("rss_bytes", rss), ("host_total_bytes", host)):
+            s = Series(counter_key(proc_counter(name)), Unit.BYTES, steps, vals)
+            out[s.name] = SeriesResult(s, classify(vals))
+        return Facts(out, [])
+
+    (slow,) = CounterGrowth().match(facts(3 * 2.0**20))
+    assert slow.severity == "info" and "lasts" in slow.title, slow.title
+    (fast,) = CounterGrowth().match(facts(2.0**30))
+    assert fast.severity in ("warning", "critical"), fast.title

@@ -32,6 +32,7 @@ from wsprof.contracts.counters import (
     NVML_MEM_TOTAL_BYTES,
     NVML_PROCESS_GPU_BYTES,
     is_nvml_gpu,
+    proc_counter,
     total_bytes_of,
 )
 from wsprof.contracts.series import (
@@ -673,6 +674,10 @@ class CounterCorrelation(Rule):
         return out
 
 
+#: A process's RSS growth whose rate would fill the host's memory only after this many times
+#: the steps seen is shown at info (a 12-step run growing 3 MiB a step on a 24 GiB host: 8,000
+#: steps away); within the steps seen again, critical.
+HOST_MEMORY_HORIZON = 100
 #: Memory (bytes, no device total known) that grew by less than this share of its first level
 #: over the run is shown at info: not yet material (a host process's RSS filling its caches).
 MEMORY_MATERIAL_SHARE = 0.10
@@ -722,10 +727,27 @@ class CounterGrowth(Rule):
             }
             total = gpu_total_bytes(facts, cname)
             severity = "warning"
+            host = facts.series.get(counter_key(proc_counter("host_total_bytes")))
+            if cname == proc_counter("rss_bytes") and host is not None and slope > 0:
+                # How long the host's memory lasts at this rate: a few MiB a step in a 12-step
+                # run (a Python process filling its caches) is thousands of steps away.
+                room = max(host.series.values) - vals[-1]
+                steps_left = max(room / slope, 0.0)
+                title += (
+                    f"; at this rate the host's {fmt_bytes(max(host.series.values))} lasts "
+                    f"{steps_left:,.0f} more steps"
+                )
+                evidence.update(host_total_bytes=max(host.series.values), steps_to_host=steps_left)
+                if steps_left > HOST_MEMORY_HORIZON * len(vals):
+                    severity = "info"
+                    title += ": watch it, not yet material"
+                elif steps_left <= len(vals):
+                    severity = "critical"
             grown = vals[-1] - vals[0]
             if (
                 kind.kind is SeriesKind.BYTES
                 and total is None
+                and severity == "warning"
                 and vals[0] > 0
                 and grown < MEMORY_MATERIAL_SHARE * vals[0]
             ):

@@ -22,7 +22,8 @@ TOP_TYPES = 10
 
 def process_reading(proc: psutil.Process) -> Reading:
     """``proc.rss_bytes``, ``proc.threads``, ``proc.cpu_pct`` (since the previous call on
-    ``proc``; prime it once) and, where the OS tells, ``proc.open_fds``.
+    ``proc``; prime it once), ``proc.host_total_bytes`` (the host's memory: how far the RSS can
+    grow) and, where the OS tells, ``proc.open_fds``.
 
     Raises:
         psutil.Error: the process is gone or cannot be read.
@@ -33,6 +34,8 @@ def process_reading(proc: psutil.Process) -> Reading:
             (proc_counter("threads"), float(proc.num_threads())),
             (proc_counter("cpu_pct"), float(proc.cpu_percent(None))),
         ]
+        with contextlib.suppress(psutil.Error, OSError):
+            out.append((proc_counter("host_total_bytes"), float(psutil.virtual_memory().total)))
         with contextlib.suppress(psutil.Error, AttributeError):
             out.append((proc_counter("open_fds"), float(proc.num_fds())))
     return out

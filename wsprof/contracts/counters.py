@@ -110,6 +110,8 @@ PROC_KEYS: dict[str, CounterUnit] = {
     "threads": _COUNT,
     "cpu_pct": _PCT,
     "open_fds": _COUNT,
+    # The host's memory (psutil.virtual_memory().total): how far the RSS can grow.
+    "host_total_bytes": _BYTES,
 }
 #: Every ``gc.gen<i>.<key>`` key and its unit: objects allocated less freed since the
 #: generation's last collection (``gc.get_count()``), collections so far (``gc.get_stats()``).
