@@ -314,7 +314,7 @@ def test_tiny_gathers_are_no_weight_sync() -> None:
     rows = steps_from_rhythm(j.table())
     assert len(rows) >= 9
     assert all(r.weight_sync_s is None for r in rows)
-    assert not is_push(j.table(), 0, 4, None)
+    assert not is_push(j.table(), 0, 4)
 
 
 def test_two_unlike_halves_are_one_step() -> None:

@@ -176,7 +176,8 @@ _RESOURCE_TOKENS = frozenset(
         "works",
     }
 )
-_WORKLOAD_RE = re.compile(
+#: Last name parts of a per-step workload size (also read by :mod:`wsprof.analysis.workload`).
+WORKLOAD_RE = re.compile(
     r"(?:total_)?(?:num|n)_(?:tokens|samples|sequences|seqs|prompts|"
     r"responses)|batch_size|total_tokens"
 )
@@ -348,7 +349,7 @@ def kind_by_name(name: str, unit: str = "") -> KindVerdict | None:
         return KindVerdict(SeriesKind.DURATION, "a time (timer key or time unit)")
     if last_tokens & _RESOURCE_TOKENS:
         return KindVerdict(SeriesKind.RESOURCE, "a count of resources held")
-    if _WORKLOAD_RE.fullmatch(last):
+    if WORKLOAD_RE.fullmatch(last):
         return KindVerdict(
             SeriesKind.OTHER, "a per-step workload size (tokens or samples in the batch)"
         )

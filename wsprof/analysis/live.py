@@ -43,8 +43,7 @@ import numpy as np
 
 from wsprof.analysis.align import ClockInput, align, anchor_of
 from wsprof.analysis.coverage import audit_process, coverage_of
-from wsprof.analysis.diagnoses import diagnose
-from wsprof.analysis.findings import TIME_BUDGETS_S, Facts, run_rules
+from wsprof.analysis.findings import TIME_BUDGETS_S, Facts
 from wsprof.analysis.growth import classify, hold_newest
 from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import (
@@ -63,7 +62,13 @@ from wsprof.analysis.model import (
 )
 from wsprof.analysis.process import with_sync_starts
 from wsprof.analysis.ranks import RankInput, judged_series, rank_series, sync_lags
-from wsprof.analysis.run import counter_series, facts_of_wrappers, row_series, with_unread
+from wsprof.analysis.run import (
+    conclude_on_cause_rank,
+    counter_series,
+    facts_of_wrappers,
+    row_series,
+    with_unread,
+)
 from wsprof.analysis.steps import steps_from_markers
 from wsprof.analysis.verdict import with_verdict
 from wsprof.contracts.events import Event, EventKind, Patched, WrapperFound
@@ -774,7 +779,9 @@ class LiveRun:
                 "(`wsprof analyze` judges every step)"
             )
         unread = tuple(f"skipped {m}" for m in self.follower.problems())
-        findings = run_rules(facts)
+        findings, diagnoses = conclude_on_cause_rank(
+            facts, {a.label: p.wrappers() for p, a in zip(procs, analyses)}, notes
+        )
         analysis = with_verdict(
             Analysis(
                 source=self.folder,
@@ -782,7 +789,7 @@ class LiveRun:
                 processes=tuple(analyses),
                 series=tuple(results),
                 findings=tuple(findings),
-                diagnoses=diagnose(findings, facts),
+                diagnoses=diagnoses,
                 notes=tuple(notes),
                 wrappers=tuple(wrappers),
                 ranks=tuple(ranks),

@@ -21,7 +21,6 @@ from wsprof.analysis.model import (
     StepRow,
 )
 from wsprof.analysis.phases import patterns_from_meta, window_summaries
-from wsprof.analysis.pushes import is_push
 from wsprof.analysis.rhythm import steps_from_rhythm
 from wsprof.analysis.sampled_steps import steps_from_windows
 from wsprof.analysis.samples import early_late_shift, early_late_stacks, hot_frames, hot_stacks
@@ -31,7 +30,7 @@ from wsprof.analysis.steps import (
     steps_from_markers,
     sync_spans,
 )
-from wsprof.analysis.updates import evidence_line, push_group, steps_from_updates, updates
+from wsprof.analysis.updates import evidence_line, steps_from_updates, updates
 from wsprof.contracts.counters import NVML_UTIL_PCT, counter_unit, is_nvml_gpu
 from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow, Site, Span
 
@@ -377,18 +376,14 @@ def unmarked_steps(trace: ProcessTrace) -> tuple[list[StepRow], str, str | None,
     up = updates(calls, trace.meta)
     if up is not None:
         rows = steps_from_updates(calls, up, first_record_ns(trace))
-        return rows, "updates", evidence_line(up, up.group, rows), []
-    found = push_group(calls, trace.meta)
-    group = found[0] if found is not None else None
-    rows = steps_from_rhythm(calls, last_record_ns(trace), group, first_record_ns(trace))
+        return rows, "updates", evidence_line(up, rows), []
+    rows = steps_from_rhythm(calls, last_record_ns(trace), first_record_ns(trace))
     source = "rhythm"
     if not rows:
-        rows = steps_from_bursts(
-            calls, last_record_ns(trace), lambda lo, hi: is_push(calls, lo, hi, group)
-        )
+        rows = steps_from_bursts(calls, last_record_ns(trace))
         source = "bursts" if rows else "none"
     rows, left_out = drop_truncated_edges(rows)
-    return rows, source, evidence_line(None, group, rows), left_out
+    return rows, source, evidence_line(None, rows), left_out
 
 
 def join_samples(

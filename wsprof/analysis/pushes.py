@@ -3,7 +3,7 @@
 RL frameworks push new weights from the trainers to the inference engines with broadcasts,
 gathers, scatters or point-to-point calls (:data:`SYNC_OPS`), on a group made for it (the
 *push group*: :mod:`wsprof.analysis.updates`) or, in one world, among the trainers. A run of
-such calls is a push only on evidence (:func:`is_push`): it touches the push group, or it
+such calls is a push only on evidence: it is an update on the push group, or (:func:`is_push`) it
 moves at least :data:`MIN_PUSH_BYTES` of floating-point payload (a model's parameters; a
 gather of rewards or a pickled object list is neither). Without evidence a step has no
 weight sync, and the headline says so instead of a number.
@@ -14,6 +14,7 @@ Pure numpy over a :class:`~wsprof.trace.model.CallTable`; no torch.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from wsprof.trace.model import CallTable
 
@@ -41,20 +42,25 @@ def is_float(dtype: object) -> bool:
     return s.startswith(("float", "bfloat", "half", "double")) or "float" in s
 
 
+def float_mask(dtypes: npt.NDArray[np.object_]) -> npt.NDArray[np.bool_]:
+    """Per call, whether its payload is a floating-point tensor (:func:`is_float`; each
+    distinct dtype name is looked at once)."""
+    vals = dtypes.tolist()
+    floats = {d for d in set(vals) if is_float(d)}
+    return np.fromiter((d in floats for d in vals), dtype=bool, count=len(vals))
+
+
 def float_bytes(calls: CallTable, lo: int = 0, hi: int | None = None) -> int:
     """Bytes of floating-point payload of the calls ``[lo, hi)``."""
     hi = len(calls) if hi is None else hi
     if hi <= lo:
         return 0
-    dt = calls.dtype[lo:hi].tolist()
     b = calls.bytes[lo:hi]
-    mask = np.fromiter((is_float(d) for d in dt), dtype=bool, count=len(dt))
-    return int(b[mask & (b > 0)].sum())
+    return int(b[float_mask(calls.dtype[lo:hi]) & (b > 0)].sum())
 
 
-def is_push(calls: CallTable, lo: int, hi: int, group: str | None) -> bool:
-    """True when the calls ``[lo, hi)`` are a weight push: one of them is on the push group
-    (``group``), or they move at least :data:`MIN_PUSH_BYTES` of floating-point payload."""
-    if group is not None and bool(np.any(calls.grp[lo:hi] == group)):
-        return True
+def is_push(calls: CallTable, lo: int, hi: int) -> bool:
+    """True when the calls ``[lo, hi)`` are a weight push by their payload: they move at least
+    :data:`MIN_PUSH_BYTES` of floating-point tensors (a process with a push group has its
+    steps and syncs from the updates on it: :mod:`wsprof.analysis.updates`)."""
     return float_bytes(calls, lo, hi) >= MIN_PUSH_BYTES

@@ -34,7 +34,7 @@ Method:
 4. **Weight sync** of a step: the longest run of consecutive weight-push collectives
    (:data:`~wsprof.analysis.pushes.SYNC_OPS`: broadcast, all-gather, scatter, point-to-point;
    never a barrier or a reduction) of at least :data:`MIN_SYNC_CALLS` calls that is a push by
-   evidence (:func:`~wsprof.analysis.pushes.is_push`: it touches the push group, or it moves a
+   evidence (:func:`~wsprof.analysis.pushes.is_push`: it moves a
    model's worth of float payload); its span, first start to last completion, time between
    the calls included (that is where a wrapper's overhead lives). A step without one has no
    weight sync (never a gather of rewards called one).
@@ -347,14 +347,11 @@ def idle_before(calls: CallTable) -> npt.NDArray[np.int64]:
     return np.clip(gaps, 0, None).astype(np.int64)
 
 
-def sync_run(
-    calls: CallTable, lo: int, hi: int, group: str | None = None
-) -> tuple[int, int] | None:
+def sync_run(calls: CallTable, lo: int, hi: int) -> tuple[int, int] | None:
     """The longest run of consecutive :data:`~wsprof.analysis.pushes.SYNC_OPS` calls in
     ``[lo, hi)`` (indices, the second exclusive) with at least :data:`MIN_SYNC_CALLS` calls
-    that is a weight push (:func:`~wsprof.analysis.pushes.is_push` with the process's push
-    ``group``), or None; after the last reduce-scatter of the range when it has one
-    (:data:`TRAINING_GATHER_AFTER`)."""
+    that is a weight push (:func:`~wsprof.analysis.pushes.is_push`), or None; after the last
+    reduce-scatter of the range when it has one (:data:`TRAINING_GATHER_AFTER`)."""
     ops = calls.op[lo:hi].tolist()
     last_rs = max((i for i, op in enumerate(ops) if op in TRAINING_GATHER_AFTER), default=-1)
     if last_rs >= 0:
@@ -372,7 +369,7 @@ def sync_run(
         if (
             j - i >= MIN_SYNC_CALLS
             and (best is None or j - i > best[1] - best[0])
-            and is_push(calls, lo + i, lo + j, group)
+            and is_push(calls, lo + i, lo + j)
         ):
             best = (lo + i, lo + j)
         i = j
@@ -382,14 +379,13 @@ def sync_run(
 def steps_from_rhythm(
     calls: CallTable,
     t_last_ns: int | None = None,
-    group: str | None = None,
     t_first_ns: int | None = None,
 ) -> list[StepRow]:
     """One step per repetition of the job's call pattern; empty when none is found.
 
     Step ``i`` runs from repetition ``i``'s first call to repetition ``i+1``'s (the last to
     ``t_last_ns`` or its last call's end). ``weight_sync_s`` is the span of the step's sync run
-    (:func:`sync_run`, ``group`` the process's push group) and ``sync_gap_s`` the part of it
+    (:func:`sync_run`) and ``sync_gap_s`` the part of it
     in no collective; both None for a step without one. ``sync_start_ns`` is the run's first call.
 
     When every repetition (all but one at most) has a weight sync, a step ends with it
@@ -407,12 +403,12 @@ def steps_from_rhythm(
         calls.t_done_ns >= 0, np.maximum(calls.t_done_ns, calls.t_end_ns), calls.t_end_ns
     )
     bounds = [*cyc.starts, len(calls)]
-    runs = [sync_run(calls, bounds[i], bounds[i + 1], group) for i in range(cyc.n_steps)]
+    runs = [sync_run(calls, bounds[i], bounds[i + 1]) for i in range(cyc.n_steps)]
     found = [r for r in runs if r is not None]
     if len(found) >= max(MIN_RHYTHM_STEPS, cyc.n_steps - 1):
         return _ending_with_sync(calls, done, found, t_first_ns)
     specs = []
-    head = _head_step(calls, cyc, done, group, t_first_ns)
+    head = _head_step(calls, cyc, done, t_first_ns)
     if head is not None:
         specs.append(head)
     for i, run in enumerate(runs):
@@ -430,7 +426,6 @@ def _head_step(
     calls: CallTable,
     cyc: Cycle,
     done: npt.NDArray[np.int64],
-    group: str | None,
     t_first_ns: int | None,
 ) -> tuple[int, int, int, float | None, float | None, int | None] | None:
     """The calls before the first repetition as a step of their own, when they hold at least
@@ -445,7 +440,7 @@ def _head_step(
         return None  # nothing before, too little, or the first repetition is itself partial
     t0 = int(calls.t_start_ns[0])
     t0 = min(t0, t_first_ns) if t_first_ns is not None else t0
-    run = sync_run(calls, 0, first, group)
+    run = sync_run(calls, 0, first)
     return (0, t0, int(calls.t_start_ns[first]), *_sync_of(calls, done, run))
 
 

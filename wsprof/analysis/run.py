@@ -34,7 +34,7 @@ from wsprof.analysis.process import (
     first_record_ns,
     join_samples,
 )
-from wsprof.analysis.ranks import RankInput, peer_waits, rank_series
+from wsprof.analysis.ranks import RankInput, judged_series, peer_waits, rank_series
 from wsprof.analysis.steps import assign_calls
 from wsprof.analysis.verdict import with_verdict
 from wsprof.analysis.workload import ENGINE_CALLS
@@ -528,19 +528,19 @@ def _rank_rows(
 
 
 def engine_work_series(
-    analyses: Sequence[ProcessAnalysis], worlds: Sequence[World | None], primary: object
+    analyses: Sequence[ProcessAnalysis], worlds: Sequence[World | None]
 ) -> list[Series]:
     """The collectives an inference engine issued per step, when its steps are the primary's
     (cut at the same weight updates): a TP engine's decode issues its all-reduces per token,
     so this is the rollout's work per step, the workload a step time is judged against
     (:mod:`wsprof.analysis.workload`). Empty without such an engine."""
-    if not analyses or not analyses[0].steps or primary is None:
+    if not analyses or analyses[0].step_source != "updates":
         return []
     n = len(analyses[0].steps)
     for pa, w in zip(analyses, worlds):
         if w is None or w.role != Role.ENGINE.value or len(pa.steps) != n:
             continue
-        if pa.step_source != "updates" or analyses[0].step_source != "updates":
+        if pa.step_source != "updates":
             continue
         return [
             Series(
@@ -564,55 +564,68 @@ OWN_SERIES = (BETWEEN_LAYERS_S, SYNC_GAP_S)
 
 
 def conclude_on_cause_rank(
-    facts: Facts,
-    peers: Sequence[tuple[ProcessAnalysis, Sequence[WrapperFact]]],
-    notes: list[str],
+    facts: Facts, wrappers_of: Mapping[str, Sequence[WrapperFact]], notes: list[str]
 ) -> tuple[list[Finding], tuple[Diagnosis, ...]]:
     """Findings and diagnoses of ``facts``; when the first diagnosis is a slowdown with no
     recorded cause on the primary (or only time outside collectives, growing
     :data:`CAUSE_RANK_RATIO` times slower than on another rank, or while another rank's
-    wrapper on the collective names grows and the primary has none), the same rules again with the
-    cause series
-    (:data:`OWN_SERIES`) and wrappers of the rank of its world whose own series grow
-    (``peers``: every process of the primary's world, the primary first, with its wrappers).
-    A leak on one trainer rank slows every rank that meets it in a collective; the primary
-    (trainer rank 0, whose sync the framework logs) shows the symptom, that rank the cause
-    (issue 28: found and named on that rank, never on the ranks that wait for it)."""
+    wrapper on the collective names grows and the primary has none), the same rules again
+    with the cause series (:data:`OWN_SERIES`, as the rank rows judged them:
+    ``facts.ranks``) and wrappers (``wrappers_of``: process label -> its wrapper facts) of the
+    rank of the primary's world whose own series grow. A leak on one trainer rank slows every
+    rank that meets it in a collective; the primary (trainer rank 0, whose sync the framework
+    logs) shows the symptom, that rank the cause (issue 28: found and named on that rank,
+    never on the ranks that wait for it). ``wsprof analyze`` and ``wsprof watch`` both
+    conclude here."""
     findings = run_rules(facts)
     diagnoses = diagnose(findings, facts)
-    if not diagnoses or diagnoses[0].cause not in ("unexplained", "gaps") or len(peers) < 2:
+    primary = facts.primary
+    if not diagnoses or diagnoses[0].cause not in ("unexplained", "gaps") or primary is None:
         return findings, diagnoses
-    best: tuple[tuple[bool, float], int, list[SeriesResult]] | None = None
-    mine = 0.0
-    mine_wrapped = any(w.kind == "name" for w in peers[0][1])
-    for i, (pa, wrappers) in enumerate(peers):
-        own = [s for s in row_series(pa.steps, pa.step_source) if s.name in OWN_SERIES]
-        res = classify_series(own, [])
-        slope = max((r.verdict.slope_per_step for r in res if r.verdict.accumulating), default=0)
+    processes = {p.label: p for p in facts.processes}
+    rows = {r.label: r for r in facts.ranks}
+    mine_row = rows.get(primary.label)
+    if mine_row is None:
+        return findings, diagnoses
+
+    def own(r: RankSeries) -> dict[str, GrowthVerdict]:
+        found = {BETWEEN_LAYERS_S: r.between, SYNC_GAP_S: r.gap}
+        return {k: v for k, v in found.items() if v is not None}
+
+    def slope(r: RankSeries) -> float:
+        return max((v.slope_per_step for v in own(r).values() if v.accumulating), default=0.0)
+
+    def wrapped(label: str) -> bool:
+        return any(w.kind == "name" for w in wrappers_of.get(label, ()))
+
+    best: tuple[tuple[bool, float], RankSeries] | None = None
+    for r in facts.ranks:
+        if r is mine_row or r.world != mine_row.world or r.label not in processes:
+            continue
         # A wrapper whose time between the layers grows is a cause of its own; time outside
         # the collectives may be a wait.
-        wrapped = any(w.kind == "name" for w in wrappers) and any(
-            r.series.name == BETWEEN_LAYERS_S and r.verdict.accumulating for r in res
-        )
-        if i == 0:
-            mine = slope
-        elif slope > 0 and (best is None or (wrapped, slope) > best[0]):
-            best = ((wrapped, slope), i, res)
+        between = own(r).get(BETWEEN_LAYERS_S)
+        key = (wrapped(r.label) and between is not None and between.accumulating, slope(r))
+        if key[1] > 0 and (best is None or key > best[0]):
+            best = (key, r)
     # A gap on the primary is its own cause unless another rank's grows far faster, or that
     # rank's wrapper grows where the primary has none (the primary's gaps are then its waits
     # for that rank between collectives).
     if best is None or (
         diagnoses[0].cause == "gaps"
-        and best[0][1] < CAUSE_RANK_RATIO * mine
-        and not (best[0][0] and not mine_wrapped)
+        and best[0][1] < CAUSE_RANK_RATIO * slope(mine_row)
+        and not (best[0][0] and not wrapped(primary.label))
     ):
         return findings, diagnoses
-    _, i, res = best
-    pa, wrappers = peers[i]
-    series = {**{k: v for k, v in facts.series.items() if k not in OWN_SERIES}}
-    series.update({r.series.name: r for r in res})
+    row = best[1]
+    pa = processes[row.label]
+    judged = judged_series(pa)
+    series = {k: v for k, v in facts.series.items() if k not in OWN_SERIES}
+    series.update({k: SeriesResult(judged[k], v) for k, v in own(row).items() if k in judged})
     others = [p for p in facts.processes if p is not pa]
-    focused = replace(facts, series=series, processes=[pa, *others], wrappers=list(wrappers))
+    focused = replace(
+        facts, series=series, processes=[pa, *others], wrappers=list(wrappers_of.get(pa.label, ()))
+    )
     notes.append(
         f"{pa.label}: its own time in the weight sync grows while the primary's does not: "
         "the causes are read on it (the primary waits for it)"
@@ -668,9 +681,7 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
         series += window_series(analyses[0])
     for d in procs:
         notes += [f"{d.trace.label}: {p}" for p in pattern_problems(d.trace.meta)]
-    series += engine_work_series(
-        analyses, [world_of.get(id(d)) for d in procs], procs[0] if procs else None
-    )
+    series += engine_work_series(analyses, [world_of.get(id(d)) for d in procs])
     results = classify_series(series, notes)
     wrappers = procs[0].wrappers if procs else []
     unattributed = _unattributed_backend(primary) if primary is not None else None
@@ -686,12 +697,7 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
     errors = [e.detail for d in procs for e in d.trace.events if e.kind is EventKind.INTERNAL_ERROR]
     head = headline_of(analyses[0] if analyses else None, results, source, analyses)
     facts = Facts(
-        {r.series.name: r for r in results},
-        analyses,
-        wrappers,
-        errors,
-        ranks=ranks,
-        headline=head,
+        {r.series.name: r for r in results}, analyses, wrappers, errors, ranks=ranks, headline=head
     )
     sampled = any(pa.n_samples for pa in analyses)
     if analyses and not sampled and not any(d.n_calls or d.trace.spans for d in procs):
@@ -760,13 +766,7 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
             "in the traced processes)"
         )
     findings, diagnoses = conclude_on_cause_rank(
-        facts,
-        [
-            (pa, d.wrappers)
-            for d, pa in zip(procs, analyses)
-            if first_world is not None and world_of.get(id(d)) is first_world
-        ],
-        notes,
+        facts, {pa.label: d.wrappers for d, pa in zip(procs, analyses)}, notes
     )
     return with_verdict(
         Analysis(

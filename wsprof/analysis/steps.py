@@ -8,13 +8,14 @@ from in-burst gaps at a jump of at least :data:`MIN_GAP_RATIO` in the sorted gap
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
 
 from wsprof.analysis.model import StepRow
+from wsprof.analysis.pushes import is_push
 from wsprof.contracts.phases import ROLLOUT, TRAIN, WEIGHT_SYNC, canonical_phase
 from wsprof.trace.model import CallTable, CallTotals, Span
 
@@ -24,9 +25,6 @@ from wsprof.trace.model import CallTable, CallTotals, Span
 MIN_GAP_RATIO = 10.0
 #: And at least this long, ns (below it, gaps are scheduling noise).
 MIN_IDLE_GAP_NS = 20_000_000
-#: Whether the calls ``[lo, hi)`` of a process are a weight push (see
-#: :func:`wsprof.analysis.pushes.is_push`).
-PushTest = Callable[[int, int], bool]
 #: Bursts with fewer calls are not weight syncs (a lone barrier, a metrics all_reduce).
 MIN_BURST_CALLS = 3
 
@@ -360,14 +358,12 @@ def detect_bursts(
     return [(int(a), int(b)) for a, b in zip(starts, ends) if b - a + 1 >= MIN_BURST_CALLS]
 
 
-def steps_from_bursts(
-    calls: CallTable, t_last_ns: int | None = None, is_push: PushTest | None = None
-) -> list[StepRow]:
+def steps_from_bursts(calls: CallTable, t_last_ns: int | None = None) -> list[StepRow]:
     """One step per sync burst: step i runs from burst i's start to burst i+1's start.
 
-    Weight-sync time is the burst's span (first call start to last call end) where
-    ``is_push(first, end)`` (call indices, the end exclusive) says the burst is a weight push,
-    else None (no test: every burst). Rollout and train times are unknown (None). The last
+    Weight-sync time is the burst's span (first call start to last call end) when the burst is
+    a weight push by its payload (:func:`~wsprof.analysis.pushes.is_push`), else None.
+    Rollout and train times are unknown (None). The last
     step ends at ``t_last_ns`` (the last record of the process) or at its burst's end.
     """
     if len(calls) == 0:
@@ -381,7 +377,7 @@ def steps_from_bursts(
             t1 = int(calls.t_start_ns[bursts[i + 1][0]])
         else:
             t1 = max(sync_end, t_last_ns or sync_end)
-        push = is_push is None or is_push(a, b + 1)
+        push = is_push(calls, a, b + 1)
         specs.append((i, t0, t1, None, None, (sync_end - t0) / 1e9 if push else None))
     return [
         replace(r, sync_start_ns=r.t_start_ns if r.weight_sync_s is not None else None)

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wsprof.analysis.model import StepRow
-from wsprof.analysis.pushes import MIN_PUSH_BYTES, SYNC_OPS, is_float
+from wsprof.analysis.pushes import MIN_PUSH_BYTES, SYNC_OPS, float_mask, is_float
 from wsprof.analysis.rhythm import find_cycle, idle_before, loop_keys, tokens
 from wsprof.analysis.steps import clipped_done, covered_ns, detect_bursts, ending_with_sync
 from wsprof.contracts.units import fmt_bytes
@@ -47,9 +47,10 @@ MIN_UPDATES = 3
 UPDATE_BYTES_SPREAD = 1.25
 
 
-def _updates_on(calls: CallTable, on: npt.NDArray[np.int64]) -> list[tuple[int, int]]:
-    """The updates among the calls ``on`` (indices into ``calls``, all on one group): first
-    and last call index of each, inclusive. Three cuts are tried: bursts split at idle gaps
+def _updates_on(sub: CallTable, cum: npt.NDArray[np.int64]) -> list[tuple[int, int]]:
+    """The updates among one group's calls ``sub`` (``cum``: cumulative weight bytes of its
+    calls, :func:`weight_bytes`, with a leading 0): first and last position of each in
+    ``sub``, inclusive. Three cuts are tried: bursts split at idle gaps
     (:data:`UPDATE_GAP_RATIO`), the group's own rhythm, as every update repeats the same
     calls (:func:`~wsprof.analysis.rhythm.find_cycle`; verl's buckets wait for the
     trainer's gathers, so its gaps do not tell updates apart), and the largest gaps
@@ -57,25 +58,24 @@ def _updates_on(calls: CallTable, on: npt.NDArray[np.int64]) -> list[tuple[int, 
     with :data:`MIN_UPDATES` updates that each move the same bytes
     (:data:`UPDATE_BYTES_SPREAD`), the one with the fewest updates wins (a bucket is not an
     update); empty when none."""
-    sub = calls.take(on)
     done = np.maximum(sub.t_done_ns, sub.t_end_ns)
     cuts = [detect_bursts(sub.t_start_ns, done, UPDATE_GAP_RATIO)]
     cyc = find_cycle(tokens(sub), idle_before(sub), loop_keys(sub))
     if cyc is not None:
-        bounds = [*cyc.starts, len(on)]
+        bounds = [*cyc.starts, len(sub)]
         cuts.append([(a, b - 1) for a, b in zip(bounds[:-1], bounds[1:])])
-    cuts.append(_largest_gaps(calls, on, sub, done))
-    good: list[list[tuple[int, int]]] = []
-    for cut in cuts:
-        units = [(int(on[a]), int(on[b])) for a, b in cut]
-        per = [push_bytes(calls, a, b + 1, on) for a, b in units]
-        if (
-            len(units) >= MIN_UPDATES
-            and min(per) > 0
-            and max(per) <= UPDATE_BYTES_SPREAD * min(per)
-        ):
-            good.append(units)
+    cuts.append(_largest_gaps(sub, done, cum))
+    good = [cut for cut in cuts if len(cut) >= MIN_UPDATES and _even(cum, cut)]
     return min(good, key=len) if good else []
+
+
+def _even(cum: npt.NDArray[np.int64], cut: list[tuple[int, int]]) -> bool:
+    """Whether the pieces of ``cut`` (first and last position, inclusive) each move the same
+    bytes (:data:`UPDATE_BYTES_SPREAD`) and some."""
+    a = np.array([x for x, _ in cut], dtype=np.int64)
+    b = np.array([y for _, y in cut], dtype=np.int64)
+    per = cum[b + 1] - cum[a]
+    return bool(per.min() > 0 and per.max() <= UPDATE_BYTES_SPREAD * per.min())
 
 
 #: Cutting at the largest gaps: the shortest gap cut is at least this many times the longest
@@ -86,10 +86,7 @@ LARGEST_GAPS_RATIO = 1.6
 
 
 def _largest_gaps(
-    calls: CallTable,
-    on: npt.NDArray[np.int64],
-    sub: CallTable,
-    done: npt.NDArray[np.int64],
+    sub: CallTable, done: npt.NDArray[np.int64], cum: npt.NDArray[np.int64]
 ) -> list[tuple[int, int]]:
     """Updates cut at the ``m`` largest gaps between the group's calls, for the smallest ``m``
     whose pieces each move the same bytes (:data:`UPDATE_BYTES_SPREAD`) and whose shortest
@@ -97,41 +94,31 @@ def _largest_gaps(
     would split the buckets of an update, fewer with a weaker gap two updates a piece): an
     engine's updates when the trainer's gathers stretch the gaps between buckets (AReaL with
     a slow trainer rank) so that neither a fixed ratio nor the group's rhythm tells them
-    apart. Positions
-    into ``on``; empty when no ``m`` fits."""
-    n = len(on)
+    apart. Only the ``m`` at such a jump in the sorted gaps are tried (a few). Positions in
+    ``sub``; empty when no ``m`` fits."""
+    n = len(sub)
     if n < 2 * MIN_UPDATES:
         return []
     gaps = sub.t_start_ns[1:] - np.maximum.accumulate(done)[:-1]
     order = np.argsort(-gaps, kind="stable")
-    per_call = np.array([push_bytes(calls, int(i), int(i) + 1, on) for i in on], dtype=np.int64)
-    cum = np.concatenate(([0], np.cumsum(per_call)))
-    for m in range(MIN_UPDATES - 1, n - 1):
-        if float(gaps[order[m - 1]]) < LARGEST_GAPS_RATIO * max(float(gaps[order[m]]), 1.0):
-            continue
+    ranked = gaps[order].astype(np.float64)
+    jumps = np.nonzero(ranked[:-1] >= LARGEST_GAPS_RATIO * np.maximum(ranked[1:], 1.0))[0] + 1
+    for m in jumps[jumps >= MIN_UPDATES - 1].tolist():
         at = np.sort(order[:m]) + 1  # each cut starts a piece
-        starts = np.concatenate(([0], at))
-        ends = np.concatenate((at, [n]))
-        per = cum[ends] - cum[starts]
-        if per.min() > 0 and per.max() <= UPDATE_BYTES_SPREAD * per.min():
-            return [(int(a), int(b) - 1) for a, b in zip(starts, ends)]
+        cut = list(zip(np.concatenate(([0], at)).tolist(), (np.append(at, n) - 1).tolist()))
+        if _even(cum, cut):
+            return cut
     return []
 
 
-def push_bytes(calls: CallTable, lo: int, hi: int, on: npt.NDArray[np.int64] | None = None) -> int:
-    """Bytes of weights among the calls ``[lo, hi)`` (those in ``on`` only, when given): float
-    tensors, and buffers of at least :data:`~wsprof.analysis.pushes.MIN_PUSH_BYTES` whatever
-    their dtype (verl packs a bucket as bytes); a pickled request of a few hundred bytes is
-    not weights."""
-    idx = np.arange(lo, hi) if on is None else on[(on >= lo) & (on < hi)]
-    b = calls.bytes[idx]
-    dt = calls.dtype[idx].tolist()
-    keep = np.fromiter(
-        (x > 0 and (is_float(d) or x >= MIN_PUSH_BYTES) for x, d in zip(b.tolist(), dt)),
-        dtype=bool,
-        count=len(dt),
-    )
-    return int(b[keep].sum())
+def weight_bytes(calls: CallTable, on: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Per call of ``on`` (indices into ``calls``), the bytes of weights it moves: a float
+    tensor's, or a buffer of at least :data:`~wsprof.analysis.pushes.MIN_PUSH_BYTES` whatever
+    its dtype (verl packs a bucket as bytes); 0 for a pickled request of a few hundred bytes
+    or a barrier."""
+    b = calls.bytes[on]
+    keep = (b > 0) & (float_mask(calls.dtype[on]) | (b >= MIN_PUSH_BYTES))
+    return np.where(keep, b, 0).astype(np.int64)
 
 
 def push_group(
@@ -144,7 +131,7 @@ def push_group(
     (verl's checkpoint engine meets on its group before each update), whose calls come in
     updates (:func:`_updates_on`) that move at least
     :data:`~wsprof.analysis.pushes.MIN_PUSH_BYTES` of weights each (median,
-    :func:`push_bytes`). Of several, a group larger than the process's world first (it
+    :func:`weight_bytes`). Of several, a group larger than the process's world first (it
     reaches beyond it: trainers to engines), then one that carries float tensors (an
     engine's loop of pickled requests broadcast to its TP peers carries bytes), then the
     most bytes per update.
@@ -178,18 +165,19 @@ def push_group(
         ops = set(calls.op[on].tolist())
         if not ops & SYNC_OPS or not ops <= SYNC_OPS | {"barrier"}:
             continue
-        bursts = _updates_on(calls, on)
-        if not bursts:
+        cum = np.concatenate(([0], np.cumsum(weight_bytes(calls, on))))
+        pieces = _updates_on(calls.take(on), cum)
+        if not pieces:
             continue
-        per = float(np.median([push_bytes(calls, a, b + 1, on) for a, b in bursts]))
+        per = float(np.median([cum[b + 1] - cum[a] for a, b in pieces]))
         if per < MIN_PUSH_BYTES:
             continue
         size = sizes.get(str(name))
         beyond = isinstance(size, int) and isinstance(world_size, int) and size > world_size
-        floats = any(is_float(d) for d in set(calls.dtype[on].tolist()))
+        floats = bool(float_mask(calls.dtype[on]).any())
         key = (beyond, floats, per)
         if best is None or key > best[0]:
-            best = (key, str(name), bursts)
+            best = (key, str(name), [(int(on[a]), int(on[b])) for a, b in pieces])
     return None if best is None else (best[1], best[2])
 
 
@@ -277,7 +265,7 @@ def steps_from_updates(
     return ending_with_sync(calls, specs)
 
 
-def evidence_line(up: Updates | None, group: str | None, rows: Sequence[StepRow]) -> str | None:
+def evidence_line(up: Updates | None, rows: Sequence[StepRow]) -> str | None:
     """How the weight sync of these steps was told (for notes and the headline), or None when
     no step has one."""
     if not any(r.weight_sync_s is not None for r in rows):
@@ -285,6 +273,4 @@ def evidence_line(up: Updates | None, group: str | None, rows: Sequence[StepRow]
     if up is not None:
         side = "sends" if up.sender else "receives"
         return f"{side} weights on group '{up.group}' ({len(up.bursts)} updates)"
-    if group is not None:
-        return f"pushes on group '{group}'"
     return f"payloads of {fmt_bytes(MIN_PUSH_BYTES)} or more of float tensors per step"

@@ -6,9 +6,10 @@ engine issues per step, :data:`ENGINE_CALLS`, one set per token): at a flat thro
 rollout and the step take longer in proportion. That growth is real but it is no accumulating
 problem. A log that carries a workload series beside the step time says which it is: the time
 follows the
-workload (Spearman's rank correlation, :func:`scipy.stats.spearmanr`), and the time per unit of
-work has no trend (its Theil-Sen slope's confidence interval holds 0, or it moves less than
-:data:`FLAT_RATE_CHANGE` over the run; :func:`scipy.stats.theilslopes`).
+workload (Spearman's rank correlation, :func:`scipy.stats.spearmanr`), and what the work does
+not explain (the time less a Theil-Sen time per unit of work times the work: a fixed part and
+noise) has no trend (its Theil-Sen slope's confidence interval holds 0, or it moves less than
+:data:`FLAT_RATE_CHANGE` of the mean time over the run; :func:`scipy.stats.theilslopes`).
 
 Pure: series in, an explanation (or None) out.
 """
@@ -22,14 +23,14 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from wsprof.analysis.kinds import WORKLOAD_RE
 from wsprof.analysis.model import SeriesResult
 
-#: Names of per-step workload series (last path part, lower case): response and sequence
-#: lengths, tokens and samples per step. Rates (``tok_per_s``) are not workloads.
-WORKLOAD_NAME = re.compile(
-    r"(?:.*/)?(?:response_lengths?(?:/mean)?|response_len(?:/mean)?|total_lengths|"
-    r"(?:total_)?(?:num_)?tokens|(?:total_)?num_(?:tokens|samples|sequences|responses)|"
-    r"global_seqlen(?:/mean)?|response_length/mean)"
+#: Names of per-step workload series besides the sizes :mod:`wsprof.analysis.kinds` knows
+#: (:data:`~wsprof.analysis.kinds.WORKLOAD_RE`: ``num_tokens``, ``batch_size``, ...): response
+#: and sequence lengths (lower case, a trailing ``/mean`` allowed). Rates are not workloads.
+LENGTH_NAME = re.compile(
+    r"(?:.*/)?(?:response_lengths?|response_len|total_lengths|global_seqlen|tokens)(?:/mean)?"
 )
 #: The collectives an inference engine issued per step (:func:`wsprof.analysis.run.
 #: engine_work_series`): a TP engine's decode issues its all-reduces per token generated.
@@ -50,7 +51,8 @@ class Workload:
         name: the workload series.
         growth: its change over the run, first to last fitted value (0.2 = +20%).
         rho: Spearman's correlation of the time with it.
-        rate_change: the time per unit of work's fitted change over the run (share).
+        rate_change: the fitted change over the run of the time the work does not explain,
+            as a share of the mean time.
     """
 
     name: str
@@ -61,7 +63,7 @@ class Workload:
     def text(self) -> str:
         return (
             f"it grows with {self.name} ({self.growth:+.0%} over the run, Spearman "
-            f"{self.rho:.2f}) while the time per unit of it stays flat "
+            f"{self.rho:.2f}) while the time it does not explain stays flat "
             f"({self.rate_change:+.0%}): workload, not a leak"
         )
 
@@ -75,6 +77,13 @@ def _fitted_change(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     return float(change), float(ts.low_slope), float(ts.high_slope)
 
 
+def is_workload(name: str) -> bool:
+    """Whether the series ``name`` is a per-step workload (see :data:`LENGTH_NAME`)."""
+    low = name.lower()
+    last = low.rsplit("/", 1)[-1]
+    return name == ENGINE_CALLS or bool(LENGTH_NAME.fullmatch(low) or WORKLOAD_RE.fullmatch(last))
+
+
 def explained_by_workload(
     time: SeriesResult, series: Mapping[str, SeriesResult]
 ) -> Workload | None:
@@ -83,7 +92,7 @@ def explained_by_workload(
     t_by_step = dict(zip(time.series.steps, time.series.values))
     best: Workload | None = None
     for name, res in series.items():
-        if res is time or not (name == ENGINE_CALLS or WORKLOAD_NAME.fullmatch(name.lower())):
+        if res is time or not is_workload(name):
             continue
         common = [
             (s, t_by_step[s], w)
@@ -99,8 +108,13 @@ def explained_by_workload(
         if not np.isfinite(rho) or rho < MIN_SPEARMAN:
             continue
         growth, _, _ = _fitted_change(x, w)
-        rate_change, lo, hi = _fitted_change(x, t / w)
-        if growth <= 0 or not (lo <= 0.0 <= hi or abs(rate_change) < FLAT_RATE_CHANGE):
+        # The time as a fixed part plus a time per unit of work (Theil-Sen of the time on the
+        # work): what the work does not explain must have no trend of its own.
+        fit = stats.theilslopes(t, w)
+        rest = t - fit.slope * w
+        ts = stats.theilslopes(rest, x, alpha=0.95)
+        rate_change = float(ts.slope * (x[-1] - x[0]) / float(np.mean(t)))
+        if not (ts.low_slope <= 0.0 <= ts.high_slope or abs(rate_change) < FLAT_RATE_CHANGE):
             continue
         found = Workload(name, growth, rho, rate_change)
         if best is None or found.rho > best.rho:
