@@ -168,9 +168,10 @@ def test_ddp_job_with_enough_steps_is_judged_with_the_limit_stated(tmp_path: Pat
     analysis = analyze_path(str(tmp_path))
     cov = analysis.coverage
     assert cov is not None and cov.status == "incomplete" and not cov.gaps
-    assert analysis.verdict is not None and analysis.verdict.status != "inconclusive", (
-        analysis.verdict
-    )
+    # The limit never withholds the verdict. (Whether these millisecond steps grow is noise:
+    # a slow newest step may hold the verdict for the next step, which is not this test's.)
+    assert analysis.verdict is not None
+    assert not any("coverage" in r for r in analysis.verdict.reasons), analysis.verdict
     g0 = next(g for g in cov.groups if g.rank == 0)
     assert set(g0.short_steps) == set(range(7)), g0.short_steps
     flat = " ".join(render_text(analysis).split())

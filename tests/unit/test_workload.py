@@ -108,3 +108,19 @@ def test_rss_growth_is_judged_against_the_hosts_memory() -> None:
     assert slow.severity == "info" and "lasts" in slow.title, slow.title
     (fast,) = CounterGrowth().match(facts(2.0**30))
     assert fast.severity in ("warning", "critical"), fast.title
+
+
+def test_a_newest_step_within_the_others_spread_is_noise_not_held() -> None:
+    # Millisecond steps (uniform noise, found by search): the fit grows only with the last
+    # point, which is within the spread of the others: no slow step, nothing to hold; the
+    # same series ending in a step far above the spread is held as one slow step.
+    from wsprof.analysis.growth import classify, hold_newest
+
+    noise = [5.9, 4.86, 3.59, 5.62, 7.0, 7.46, 7.89]
+    v = classify(noise)
+    assert v.accumulating and not classify(noise[:-1]).accumulating
+    held = hold_newest(noise, v)
+    assert not held.accumulating and "newest_step_alone" not in held.evidence
+    spike = [*noise[:-1], 30.0]
+    held = hold_newest(spike, classify(spike))
+    assert not held.accumulating and held.evidence.get("newest_step_alone") == 1.0

@@ -420,7 +420,9 @@ def hold_newest(
     the newest point alone: without it the series is not judged to grow. The newest step is
     where one slow step (a checkpoint save, an evaluation) falls, and one slow step is not a
     trend; ``evidence['newest_step_alone']`` says so, and the verdict of the run is
-    inconclusive until more steps confirm it. ``wsprof analyze`` and ``wsprof watch`` both
+    inconclusive until more steps confirm it. When the newest point is within the others'
+    spread (:func:`_newest_stands_out` false) it is no slow step either: the fit that rests on
+    it reads noise, and nothing is held. ``wsprof analyze`` and ``wsprof watch`` both
     judge so (issue 28: they agree on growth that rests on the newest point alone)."""
     if not verdict.accumulating or len(values) <= 2:
         return verdict
@@ -432,8 +434,35 @@ def hold_newest(
     )
     if before.accumulating:
         return verdict
+    if not _newest_stands_out(values):
+        # The newest point is within the spread of the others: the "growth" is noise.
+        return replace(verdict, accumulating=False)
     evidence = {**verdict.evidence, "newest_step_alone": 1.0}
     return replace(verdict, accumulating=False, evidence=evidence)
+
+
+#: Robust z-score (distance from the median in MADs scaled to a normal standard deviation)
+#: above which the newest point is a slow step, not noise: 3, the "very conservative" cut of
+#: Leys et al., "Detecting outliers: Do not use standard deviation around the mean, use
+#: absolute deviation around the median", J. Exp. Social Psychology 49 (2013) 764-766.
+NEWEST_OUTLIER_Z = 3.0
+
+
+def _newest_stands_out(values: Sequence[float]) -> bool:
+    """Whether the newest finite value of ``values`` lies above the others by more than
+    :data:`NEWEST_OUTLIER_Z` robust standard deviations (median and MAD of the others). A
+    millisecond step's noise can tip a short series' fit on its last point: such a point is
+    within the spread, and no one slow step."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if len(v) < 3:
+        return True
+    prev, newest = v[:-1], float(v[-1])
+    mid = float(np.median(prev))
+    mad = float(stats.median_abs_deviation(prev, scale="normal"))
+    if mad == 0.0:
+        return newest > mid
+    return (newest - mid) / mad > NEWEST_OUTLIER_Z
 
 
 def classify(
