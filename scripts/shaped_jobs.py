@@ -66,12 +66,21 @@ class Row:
         )
 
 
-def run_job(job: str, variant: str, out: Path, steps: int = 12, timeout_s: float = 600) -> Path:
-    """Run ``job`` (a key of :data:`JOBS`) under ``wsprof run --no-report`` with no markers;
-    returns the truth file (the run folder is ``out``). Raises ``RuntimeError`` on failure."""
+def run_job(
+    job: str,
+    variant: str,
+    out: Path,
+    steps: int = 12,
+    timeout_s: float = 600,
+    under_wsprof: bool = True,
+) -> Path:
+    """Run ``job`` (a key of :data:`JOBS`) under ``wsprof run --no-report`` with no markers
+    (``under_wsprof`` False: plain ``torchrun``, nothing of wsprof imported); returns the truth
+    file (the run folder is ``out``). Raises ``RuntimeError`` on failure."""
     truth = out.with_suffix(".truth.jsonl")
+    wsprof_run = [sys.executable, "-m", "wsprof", "run", "--out", str(out), "--no-report", "--"]
     cmd = [
-        sys.executable, "-m", "wsprof", "run", "--out", str(out), "--no-report", "--",
+        *(wsprof_run if under_wsprof else []),
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
         "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
         str(JOBS[job]), "--steps", str(steps), "--truth", str(truth),
@@ -83,6 +92,18 @@ def run_job(job: str, variant: str, out: Path, steps: int = 12, timeout_s: float
     if done.returncode != 0:
         raise RuntimeError(f"{job} {variant} failed ({done.returncode}): {done.stderr[-2000:]}")
     return truth
+
+
+def weights_sums(truth_file: Path) -> dict[tuple[str, int], list[float]]:
+    """Per (role, role rank): the checksum of the weights each update moved, in step order
+    (verl's job logs the sum of the bf16 values sent or received): equal lists in a run under
+    wsprof and a plain run mean training and the push were bit-identical."""
+    out: dict[tuple[str, int], list[tuple[int, float]]] = {}
+    for t in _truth(truth_file):
+        if "weights_sum" in t:
+            key = (str(t["role"]), int(str(t["role_rank"])))
+            out.setdefault(key, []).append((int(str(t["step"])), float(str(t["weights_sum"]))))
+    return {k: [w for _, w in sorted(v)] for k, v in out.items()}
 
 
 def _truth(path: Path) -> list[dict[str, object]]:

@@ -9,6 +9,7 @@ table)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import helpers
@@ -34,27 +35,44 @@ LEAKER = {
 
 #: Largest median error of the primary's per-step weight sync against the framework's own
 #: ``update_weights`` time, % (issue 28 asks 5%). slime's ``update_weights`` is collectives
-#: end to end; verl's ``CheckpointEngineManager.update_weights`` and AReaL's also wait on
-#: requests no collective shows (abort and its ack, prepare, finalize and resume in verl;
-#: pause and continue in AReaL): -3 to -6% on an idle 2-core machine, -7 to -11% when it is
-#: loaded, as in CI.
-MAX_SYNC_ERR_PCT = {"slime": 5.0, "verl": 15.0, "areal": 15.0}
+#: end to end; verl's ``CheckpointEngineManager.update_weights`` also waits on request round
+#: trips no collective shows (abort's ack, the update and finalize acks: -1 to -3.4% measured
+#: by scripts/shaped_jobs.py, 5 runs; the margin is for a loaded CI machine), AReaL's on
+#: ``/pause_generation``, which waits for the engine's current decode iteration before the
+#: first collective of the sync (-3 to -7% idle, more when the machine is loaded).
+MAX_SYNC_ERR_PCT = {"slime": 5.0, "verl": 7.5, "areal": 15.0}
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Any]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, ...], Any]:
     helpers.require_cases(shaped.JOBS["slime"])
-    out: dict[tuple[str, str], Any] = {}
+    out: dict[tuple[str, ...], Any] = {}
     base = tmp_path_factory.mktemp("shaped")
     for job, variant in CASES:
         run = base / f"{job}-{variant}"
         truth = shaped.run_job(job, variant, run, steps=12)
         out[(job, variant)] = shaped.compare(job, variant, run, truth)
+        out[(job, variant, "truth")] = truth
     return out
 
 
+def test_verl_results_are_bit_identical_under_wsprof(
+    runs: dict[tuple[str, ...], Any], tmp_path: Path
+) -> None:
+    # The verl-shaped job is deterministic (seeded rollouts, FSDP2 over gloo, a synchronous
+    # push): the weights every update moved, on the trainer and on both engine ranks, are the
+    # same under `wsprof run` as in a plain torchrun, to the last bit. (AReaL's asynchronous
+    # rollouts depend on timing by design; slime's job logs no checksum.)
+    plain = shaped.weights_sums(
+        shaped.run_job("verl", "healthy", tmp_path / "plain", steps=12, under_wsprof=False)
+    )
+    traced = shaped.weights_sums(runs[("verl", "healthy", "truth")])
+    assert len(plain[("trainer", 0)]) == 12 and len(plain[("engine", 1)]) == 13, plain.keys()
+    assert traced == plain
+
+
 @pytest.mark.parametrize(("job", "variant"), CASES)
-def test_steps_primary_and_sync(runs: dict[tuple[str, str], Any], job: str, variant: str) -> None:
+def test_steps_primary_and_sync(runs: dict[tuple[str, ...], Any], job: str, variant: str) -> None:
     row, a = runs[(job, variant)]
     assert row.primary_ok, (a.primary.label if a.primary else None, row.steps)
     # Every trainer and engine process: one step per true step (the engines' from the weight
@@ -69,7 +87,7 @@ def test_steps_primary_and_sync(runs: dict[tuple[str, str], Any], job: str, vari
 
 
 @pytest.mark.parametrize(("job", "variant"), [c for c in CASES if c[1] == "healthy"])
-def test_healthy_gets_no_warning(runs: dict[tuple[str, str], Any], job: str, variant: str) -> None:
+def test_healthy_gets_no_warning(runs: dict[tuple[str, ...], Any], job: str, variant: str) -> None:
     row, a = runs[(job, variant)]
     # Healthy: no problem (or, at most, growth held back because it rests on the newest step
     # alone: never a warning).
@@ -80,7 +98,7 @@ def test_healthy_gets_no_warning(runs: dict[tuple[str, str], Any], job: str, var
 
 @pytest.mark.parametrize(("job", "variant"), [c for c in CASES if c[1] == "leak"])
 def test_leak_is_named_with_file_and_line(
-    runs: dict[tuple[str, str], Any], job: str, variant: str
+    runs: dict[tuple[str, ...], Any], job: str, variant: str
 ) -> None:
     row, a = runs[(job, variant)]
     function, file, rank = LEAKER[job]

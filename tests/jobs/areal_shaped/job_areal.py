@@ -40,6 +40,8 @@ torchrun --nproc-per-node 4 job_areal.py [--steps 12] [--leak N] [--leak-rank R]
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import datetime
 import functools
 import os
 import pickle
@@ -274,8 +276,11 @@ def engine_main(args, store, rpc, rr, mk):
                 else:
                     running = None
             busy_rollout += time.perf_counter() - t0
-        elif not reqs:
-            time.sleep(0.01)  # --sleep-on-idle
+        elif not reqs and rr == 0:
+            # --sleep-on-idle: SGLang's IdleSleeper polls the request socket with a timeout and
+            # wakes at the next request (TP rank 1 waits in broadcast_pyobj meanwhile)
+            with contextlib.suppress(dist.DistStoreError):
+                rpc.s.wait([f"sglang/req/{seq}"], datetime.timedelta(seconds=1))
 
 
 # ====================================================================== AReaL client side
