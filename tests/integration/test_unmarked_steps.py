@@ -81,7 +81,7 @@ def test_leaking_wrapper_without_markers_is_accumulating_and_named(
     # The wrapper that issues the broadcasts is named, with its file and line.
     assert slow[0].where is not None and slow[0].where.startswith("push (")
     assert "unmarked_sync_job.py:" in slow[0].where
-    # Every rank has the same 10 steps; a barrier is never part of the weight sync.
+    # Every rank has the same 10 steps.
     assert [len(r.steps) for r in a.ranks] == [10, 10, 10]
     assert all(r.n_calls in (17, 16, 18) for r in pa.steps)
 

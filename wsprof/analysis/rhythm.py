@@ -376,6 +376,24 @@ def sync_run(calls: CallTable, lo: int, hi: int) -> tuple[int, int] | None:
     return best
 
 
+def with_barriers(
+    calls: CallTable, run: tuple[int, int] | None, lo: int, hi: int
+) -> tuple[int, int] | None:
+    """``run`` (a sync run, :func:`sync_run`) with the barriers right before and right after
+    it in ``[lo, hi)``: the frameworks meet at a barrier when their ``update_weights`` starts
+    and again when it ends (slime, AReaL), and their own timer counts that time, as the
+    weight-update path does (:func:`~wsprof.analysis.updates.steps_from_updates`); the part
+    a rank waits there for slower peers is told apart as its ``sync_wait_s``."""
+    if run is None:
+        return None
+    a, b = run
+    while a - 1 >= lo and calls.op[a - 1] == "barrier":
+        a -= 1
+    while b < hi and calls.op[b] == "barrier":
+        b += 1
+    return a, b
+
+
 def steps_from_rhythm(
     calls: CallTable,
     t_last_ns: int | None = None,
@@ -403,7 +421,10 @@ def steps_from_rhythm(
         calls.t_done_ns >= 0, np.maximum(calls.t_done_ns, calls.t_end_ns), calls.t_end_ns
     )
     bounds = [*cyc.starts, len(calls)]
-    runs = [sync_run(calls, bounds[i], bounds[i + 1]) for i in range(cyc.n_steps)]
+    runs = [
+        with_barriers(calls, sync_run(calls, bounds[i], bounds[i + 1]), bounds[i], bounds[i + 1])
+        for i in range(cyc.n_steps)
+    ]
     found = [r for r in runs if r is not None]
     if len(found) >= max(MIN_RHYTHM_STEPS, cyc.n_steps - 1):
         return _ending_with_sync(calls, done, found, t_first_ns)
@@ -440,7 +461,7 @@ def _head_step(
         return None  # nothing before, too little, or the first repetition is itself partial
     t0 = int(calls.t_start_ns[0])
     t0 = min(t0, t_first_ns) if t_first_ns is not None else t0
-    run = sync_run(calls, 0, first)
+    run = with_barriers(calls, sync_run(calls, 0, first), 0, first)
     return (0, t0, int(calls.t_start_ns[first]), *_sync_of(calls, done, run))
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from wsprof.analysis.align import ClockInput, RunClock, align, anchor_of
+from wsprof.analysis.align import ClockInput, ProcessClock, RunClock, align, anchor_of
 from wsprof.analysis.coverage import audit_run
 from wsprof.analysis.diagnoses import diagnose
 from wsprof.analysis.ending import end_notes
@@ -463,29 +463,40 @@ def _run_clock(with_steps: Sequence[tuple[_Digest, ProcessAnalysis]]) -> RunCloc
     return align(inputs)
 
 
-def _with_peer_waits(analyses: Sequence[ProcessAnalysis], clock: RunClock) -> list[ProcessAnalysis]:
+def _with_peer_waits(
+    analyses: Sequence[ProcessAnalysis], clock: RunClock, worlds: Sequence[object | None]
+) -> list[ProcessAnalysis]:
     """``analyses`` with each step's ``sync_wait_s`` (:func:`~wsprof.analysis.ranks.peer_waits`)
-    where two or more processes on the run clock have a weight-sync start for that step.
-    ``clock`` holds the processes with steps, in order."""
+    where two or more processes of one world (``worlds``: per analysis, its world, None when
+    unknown) on the run clock have a weight-sync start for that step. Ranks wait for each
+    other within a world; an engine's sync starts when the trainers' gathers are done, which
+    is no wait of theirs. ``clock`` holds the processes with steps, in order."""
     idx = [i for i, pa in enumerate(analyses) if pa.steps]
-    if len(idx) < 2:
-        return list(analyses)
-    on_clock = [(i, c) for i, c in zip(idx, clock.clocks) if c.aligned]
-    steps = [[r.step for r in analyses[i].steps] for i, _ in on_clock]
-    spans = [
-        [
-            None
-            if r.sync_start_ns is None or r.weight_sync_s is None
-            else (c.run_ns(r.sync_start_ns), c.run_ns(r.sync_start_ns) + int(r.weight_sync_s * 1e9))
-            for r in analyses[i].steps
-        ]
-        for i, c in on_clock
-    ]
     out = list(analyses)
-    for (i, _), waits in zip(on_clock, peer_waits(steps, spans)):
-        pa = analyses[i]
-        rows = tuple(replace(r, sync_wait_s=w) for r, w in zip(pa.steps, waits))
-        out[i] = replace(pa, steps=rows)
+    on_clock = [(i, c) for i, c in zip(idx, clock.clocks) if c.aligned]
+    by_world: dict[int, list[tuple[int, ProcessClock]]] = {}
+    for i, c in on_clock:
+        by_world.setdefault(id(worlds[i]), []).append((i, c))
+    for members in by_world.values():
+        if len(members) < 2:
+            continue
+        steps = [[r.step for r in analyses[i].steps] for i, _ in members]
+        spans = [
+            [
+                None
+                if r.sync_start_ns is None or r.weight_sync_s is None
+                else (
+                    c.run_ns(r.sync_start_ns),
+                    c.run_ns(r.sync_start_ns) + int(r.weight_sync_s * 1e9),
+                )
+                for r in analyses[i].steps
+            ]
+            for i, c in members
+        ]
+        for (i, _), waits in zip(members, peer_waits(steps, spans)):
+            pa = analyses[i]
+            rows = tuple(replace(r, sync_wait_s=w) for r, w in zip(pa.steps, waits))
+            out[i] = replace(pa, steps=rows)
     return out
 
 
@@ -674,7 +685,7 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
             pa = replace(pa, label=_label_in_world(pa.label, w, worlds))
         analyses.append(pa)
     clock = _run_clock([(d, pa) for d, pa in zip(procs, analyses) if pa.steps])
-    analyses = _with_peer_waits(analyses, clock)
+    analyses = _with_peer_waits(analyses, clock, [world_of.get(id(d)) for d in procs])
     primary = procs[0].trace if procs else None
     series = step_series(analyses[0], primary) if primary is not None else []
     if analyses:
