@@ -51,6 +51,8 @@ class Row:
     steps: dict[str, tuple[int, int]] = field(default_factory=dict)  # label -> (found, true)
     primary_ok: bool = False
     sync_err_pct: float | None = None  # median per-step error of the primary's weight sync
+    #: the same for every process whose truth logs a sync (trainers and engines), by label
+    sync_err_by: dict[str, float] = field(default_factory=dict)
     verdict: str = ""
     top: str = ""
     where: str = ""
@@ -59,10 +61,11 @@ class Row:
     def line(self) -> str:
         steps = ", ".join(f"{k} {a}/{b}" for k, (a, b) in self.steps.items())
         err = "-" if self.sync_err_pct is None else f"{self.sync_err_pct:+.1f}%"
+        others = ", ".join(f"{k} {v:+.1f}%" for k, v in self.sync_err_by.items())
         return (
             f"| {self.job} | {self.variant} | {steps} | {'yes' if self.primary_ok else 'NO'} | "
             f"{err} | {self.verdict} | {self.top[:90]} | {self.where[:110]} | "
-            f"{self.leak_found_at if self.leak_found_at is not None else '-'} |"
+            f"{self.leak_found_at if self.leak_found_at is not None else '-'} | {others} |"
         )
 
 
@@ -116,20 +119,23 @@ def compare(job: str, variant: str, run: Path, truth_file: Path) -> tuple[Row, A
     truth = [t for t in _truth(truth_file) if isinstance(t.get("step"), int) and t["step"] >= 0]
     row = Row(job, variant)
     for p in a.processes:
-        mine = [t for t in truth if t.get("pid") == p.pid]
+        mine = sorted(
+            (t for t in truth if t.get("pid") == p.pid), key=lambda t: int(str(t["step"]))
+        )
         if mine:
             row.steps[p.label] = (len(p.steps), len(mine))
+        errs = [
+            (r.weight_sync_s / float(str(t["sync_s"])) - 1) * 100
+            for r, t in zip(p.steps, mine)
+            if r.weight_sync_s is not None and float(str(t.get("sync_s") or 0)) > 0
+        ]
+        if errs:
+            row.sync_err_by[p.label] = statistics.median(errs)
     t0 = [t for t in truth if t.get("role") == "trainer" and t.get("role_rank") == 0]
     pid0 = t0[0]["pid"] if t0 else None
     row.primary_ok = a.primary is not None and a.primary.pid == pid0
-    if a.primary is not None and t0:
-        by_step = sorted(t0, key=lambda t: int(str(t["step"])))
-        errs = [
-            (r.weight_sync_s / float(str(t["sync_s"])) - 1) * 100
-            for r, t in zip(a.primary.steps, by_step)
-            if r.weight_sync_s is not None and float(str(t["sync_s"])) > 0
-        ]
-        row.sync_err_pct = statistics.median(errs) if errs else None
+    if a.primary is not None:
+        row.sync_err_pct = row.sync_err_by.get(a.primary.label)
     row.verdict = a.verdict.status
     if a.diagnoses:
         d = a.diagnoses[0]
@@ -149,9 +155,9 @@ def main() -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="wsprof-shaped-"))
     print(
         "| job | variant | steps found/true | primary = trainer rank 0 | sync error (median) | "
-        "verdict | top diagnosis | where | leak named after steps |"
+        "verdict | top diagnosis | where | leak named after steps | sync error per process |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for job in args.jobs.split(","):
         for variant in args.variants.split(","):
             for k in range(args.repeats):
