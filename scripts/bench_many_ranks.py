@@ -118,8 +118,10 @@ def write_rank(
     growth_ns_per_step: int,
     seed: int,
     latency_factor: float = 1.0,
+    hook_ns_per_call: int | None = None,
 ) -> int:
-    """Write one process's trace; returns the number of calls written."""
+    """Write one process's trace; returns the number of calls written. ``hook_ns_per_call``:
+    the hooks' own cost per call as ``patch()`` measures it (``meta['self']``), ns."""
     rng = np.random.default_rng(seed)
     w = TraceWriter(spec.path)
     meta: dict[str, object] = {
@@ -133,6 +135,8 @@ def write_rank(
     }
     if spec.anchor is not None:
         meta["anchor"] = spec.anchor
+    if hook_ns_per_call is not None:
+        meta["self"] = {"hook_ns_per_call": hook_ns_per_call}
     w.set_meta(meta)
     s = w.strings
     op, api, layer = s.intern("broadcast"), s.intern("dist.broadcast"), s.intern("api")
@@ -218,6 +222,7 @@ def generate_run(
     no_anchor: Sequence[int] = (),
     seed: int = 0,
     slow: Mapping[int, float] | None = None,
+    hook_ns_per_call: int | None = None,
 ) -> RunSpec:
     """Write ``n_ranks`` traces into ``folder`` (see the module docstring).
 
@@ -233,6 +238,7 @@ def generate_run(
         no_anchor: ranks written without ``meta['anchor']``.
         seed: random seed.
         slow: rank -> factor on its per-call backend latency (a constantly slower rank).
+        hook_ns_per_call: the hooks' own cost per call each trace records, ns (None: none).
 
     Returns:
         Where every trace is and how its clock maps to wall-clock time.
@@ -271,6 +277,7 @@ def generate_run(
             growth,
             seed * 1000 + r,
             (slow or {}).get(r, 1.0),
+            hook_ns_per_call,
         )
         run.ranks.append(spec)
     return run

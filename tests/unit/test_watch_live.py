@@ -135,6 +135,22 @@ def test_a_finished_run_gets_the_verdict_and_findings_of_analyze(tmp_path: Path)
     assert len(snap.new_steps) == 8 * 30
 
 
+def test_watch_and_analyze_say_the_same_words_with_the_same_numbers(tmp_path: Path) -> None:
+    # Parity beyond (kind, severity): every finding's title and evidence. The hooks' cost is
+    # the recorded calls times the cost per call measured at patch, in both (watch keeps the
+    # count of calls, not per-op tables: it once said "about 0 s" where analyze said 13 ms).
+    run = tmp_path / "run"
+    MANY.generate_run(
+        str(run), n_ranks=4, calls_per_rank=3_000, steps=30, outliers=(2,), hook_ns_per_call=1100
+    )
+    whole = analyze_path(str(run)).findings
+    live = LiveRun(str(run)).refresh().analysis.findings
+    assert [(f.kind, f.title) for f in live] == [(f.kind, f.title) for f in whole]
+    assert [f.evidence for f in live] == [f.evidence for f in whole]
+    own = next(f for f in whole if f.kind == "self_overhead")
+    assert own.evidence["hooks_s"] == pytest.approx(4 * 3_000 * 1100 / 1e9, rel=0.01)
+
+
 def test_refreshes_as_the_run_grows_end_where_analyze_ends(tmp_path: Path) -> None:
     run = tmp_path / "run"
     steps, calls = 24, 40

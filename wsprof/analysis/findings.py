@@ -1107,7 +1107,8 @@ class SelfOverhead(Rule):
             lost += own.lost_calls
             if own.hook_ns_per_call is not None:
                 hook_ns.append(own.hook_ns_per_call)
-                hooks_s += own.hook_ns_per_call * sum(o.n_calls for o in pa.ops) / 1e9
+                # every recorded call went through a hook (watch keeps the count, not ops)
+                hooks_s += own.hook_ns_per_call * pa.calls.n_total / 1e9
             steps_s += sum(r.step_s for r in pa.steps)
             if own.probes is not None and own.probes.share > 0:
                 probe_s += own.probes.spent_s
