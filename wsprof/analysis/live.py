@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from wsprof.analysis.align import ClockInput, align, anchor_of
+from wsprof.analysis.conclude import conclude
 from wsprof.analysis.coverage import audit_process, coverage_of
 from wsprof.analysis.findings import TIME_BUDGETS_S, Facts
 from wsprof.analysis.growth import classify, hold_newest
@@ -63,14 +64,12 @@ from wsprof.analysis.model import (
 from wsprof.analysis.process import with_sync_starts
 from wsprof.analysis.ranks import RankInput, judged_series, rank_series, sync_lags
 from wsprof.analysis.run import (
-    conclude_on_cause_rank,
     counter_series,
     facts_of_wrappers,
     row_series,
     with_unread,
 )
 from wsprof.analysis.steps import steps_from_markers
-from wsprof.analysis.verdict import with_verdict
 from wsprof.contracts.events import Event, EventKind, Patched, WrapperFound
 from wsprof.contracts.overhead import SelfOverhead
 from wsprof.contracts.series import (
@@ -779,17 +778,15 @@ class LiveRun:
                 "(`wsprof analyze` judges every step)"
             )
         unread = tuple(f"skipped {m}" for m in self.follower.problems())
-        findings, diagnoses = conclude_on_cause_rank(
-            facts, {a.label: p.wrappers() for p, a in zip(procs, analyses)}, notes
-        )
-        analysis = with_verdict(
+        analysis = conclude(
+            facts,
             Analysis(
                 source=self.folder,
                 kind="run",
                 processes=tuple(analyses),
                 series=tuple(results),
-                findings=tuple(findings),
-                diagnoses=diagnoses,
+                findings=(),
+                diagnoses=(),
                 notes=tuple(notes),
                 wrappers=tuple(wrappers),
                 ranks=tuple(ranks),
@@ -798,7 +795,8 @@ class LiveRun:
                 ),
                 unread=unread,
                 headline=head,
-            )
+            ),
+            {a.label: p.wrappers() for p, a in zip(procs, analyses)},
         )
         return analysis
 
