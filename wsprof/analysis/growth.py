@@ -1417,8 +1417,7 @@ def _without_outlier(
     return replace(alt, evidence=ev, outlier_steps=(int(x_all[idx[j]]),))
 
 
-#: Most leading points a slow start may hold (the warm-up model's own 1-3 points).
-WARMUP_MAX_POINTS = 3
+# A slow start holds at most WARMUP_MAX_POINTS leading points (the warm-up model's own 1-3).
 #: Fewest points after a slow start for them to be judged on their own: the full classifier's
 #: least (above the short-series rules), as a curve of their own needs.
 WARMUP_MIN_TAIL = SHORT_MAX_POINTS + 1

@@ -94,18 +94,11 @@ _frame = frame_regex
 #: :mod:`wsprof.frameworks.engines`).
 GENERIC_PATTERNS: dict[str, list[str]] = frameworks.engine_patterns()
 
-#: Canonical ops (of the alias table, :mod:`wsprof.contracts.ops`) that move tensors from
-#: rank to rank: what a weight sync is made of. Left out: the reductions (all_reduce, reduce,
-#: reduce_scatter: outside backward they reduce metrics), barrier (waiting, not work), gather
-#: (to one rank: metrics and objects) and all_to_all (MoE token dispatch inside a forward).
-WEIGHT_MOVING_OPS = frozenset(
-    {"broadcast", "all_gather", "all_gather_into_tensor", "scatter", "send", "recv", "batch_p2p"}
-)
-
 
 def _moving_names(*tables: Mapping[str, str]) -> tuple[str, ...]:
-    """Names of ``tables`` (name -> canonical op) whose op is in :data:`WEIGHT_MOVING_OPS`."""
-    return tuple(sorted({n for t in tables for n, op in t.items() if op in WEIGHT_MOVING_OPS}))
+    """Names of ``tables`` (name -> canonical op) whose op is in
+    :data:`~wsprof.contracts.ops.WEIGHT_MOVING_OPS`."""
+    return tuple(sorted({n for t in tables for n, op in t.items() if op in ops.WEIGHT_MOVING_OPS}))
 
 
 #: ``torch.distributed`` functions (module functions and functional collectives, as py-spy
@@ -120,7 +113,7 @@ C10D_SYNC_FUNCTIONS = tuple(
             *(
                 n
                 for n in ops.API_EXCLUDED
-                if ops.FUNCTIONAL_OPS["_c10d_functional"].get(n) in WEIGHT_MOVING_OPS
+                if ops.FUNCTIONAL_OPS["_c10d_functional"].get(n) in ops.WEIGHT_MOVING_OPS
             ),
             ops.COALESCING,
         }
@@ -137,8 +130,8 @@ def _alternation(names: Iterable[str]) -> str:
 
 #: Weight-moving collectives: weight sync when no other pattern matched anywhere in the stack
 #: (the same names under ``backward`` are gradient sync, under ``generate`` tensor parallelism).
-#: Built from the alias table (see :data:`WEIGHT_MOVING_OPS`), plus communicators outside
-#: torch.distributed, which the alias table does not cover.
+#: Built from the alias table (see :data:`~wsprof.contracts.ops.WEIGHT_MOVING_OPS`), plus
+#: communicators outside torch.distributed, which the alias table does not cover.
 COLLECTIVE_PATTERNS: list[str] = [
     _frame(_alternation(C10D_SYNC_FUNCTIONS), r"distributed_c10d\.py|_functional_collectives\.py"),
     # ProcessGroup methods, visible when Python wraps them

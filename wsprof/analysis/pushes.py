@@ -1,7 +1,8 @@
 """What is a weight push: the ops that carry one and the evidence that a run of them is one.
 
 RL frameworks push new weights from the trainers to the inference engines with broadcasts,
-gathers, scatters or point-to-point calls (:data:`SYNC_OPS`), on a group made for it (the
+gathers, scatters or point-to-point calls (:data:`~wsprof.contracts.ops.WEIGHT_MOVING_OPS`),
+on a group made for it (the
 *push group*: :mod:`wsprof.analysis.updates`) or, in one world, among the trainers. A run of
 such calls is a push only on evidence: it is an update on the push group, or (:func:`is_push`) it
 moves at least :data:`MIN_PUSH_BYTES` of floating-point payload (a model's parameters; a
@@ -18,18 +19,6 @@ import numpy.typing as npt
 
 from wsprof.trace.model import CallTable
 
-#: Canonical ops that push weights from a trainer to engines (or gather full weights).
-SYNC_OPS = frozenset(
-    {
-        "broadcast",
-        "all_gather",
-        "all_gather_into_tensor",
-        "scatter",
-        "send",
-        "recv",
-        "batch_p2p",
-    }
-)
 #: Fewest bytes of floating-point payload per step for a run of weight-push calls with no
 #: push group to count as a weight push: the parameters of the smallest model worth syncing
 #: (16 K float32). TRL's reward and advantage gathers move a few hundred bytes, an

@@ -32,7 +32,7 @@ Method:
    inside a loop (between two calls of one op from one site, as a per-parameter push is):
    there the gaps are the very overhead that grows.
 4. **Weight sync** of a step: the longest run of consecutive weight-push collectives
-   (:data:`~wsprof.analysis.pushes.SYNC_OPS`: broadcast, all-gather, scatter, point-to-point;
+   (:data:`~wsprof.contracts.ops.WEIGHT_MOVING_OPS`: broadcast, all-gather, scatter, point-to-point;
    never a barrier or a reduction) of at least :data:`MIN_SYNC_CALLS` calls that is a push by
    evidence (:func:`~wsprof.analysis.pushes.is_push`: it moves a
    model's worth of float payload); its span, first start to last completion, time between
@@ -53,7 +53,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wsprof.analysis.model import StepRow
-from wsprof.analysis.pushes import SYNC_OPS, is_push
+from wsprof.analysis.pushes import is_push
 from wsprof.analysis.steps import (
     EDGE_CALLS_SHARE,
     clipped_done,
@@ -62,6 +62,7 @@ from wsprof.analysis.steps import (
     run_end_ns,
     step_rows,
 )
+from wsprof.contracts.ops import WEIGHT_MOVING_OPS
 from wsprof.trace.model import CallTable
 
 #: Fewest repetitions that make a rhythm (fewer are not a curve either: see growth).
@@ -348,7 +349,7 @@ def idle_before(calls: CallTable) -> npt.NDArray[np.int64]:
 
 
 def sync_run(calls: CallTable, lo: int, hi: int) -> tuple[int, int] | None:
-    """The longest run of consecutive :data:`~wsprof.analysis.pushes.SYNC_OPS` calls in
+    """The longest run of consecutive :data:`~wsprof.contracts.ops.WEIGHT_MOVING_OPS` calls in
     ``[lo, hi)`` (indices, the second exclusive) with at least :data:`MIN_SYNC_CALLS` calls
     that is a weight push (:func:`~wsprof.analysis.pushes.is_push`), or None; after the last
     reduce-scatter of the range when it has one (:data:`TRAINING_GATHER_AFTER`)."""
@@ -356,7 +357,7 @@ def sync_run(calls: CallTable, lo: int, hi: int) -> tuple[int, int] | None:
     last_rs = max((i for i, op in enumerate(ops) if op in TRAINING_GATHER_AFTER), default=-1)
     if last_rs >= 0:
         lo, ops = lo + last_rs + 1, ops[last_rs + 1 :]
-    is_sync = np.fromiter((op in SYNC_OPS for op in ops), dtype=bool, count=len(ops))
+    is_sync = np.fromiter((op in WEIGHT_MOVING_OPS for op in ops), dtype=bool, count=len(ops))
     best: tuple[int, int] | None = None
     i = 0
     while i < len(is_sync):

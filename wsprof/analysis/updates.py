@@ -3,7 +3,7 @@
 RL frameworks push new weights from the trainers to the inference engines on a group made for
 it (slime's ``slime-pp_0``, AReaL's and verl's weight-update groups, OpenRLHF's ``openrlhf``
 group): a non-default process group on which a process issues nothing but weight-push
-collectives (:data:`~wsprof.analysis.pushes.SYNC_OPS`) and barriers. Its rank 0 sends (a
+collectives (:data:`~wsprof.contracts.ops.WEIGHT_MOVING_OPS`) and barriers. Its rank 0 sends (a
 trainer), the others receive (the engines). Every weight update is one repetition of the same
 calls on it.
 
@@ -26,9 +26,10 @@ import numpy as np
 import numpy.typing as npt
 
 from wsprof.analysis.model import StepRow
-from wsprof.analysis.pushes import MIN_PUSH_BYTES, SYNC_OPS, float_mask, is_float
+from wsprof.analysis.pushes import MIN_PUSH_BYTES, float_mask, is_float
 from wsprof.analysis.rhythm import find_cycle, idle_before, loop_keys, tokens
 from wsprof.analysis.steps import clipped_done, covered_ns, detect_bursts, ending_with_sync
+from wsprof.contracts.ops import WEIGHT_MOVING_OPS
 from wsprof.contracts.units import fmt_bytes
 from wsprof.trace.model import CallTable
 
@@ -127,7 +128,8 @@ def push_group(
     """The group this process pushes or receives weights on, with its updates, or None.
 
     A non-default group (``meta['groups']``, the default one left out by its recorded flag or
-    its name ``'0'``) on which every recorded call is a :data:`SYNC_OPS` op or a barrier
+    its name ``'0'``) on which every recorded call is a
+    :data:`~wsprof.contracts.ops.WEIGHT_MOVING_OPS` op or a barrier
     (verl's checkpoint engine meets on its group before each update), whose calls come in
     updates (:func:`_updates_on`) that move at least
     :data:`~wsprof.analysis.pushes.MIN_PUSH_BYTES` of weights each (median,
@@ -163,7 +165,7 @@ def push_group(
             continue
         on = np.nonzero(grp == name)[0]
         ops = set(calls.op[on].tolist())
-        if not ops & SYNC_OPS or not ops <= SYNC_OPS | {"barrier"}:
+        if not ops & WEIGHT_MOVING_OPS or not ops <= WEIGHT_MOVING_OPS | {"barrier"}:
             continue
         cum = np.concatenate(([0], np.cumsum(weight_bytes(calls, on))))
         pieces = _updates_on(calls.take(on), cum)
@@ -226,7 +228,7 @@ def _sync_span(
     first = a
     while first - 1 >= lo and (
         calls.op[first - 1] == "barrier"
-        or (calls.op[first - 1] in SYNC_OPS and is_float(calls.dtype[first - 1]))
+        or (calls.op[first - 1] in WEIGHT_MOVING_OPS and is_float(calls.dtype[first - 1]))
     ):
         first -= 1
     while b + 1 < len(calls) and calls.op[b + 1] == "barrier":  # the frameworks meet after

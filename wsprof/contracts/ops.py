@@ -62,6 +62,15 @@ CPP_HELPERS: dict[str, str] = {
 #: c10d's count before and after. The per-parameter hot paths are not among them.
 COUNTED = frozenset({"monitored_barrier", "reduce_scatter", "reduce_scatter_tensor_coalesced"})
 
+#: Canonical ops that move tensors from rank to rank: what a weight push is made of (a
+#: trainer's per-parameter broadcasts and full-weight gathers, point-to-point sends). Left
+#: out: the reductions (all_reduce, reduce, reduce_scatter: outside backward they reduce
+#: metrics), barrier (waiting, not work), gather (to one rank: metrics and objects) and
+#: all_to_all (MoE token dispatch inside a forward).
+WEIGHT_MOVING_OPS = frozenset(
+    {"broadcast", "all_gather", "all_gather_into_tensor", "scatter", "send", "recv", "batch_p2p"}
+)
+
 #: Group lifecycle functions hooked only to read c10d's counts before a group goes away.
 LIFECYCLE = ("destroy_process_group",)
 
