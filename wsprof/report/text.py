@@ -190,7 +190,10 @@ def _verdict_lines(analysis: Analysis) -> list[str]:
             n = verdict.n_problems
             head = f"VERDICT: {n} problem{'s' if n != 1 else ''} found"
             if verdict.n_findings > n:
-                head += f" ({verdict.n_findings} findings behind {'it' if n == 1 else 'them'})"
+                head += (
+                    f" ({verdict.n_findings} warning or critical findings behind "
+                    f"{'it' if n == 1 else 'them'})"
+                )
         else:
             head = "VERDICT: no accumulating problem"
         lines.append(head)
