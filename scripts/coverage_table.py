@@ -52,7 +52,7 @@ if str(REPO) not in sys.path:
 
 import numpy as np  # noqa: E402
 
-from wsprof.demo.run import free_port  # noqa: E402
+from wsprof.demo.ports import free_port  # noqa: E402
 from wsprof.trace.reader import read_trace  # noqa: E402
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from wsprof.analysis.model import Analysis
 from wsprof.analysis.run import analyze_path, classify_series, row_series
-from wsprof.demo.run import free_port
+from wsprof.demo.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 #: The shared jobs folder (the slime-shaped job and the ``common`` the others import).

@@ -34,3 +34,18 @@ def collectives_untouched() -> Iterator[None]:
     if imports is not None:
         left = [f for f in sys.meta_path if isinstance(f, imports.PostImportFinder)]
         assert not left, "test left wsprof's post-import finder on sys.meta_path"
+
+
+#: What the pure tier (``pytest -m pure``) must not import: it runs the analysis in seconds.
+HEAVY_MODULES = ("torch", "psutil", "matplotlib", "wsprof.demo.run", "wsprof.capture.session")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail a ``-m pure`` run that imported a heavy module (a pure test that grew a
+    dependency belongs in the unit tier, or the import should move out of its way)."""
+    if session.config.getoption("markexpr", "") != "pure":
+        return
+    heavy = [m for m in HEAVY_MODULES if m in sys.modules]
+    if heavy:
+        sys.stderr.write(f"\nthe pure tier imported {', '.join(heavy)}\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from wsprof.demo.run import free_port
+from wsprof.demo.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = REPO / "tests" / "targets"

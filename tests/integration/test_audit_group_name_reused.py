@@ -15,7 +15,7 @@ import os, sys
 sys.path.insert(0, {str(REPO)!r})
 import torch, torch.distributed as dist, wsprof
 from torch.nn.parallel import DistributedDataParallel as DDP
-from wsprof.demo.run import free_port
+from wsprof.demo.ports import free_port
 rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
 wsprof.patch(out)

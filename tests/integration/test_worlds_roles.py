@@ -14,7 +14,7 @@ from pathlib import Path
 import helpers
 
 from wsprof.analysis.run import analyze_path
-from wsprof.demo.run import free_port
+from wsprof.demo.ports import free_port
 from wsprof.report.jsonout import render_json
 
 #: The shared jobs folder: ``$WSPROF_JOBS``, else ``../shared/jobs`` beside the checkout.

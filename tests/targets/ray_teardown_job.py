@@ -99,7 +99,7 @@ def main() -> None:
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # read at ray's import
     import ray
 
-    from wsprof.demo.run import free_port
+    from wsprof.demo.ports import free_port
 
     ray.init(
         address="local",

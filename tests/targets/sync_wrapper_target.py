@@ -85,7 +85,7 @@ def main() -> None:
     port = args.port
     peer = None
     if args.rank == 0:
-        from wsprof.demo.run import free_port
+        from wsprof.demo.ports import free_port
 
         port = free_port()
         peer = subprocess.Popen(

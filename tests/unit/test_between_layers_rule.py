@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from wsprof.analysis.run import analyze_path
+
+pytestmark = pytest.mark.pure
 
 
 def _csv(path: Path, between: list[float]) -> str:

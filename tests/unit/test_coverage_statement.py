@@ -3,8 +3,12 @@ evidence, the limit apart from gaps, and no "before the first step" for an unmar
 
 from __future__ import annotations
 
+import pytest
+
 from wsprof.analysis.coverage import ddp_reducer
 from wsprof.analysis.model import Coverage, GroupCoverage
+
+pytestmark = pytest.mark.pure
 
 
 def _group(likely: bool, first: int = 0, last: int = 3) -> GroupCoverage:

@@ -12,6 +12,8 @@ import pytest
 from wsprof.errors import EXIT_USAGE, InputError
 from wsprof.importers.csv_series import load_series_csv, unit_of
 
+pytestmark = pytest.mark.pure
+
 CASES = helpers.CASES / "series"
 
 

@@ -16,6 +16,8 @@ from wsprof.analysis.diagnoses import confidence_of
 from wsprof.analysis.run import analyze_path
 from wsprof.cli import main
 
+pytestmark = pytest.mark.pure
+
 
 def _csv(path: Path, columns: dict[str, list[float]]) -> str:
     names = list(columns)

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from wsprof.analysis.run import analyze_path
+
+pytestmark = pytest.mark.pure
 
 
 def _csv(path: Path, gaps: list[float], sync_s: float = 0.007, step_s: float = 0.5) -> str:

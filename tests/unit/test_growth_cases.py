@@ -16,6 +16,8 @@ from wsprof.analysis.growth import classify
 from wsprof.analysis.model import GROWING_SHAPES, SHAPES, GrowthVerdict
 from wsprof.importers.csv_series import load_series_csv
 
+pytestmark = pytest.mark.pure
+
 CASES = helpers.CASES / "series"
 SEED_SERIES = (143.0, 363.0, 966.0, 1596.0)  # weight-sync seconds, the motivating report
 

@@ -13,6 +13,8 @@ import pytest
 
 from wsprof.analysis.growth import classify
 
+pytestmark = pytest.mark.pure
+
 SEEDS = range(8)
 
 

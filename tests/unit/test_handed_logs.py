@@ -22,6 +22,8 @@ from wsprof.analysis.kinds import ACCUMULATING_KINDS, series_kind
 from wsprof.analysis.model import Analysis, Finding
 from wsprof.analysis.run import analyze_path
 
+pytestmark = pytest.mark.pure
+
 LOGS = helpers.CASES / "logs"
 METRICS = helpers.CASES / "metrics"
 #: Each handed folder and the files in it that must have expectations.

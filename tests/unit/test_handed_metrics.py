@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import helpers
+import pytest
 from test_handed_logs import METRICS, _analysis
+
+pytestmark = pytest.mark.pure
 
 
 def test_checkpoint_spikes_are_named() -> None:

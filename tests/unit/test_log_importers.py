@@ -33,6 +33,8 @@ from wsprof.importers.logs import (
 )
 from wsprof.importers.metrics_csv import load_csv
 
+pytestmark = pytest.mark.pure
+
 ESC = "\x1b"
 GROWING = (143.0, 363.0, 966.0, 1596.0)
 FLAT = (143.0, 141.0, 144.0, 142.0)

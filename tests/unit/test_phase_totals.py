@@ -7,6 +7,8 @@ import pytest
 from wsprof.analysis.steps import _phase_totals
 from wsprof.trace.model import Span
 
+pytestmark = pytest.mark.pure
+
 S = 1_000_000_000
 
 

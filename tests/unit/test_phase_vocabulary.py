@@ -28,6 +28,8 @@ from wsprof.trace.model import CallTable, Span
 from wsprof.trace.reader import read_run
 from wsprof.trace.writer import TraceWriter
 
+pytestmark = pytest.mark.pure
+
 MS = 1_000_000
 
 

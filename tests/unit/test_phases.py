@@ -33,6 +33,8 @@ from wsprof.trace.model import SampleWindow
 from wsprof.trace.reader import read_run
 from wsprof.trace.writer import TraceWriter
 
+pytestmark = pytest.mark.pure
+
 S = 1_000_000_000
 C10D = "torch/distributed/distributed_c10d.py"
 

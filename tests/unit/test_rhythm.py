@@ -19,6 +19,8 @@ from wsprof.analysis.updates import push_group, steps_from_updates, updates
 from wsprof.cli import main
 from wsprof.trace.model import CallTable
 
+pytestmark = pytest.mark.pure
+
 MS = 1_000_000
 
 

@@ -30,6 +30,8 @@ from wsprof.contracts.series import SeriesKind as ContractKind
 from wsprof.contracts.units import Unit
 from wsprof.importers.logs import metric_unit
 
+pytestmark = pytest.mark.pure
+
 _PROPS = settings(
     deadline=None,
     derandomize=True,

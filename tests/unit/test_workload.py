@@ -7,8 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from wsprof.analysis.run import analyze_path
+
+pytestmark = pytest.mark.pure
 
 HEADER = "rollout/step,perf/step_time,rollout/response_lengths,perf/tokens_per_gpu_per_sec\n"
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from wsprof.analysis.worlds import find_worlds
+
+pytestmark = pytest.mark.pure
 
 
 def _meta(

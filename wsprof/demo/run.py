@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import queue
-import socket
 from collections.abc import Callable
 from dataclasses import replace
 
 from wsprof.capture import pyspy
 from wsprof.capture.pyspy.sampler import PySpySampler
+from wsprof.demo.ports import free_port
 from wsprof.demo.workload import DemoConfig, rank_main
 from wsprof.errors import WsprofError
 from wsprof.trace.outputs import make_private_dir
@@ -20,13 +20,6 @@ START_TIMEOUT_S = 120.0
 
 class DemoFailed(WsprofError):
     """A demo rank failed; the message names the rank and its exit code."""
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (for the gloo rendezvous)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_job(cfg: DemoConfig, sample: bool = True, say: Callable[[str], None] = print) -> list[str]:
