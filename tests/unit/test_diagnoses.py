@@ -136,7 +136,7 @@ def test_json_carries_diagnoses_linked_to_finding_ids(
 
 
 def test_rollout_share_advice_is_worded_for_the_share() -> None:
-    from wsprof.analysis.findings import _share_advice
+    from wsprof.analysis.rules.phases import _share_advice
 
     assert "wait on" in _share_advice(0.05, 0.6)
     high = _share_advice(0.9, 0.05)

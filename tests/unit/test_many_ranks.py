@@ -18,8 +18,8 @@ from wsprof.analysis.align import (
     align,
     anchor_of,
 )
-from wsprof.analysis.findings import OUTLIER_Z, robust_z
 from wsprof.analysis.model import Analysis, Finding
+from wsprof.analysis.rules.ranks import OUTLIER_Z, robust_z
 from wsprof.analysis.run import analyze_path, analyze_run
 from wsprof.report.jsonout import to_dict
 from wsprof.report.text import render_text

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wsprof.analysis.findings import AccumulatingSlowdown, CounterGrowth, Facts
+from wsprof.analysis.facts import Facts
 from wsprof.analysis.kinds import (
     ACCUMULATING_KINDS,
     SeriesKind,
@@ -24,6 +24,8 @@ from wsprof.analysis.kinds import (
     series_kind,
 )
 from wsprof.analysis.model import GrowthVerdict, SeriesResult
+from wsprof.analysis.rules.counters import CounterGrowth
+from wsprof.analysis.rules.slowdown import AccumulatingSlowdown
 from wsprof.analysis.run import analyze_series
 from wsprof.contracts.series import Series, imported_series
 from wsprof.contracts.series import SeriesKind as ContractKind

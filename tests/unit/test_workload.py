@@ -90,9 +90,10 @@ def test_growth_on_the_newest_step_alone_waits_in_analyze_as_in_watch(tmp_path: 
 def test_rss_growth_is_judged_against_the_hosts_memory() -> None:
     # A healthy AReaL-shaped trainer: RSS +3 MiB a step over 12 steps on a 24 GiB host: the
     # host's memory lasts 8,000 more steps: info. The same curve at 1 GiB a step: warning.
-    from wsprof.analysis.findings import CounterGrowth, Facts
+    from wsprof.analysis.facts import Facts
     from wsprof.analysis.growth import classify
     from wsprof.analysis.model import SeriesResult
+    from wsprof.analysis.rules.counters import CounterGrowth
     from wsprof.contracts.counters import proc_counter
     from wsprof.contracts.series import Series, counter_key
     from wsprof.contracts.units import Unit

@@ -1,5 +1,5 @@
 """One conclusion for every way wsprof reads a run: ``wsprof analyze`` (traces, or a log's or
-CSV's series) and ``wsprof watch`` build their :class:`~wsprof.analysis.findings.Facts` and a
+CSV's series) and ``wsprof watch`` build their :class:`~wsprof.analysis.facts.Facts` and a
 draft :class:`~wsprof.analysis.model.Analysis`, and :func:`conclude` runs the rules, the
 diagnoses and the verdict on them, in one place (issue 29: the same result was assembled three
 times and drifted)."""
@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from wsprof.analysis.diagnoses import diagnose
-from wsprof.analysis.findings import Facts, run_rules
+from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import (
     Analysis,
     Diagnosis,
@@ -21,6 +21,7 @@ from wsprof.analysis.model import (
     WrapperFact,
 )
 from wsprof.analysis.ranks import judged_series
+from wsprof.analysis.rules import run_rules
 from wsprof.analysis.verdict import with_verdict
 from wsprof.contracts.series import BETWEEN_LAYERS_S, SYNC_GAP_S
 

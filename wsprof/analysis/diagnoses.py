@@ -1,6 +1,6 @@
 """Diagnoses: the findings of one cause read as one chain, symptom -> where -> why -> next step.
 
-Findings stay small rules (:mod:`wsprof.analysis.findings`), each true on its own; one bug
+Findings stay small rules (:mod:`wsprof.analysis.rules`), each true on its own; one bug
 trips several of them (the demo's probe wrapper: weight-sync time, step time, time between
 layers, per-call latency, a counter, a frame). :func:`diagnose` groups them:
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from wsprof.analysis.evidence import evidence_rows
-from wsprof.analysis.findings import FRAME_SHIFT_MIN_CHANGE, LABELS, TIME_BUDGETS_S, Facts
+from wsprof.analysis.facts import LABELS, TIME_BUDGETS_S, Facts
 from wsprof.analysis.model import (
     SEVERITIES,
     Diagnosis,
@@ -45,6 +45,7 @@ from wsprof.analysis.model import (
     SeriesResult,
     WrapperFact,
 )
+from wsprof.analysis.rules.base import FRAME_SHIFT_MIN_CHANGE
 from wsprof.analysis.samples import split_frame
 from wsprof.contracts.phases import phase_of_series
 from wsprof.contracts.series import (

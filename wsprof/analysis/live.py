@@ -24,7 +24,7 @@ judged to grow) is held back until the next step: judged live, the newest step i
 single slow step (a checkpoint save, an evaluation) falls, and one slow step is not a trend.
 
 The verdict, findings and diagnoses come from the same rules as ``wsprof analyze``
-(:func:`~wsprof.analysis.findings.run_rules`, :func:`~wsprof.analysis.diagnoses.diagnose`,
+(:func:`~wsprof.analysis.rules.run_rules`, :func:`~wsprof.analysis.diagnoses.diagnose`,
 :func:`~wsprof.analysis.verdict.with_verdict`) applied to these rows. Steps are taken from step
 markers (``wsprof.step()``, a preset's phases); a process without them is said to be
 unjudged, never healthy: ``wsprof analyze`` finds its steps from the job's rhythm after the run.
@@ -44,7 +44,7 @@ import numpy as np
 from wsprof.analysis.align import ClockInput, align, anchor_of
 from wsprof.analysis.conclude import conclude
 from wsprof.analysis.coverage import audit_process, coverage_of
-from wsprof.analysis.findings import TIME_BUDGETS_S, Facts
+from wsprof.analysis.facts import TIME_BUDGETS_S, Facts
 from wsprof.analysis.growth import classify, hold_newest
 from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import (
@@ -534,7 +534,7 @@ class LiveRun:
         host: follow only the traces written on this host (one ``watch`` per node on a shared
             folder); None: all.
         sync_budget_s: the weight-sync time whose crossing step is projected, s (default:
-            ``wsprof analyze``'s, :data:`~wsprof.analysis.findings.TIME_BUDGETS_S`).
+            ``wsprof analyze``'s, :data:`~wsprof.analysis.facts.TIME_BUDGETS_S`).
         rank_budget_s: wall time per refresh for judging ranks' own series again, s.
         clock: the wall clock of a refresh's duration (injectable for tests).
     """

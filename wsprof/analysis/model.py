@@ -32,6 +32,10 @@ GROWING_SHAPES = frozenset({"linear", "superlinear", "exponential"})
 
 #: Finding severities, lowest first.
 SEVERITIES = ("info", "warning", "critical")
+#: The kinds of finding a renderer singles out (the rules' own ``kind``; a renderer imports no
+#: rule module): a rank named as an outlier, and the rollout share the headline already shows.
+OUTLIER_RANK = "outlier_rank"
+ROLLOUT_SHARE_KIND = "rollout_share"
 
 
 #: What each fitted model is called in a sentence (``projected ... by the linear fit``).
@@ -140,7 +144,7 @@ class Finding:
         where: a place (``file:line``, a function, a rank) or None.
         next_step: what to do about it.
         id: ``F1``, ``F2``, ... in the analysis's order (most severe first), set by
-            :func:`wsprof.analysis.findings.run_rules`; diagnoses link to findings by it.
+            :func:`wsprof.analysis.rules.run_rules`; diagnoses link to findings by it.
     """
 
     kind: str

@@ -5,7 +5,7 @@ the primary process (rank 0), but a problem on one rank (a slower NIC, a throttl
 wrapper that only runs there) shows when the ranks are compared: :func:`rank_series` builds one
 :class:`~wsprof.analysis.model.RankSeries` per process with steps, with its steps placed on the
 run clock (:mod:`wsprof.analysis.align`) so that "which rank started its weight sync last" can
-be read across processes. The ``outlier_rank`` finding (:mod:`wsprof.analysis.findings`) reads
+be read across processes. The ``outlier_rank`` finding (:mod:`wsprof.analysis.rules`) reads
 them.
 
 Pure: analyses, spans and a run clock in, rows out.

@@ -11,7 +11,7 @@ from wsprof.analysis.align import ClockInput, ProcessClock, RunClock, align, anc
 from wsprof.analysis.conclude import conclude
 from wsprof.analysis.coverage import audit_run
 from wsprof.analysis.ending import end_notes
-from wsprof.analysis.findings import TIME_BUDGETS_S, Facts
+from wsprof.analysis.facts import TIME_BUDGETS_S, Facts
 from wsprof.analysis.growth import classify, hold_newest
 from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import (

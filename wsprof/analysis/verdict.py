@@ -26,8 +26,9 @@ import statistics
 from dataclasses import replace
 
 from wsprof.analysis.ending import end_limits
-from wsprof.analysis.findings import SLOWDOWN_MATERIAL_SHARE, TIME_SERIES
+from wsprof.analysis.facts import TIME_SERIES
 from wsprof.analysis.model import Analysis, SeriesResult, Verdict
+from wsprof.analysis.rules.base import SLOWDOWN_MATERIAL_SHARE
 from wsprof.analysis.workload import explained_by_workload
 from wsprof.contracts.series import STEP_S
 
@@ -118,8 +119,8 @@ def _reasons(a: Analysis) -> list[str]:
 
 def _material(r: SeriesResult, by_name: dict[str, SeriesResult]) -> bool:
     """Whether ``r``'s growth, were it confirmed, would be a finding at warning or above: it
-    adds at least :data:`~wsprof.analysis.findings.SLOWDOWN_MATERIAL_SHARE` of a median
-    step over the steps seen (as :class:`~wsprof.analysis.findings.AccumulatingSlowdown`)."""
+    adds at least :data:`~wsprof.analysis.rules.base.SLOWDOWN_MATERIAL_SHARE` of a median
+    step over the steps seen (as :class:`~wsprof.analysis.rules.slowdown.AccumulatingSlowdown`)."""
     step = by_name.get(STEP_S)
     s = r.series
     if step is None or not step.series.values or len(s.steps) < 2:

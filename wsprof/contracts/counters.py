@@ -324,3 +324,23 @@ def counter_unit_text(counter: str) -> str:
     """The free unit text of a counter whose unit is :attr:`Unit.OTHER` (``%`` for the
     ``*_pct`` counters); ``""`` for every other."""
     return _unit_of(counter)[1]
+
+
+#: Counters that say nothing about what a process holds, left out of counter findings (still
+#: plotted): wsprof's own probe costs (the self_overhead finding reports them), cumulative
+#: event counts (they grow with time whatever happens), the garbage collector's per-generation
+#: allocation counts (they rise and reset at every collection), constants (device totals).
+NOT_GAUGE_PREFIXES = ("wsprof.", "gc.gen")
+NOT_GAUGE_SUFFIXES = (
+    ".num_device_alloc",
+    ".num_device_free",
+    ".num_sync_all_streams",
+    ".num_alloc_retries",
+    ".total_bytes",
+    ".mem_total_bytes",
+)
+
+
+def is_gauge(counter: str) -> bool:
+    """Whether a counter measures something held now (see :data:`NOT_GAUGE_PREFIXES`)."""
+    return not counter.startswith(NOT_GAUGE_PREFIXES) and not counter.endswith(NOT_GAUGE_SUFFIXES)

@@ -29,10 +29,11 @@ from jinja2 import Environment
 from markupsafe import Markup
 
 from wsprof.analysis.evidence import evidence_rows
-from wsprof.analysis.findings import LABELS, OutlierRank, is_gauge
+from wsprof.analysis.facts import LABELS
 from wsprof.analysis.headline import headline, headline_of
 from wsprof.analysis.kinds import ACCUMULATING_KINDS
 from wsprof.analysis.model import (
+    OUTLIER_RANK,
     SEVERITIES,
     Analysis,
     CounterTrack,
@@ -46,6 +47,7 @@ from wsprof.analysis.model import (
     Verdict,
 )
 from wsprof.analysis.verdict import judge
+from wsprof.contracts.counters import is_gauge
 from wsprof.contracts.series import (
     COUNTER_PREFIX,
     ROLLOUT_SHARE,
@@ -366,7 +368,7 @@ def ranks_view(analysis: Analysis) -> Markup | None:
         return None
     steps = sorted({s for r in ranks for s in r.steps})
     values = [[dict(zip(r.steps, r.weight_sync_s)).get(s) for s in steps] for r in ranks]
-    named = {str(f.evidence.get("label")) for f in analysis.findings if f.kind == OutlierRank.kind}
+    named = {str(f.evidence.get("label")) for f in analysis.findings if f.kind == OUTLIER_RANK}
     labels = [r.label for r in ranks]
     return _svg(figures.ranks_figure(labels, steps, values, [x for x in labels if x in named]))
 
@@ -375,7 +377,7 @@ def shown_counters(
     p: ProcessAnalysis, named: Sequence[str] = (), only_named: bool = False
 ) -> list[CounterTrack]:
     """The counters a report draws for a process: those a finding names first, then (unless
-    ``only_named``) gauges (:func:`wsprof.analysis.findings.is_gauge`: not wsprof's own probe
+    ``only_named``) gauges (:func:`wsprof.contracts.counters.is_gauge`: not wsprof's own probe
     costs, cumulative counts or garbage-collector churn); at most :data:`MAX_COUNTER_FIGURES`."""
     tracks = [c for c in p.counters if min(len(c.t_s), len(c.value)) > 0]
     first = [c for c in tracks if c.name in named]

@@ -8,10 +8,17 @@ import re
 import textwrap
 from collections import Counter
 
-from wsprof.analysis.findings import OutlierRank, RolloutShare
 from wsprof.analysis.headline import headline
 from wsprof.analysis.kinds import ACCUMULATING_KINDS
-from wsprof.analysis.model import Analysis, Diagnosis, Finding, ProcessAnalysis, RankSeries
+from wsprof.analysis.model import (
+    OUTLIER_RANK,
+    ROLLOUT_SHARE_KIND,
+    Analysis,
+    Diagnosis,
+    Finding,
+    ProcessAnalysis,
+    RankSeries,
+)
 from wsprof.contracts.safe_text import escape_controls
 from wsprof.contracts.units import fmt_duration
 
@@ -118,7 +125,7 @@ def _ranks_lines(analysis: Analysis) -> list[str]:
     :data:`MAX_RANK_ROWS` ranks: the primary, the outliers and the accumulating ones, with a
     summary line."""
     ranks = analysis.ranks
-    named = {f.where for f in analysis.findings if f.kind == OutlierRank.kind}
+    named = {f.where for f in analysis.findings if f.kind == OUTLIER_RANK}
     hosts = sorted({r.host for r in ranks if r.host})
     meds = sorted(r.median_weight_sync_s for r in ranks if r.median_weight_sync_s is not None)
     growing = [r for r in ranks if r.sync is not None and r.sync.accumulating]
@@ -259,7 +266,7 @@ def _finding_lines(f: Finding, owners: dict[str, list[str]]) -> list[str]:
 def _leftover(analysis: Analysis) -> list[Finding]:
     """Findings in no diagnosis (info ones), the headline's own finding left out."""
     used = {i for d in analysis.diagnoses for i in d.finding_ids}
-    return [f for f in analysis.findings if f.id not in used and f.kind != RolloutShare.kind]
+    return [f for f in analysis.findings if f.id not in used and f.kind != ROLLOUT_SHARE_KIND]
 
 
 def render_summary(analysis: Analysis, colour: bool = False) -> str:

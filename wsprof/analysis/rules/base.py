@@ -1,0 +1,58 @@
+"""What every rule shares: the :class:`Rule` interface, the thresholds more than one rule reads, and
+the helpers that name a wrapper or a sync's caller. A rule module imports this, the facts, the
+model, growth, samples, kinds and contracts, never another rule."""
+
+from __future__ import annotations
+
+from wsprof.analysis.facts import Facts
+from wsprof.analysis.model import (
+    Finding,
+    WrapperFact,
+)
+
+#: Growth over the observed steps at or above which an accumulating slowdown is critical: the
+#: time has at least doubled, as in the motivating case (143 s -> 1596 s in 4 steps).
+CRITICAL_GROWTH_RATIO = 2.0
+#: Added time per step (per-call growth x calls per step) below this share of the median step
+#: time is not reported as per-call growth: a few µs drift over 100 calls is not a problem.
+MATERIAL_STEP_SHARE = 0.05
+#: A per-step time that grows is a warning only when the growth seen so far (fitted slope x
+#: steps spanned) adds at least this share of the median step time; below, it is information
+#: ("watch it"). Chance trends of healthy jobs stay below it: the healthy twin of
+#: ``tests/targets/unmarked_sync_job.py`` (3 ranks on 2 busy cores, 10 steps) drifted up to 7%
+#: of a step on noise alone, while every leak of the issue-15 cases added over 20%.
+SLOWDOWN_MATERIAL_SHARE = 0.10
+#: Least gain in a frame's share of samples, first windows against last, to report it: a fifth
+#: of the process's time moved there. Below it sampling noise and ordinary variation between
+#: windows explain the change (at py-spy's 100 Hz a 1 s window holds about 100 samples per busy
+#: thread, and consecutive samples of one call are not independent).
+FRAME_SHIFT_MIN_CHANGE = 0.2
+
+
+def _top_wrapper(facts: Facts) -> WrapperFact | None:
+    """The wrapper on a collective name through which the most between-layers time went
+    (``facts.wrappers`` is sorted that way)."""
+    names = [w for w in facts.wrappers if w.kind == "name"]
+    return names[0] if names else None
+
+
+def _wrapper_where(facts: Facts) -> str | None:
+    w = _top_wrapper(facts)
+    return w.label() if w is not None else None
+
+
+class Rule:
+    """A finding rule."""
+
+    kind = "rule"
+    description = ""
+
+    def match(self, facts: Facts) -> list[Finding]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+def _first_last(k: int) -> tuple[str, str]:
+    """("the first 3 windows", "the last 3") or, for one, ("the first window", "the last")."""
+    return (
+        ("the first window", "the last") if k == 1 else (f"the first {k} windows", f"the last {k}")
+    )

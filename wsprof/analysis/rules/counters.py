@@ -1,0 +1,251 @@
+"""Counters: those whose growth follows a time per step, and held memory or resources that grow."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from wsprof.analysis.facts import LABELS, Facts
+from wsprof.analysis.kinds import HELD_KINDS, series_kind
+from wsprof.analysis.model import (
+    Finding,
+)
+from wsprof.analysis.rules.base import Rule
+from wsprof.contracts.counters import (
+    NVML_MEM_TOTAL_BYTES,
+    NVML_PROCESS_GPU_BYTES,
+    is_gauge,
+    is_nvml_gpu,
+    proc_counter,
+    total_bytes_of,
+)
+from wsprof.contracts.series import (
+    BETWEEN_LAYERS_S,
+    WEIGHT_SYNC_S,
+    SeriesKind,
+    counter_key,
+    counter_of,
+    op_of,
+    parse_series_key,
+)
+from wsprof.contracts.units import Unit, fmt_bytes
+
+#: |Spearman rho| at or above which a counter is said to track a slowdown.
+CORRELATION_RHO = 0.9
+#: Fewest steps for a correlation to be reported.
+CORRELATION_MIN_STEPS = 4
+
+
+#: Gauges whose growth is not a leak (a busier process is not a problem by itself); they may
+#: still track a slowdown.
+NOT_GROWTH_SUFFIXES = (".cpu_pct", ".util_pct", ".threads")
+#: Most counter_correlation findings (strongest first).
+CORRELATION_MAX_FINDINGS = 3
+
+
+def _per_counter_unit(unit: Unit) -> tuple[float, str]:
+    """(counter units per reported unit, its label) for a counter in ``unit``: per GiB for
+    bytes, per 1,000 otherwise (mappings, objects)."""
+    return (2.0**30, "GiB") if unit is Unit.BYTES else (1000.0, "1,000")
+
+
+def gpu_total_bytes(facts: Facts, counter: str) -> float | None:
+    """The GPU memory a GPU-memory counter can grow to, bytes, from the device totals recorded
+    with the counters (``cuda<d>.total_bytes``, ``nvml.gpu<i>.mem_total_bytes``); None for a
+    counter that is not GPU memory or when no total was recorded."""
+    total = total_bytes_of(counter)
+    names: list[str] = []
+    if total is not None:
+        names = [counter_key(total)]
+    elif counter == NVML_PROCESS_GPU_BYTES:  # its GPUs unknown: bounded by every GPU's total
+        names = [n for n in facts.series if is_nvml_gpu(counter_of(n) or "", NVML_MEM_TOTAL_BYTES)]
+    totals = [max(facts.series[n].series.values) for n in names if n in facts.series]
+    return max(totals) if totals else None
+
+
+class CounterCorrelation(Rule):
+    """A growing counter rises with a growing time: weight-sync time, time between layers, or an
+    op's median per-call latency (Spearman rank correlation, scipy; slope by least squares)."""
+
+    kind = "counter_correlation"
+    description = "a counter tracks the slowdown"
+
+    def match(self, facts: Facts) -> list[Finding]:
+        targets = [
+            (name, res)
+            for name, res in facts.series.items()
+            if (name in (WEIGHT_SYNC_S, BETWEEN_LAYERS_S) or op_of(name) is not None)
+            and res.verdict.accumulating
+        ]
+        if not targets:
+            return []
+        best: dict[str, tuple[float, str, Any]] = {}
+        units: dict[str, Unit] = {}
+        for name, res in facts.series.items():
+            cname = counter_of(name)
+            if cname is None:
+                continue
+            # Both must grow: a counter that stepped once or stayed flat cannot explain growth
+            # (and any two monotone series correlate, so the counter's own verdict decides).
+            if not is_gauge(cname) or not res.verdict.accumulating:
+                continue
+            for tname, target in targets:
+                y_by_step = dict(zip(target.series.steps, target.series.values))
+                pairs = [
+                    (v, y_by_step[s])
+                    for s, v in zip(res.series.steps, res.series.values)
+                    if s in y_by_step
+                ]
+                if len(pairs) < CORRELATION_MIN_STEPS:
+                    continue
+                x = np.array([p[0] for p in pairs])
+                y = np.array([p[1] for p in pairs])
+                if np.ptp(x) == 0 or np.ptp(y) == 0:
+                    continue
+                rho = float(stats.spearmanr(x, y).statistic)
+                if rho >= CORRELATION_RHO and rho > best.get(cname, (-1.0, "", None))[0]:
+                    best[cname] = (rho, tname, stats.linregress(x, y))
+                    units[cname] = res.series.unit
+        out: list[Finding] = []
+        ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], -abs(kv[1][2].rvalue)))
+        for cname, (rho, tname, fit) in ranked[:CORRELATION_MAX_FINDINGS]:
+            per, per_label = _per_counter_unit(units[cname])
+            target_series = facts.series[tname].series
+            op = op_of(tname)
+            what = (
+                f"{op} per-call latency (median per step)"
+                if op is not None
+                else LABELS.get(tname, tname)
+            )
+            added = target_series.fmt(float(fit.slope) * per)
+            out.append(
+                Finding(
+                    self.kind,
+                    "warning",
+                    f"{what} tracks {cname} (Spearman rho {rho:.2f}): +{added} per "
+                    f"{per_label} {cname}",
+                    {
+                        "counter": cname,
+                        "series": tname,
+                        "spearman_rho": rho,
+                        "slope_per_unit": float(fit.slope),
+                        "unit": per_label,
+                        "r_squared": float(fit.rvalue**2),
+                    },
+                    cname,
+                    f"find what walks or scales with {cname} on the sync path (probes, snapshots, "
+                    "memory statistics) and take it off the per-call path",
+                )
+            )
+        return out
+
+
+#: A process's RSS growth whose rate would fill the host's memory only after this many times
+#: the steps seen is shown at info (a 12-step run growing 3 MiB a step on a 24 GiB host: 8,000
+#: steps away); within the steps seen again, critical.
+HOST_MEMORY_HORIZON = 100
+#: Memory (bytes, no device total known) that grew by less than this share of its first level
+#: over the run is shown at info: not yet material (a host process's RSS filling its caches).
+MEMORY_MATERIAL_SHARE = 0.10
+
+
+class CounterGrowth(Rule):
+    """A counter (GPU or host memory, allocator mappings, object counts, a user counter) grows
+    step after step; for GPU memory, the step at which it reaches the GPU's total.
+
+    Only bytes and resource counts are judged (:data:`wsprof.analysis.kinds.HELD_KINDS`): a
+    step or epoch counter, a quality metric, a learning rate or a rate never gets memory-growth
+    advice. A trace's user counter whose name and values say nothing counts as a resource
+    (``wsprof.counter()`` records a count of something held)."""
+
+    kind = "memory_growth"
+    description = "a counter grows linearly or faster; a one-time step or plateau is not growth"
+
+    def match(self, facts: Facts) -> list[Finding]:
+        out: list[Finding] = []
+        for name in facts.counters():
+            res = facts.series.get(name)
+            cname = parse_series_key(name).name
+            if (
+                res is None
+                or not res.verdict.accumulating
+                or not is_gauge(cname)
+                or cname.endswith(NOT_GROWTH_SUFFIXES)
+            ):
+                continue
+            kind = series_kind(res.series, default=SeriesKind.RESOURCE)
+            if kind.kind not in HELD_KINDS:
+                continue  # a counter by design, a quality metric, a rate: shown, never a leak
+            vals = res.series.values[res.verdict.judged_from :]
+            slope = res.verdict.slope_per_step
+            s = res.series
+            title = (
+                f"{cname} grows {s.fmt_slope(slope)} "
+                f"({s.fmt(vals[0])} -> {s.fmt(vals[-1])}, "
+                f"{res.verdict.shape})"
+            )
+            evidence: dict[str, Any] = {
+                "counter": cname,
+                "slope_per_step": slope,
+                "first": vals[0],
+                "last": vals[-1],
+                "kind": kind.kind.value,
+            }
+            total = gpu_total_bytes(facts, cname)
+            severity = "warning"
+            host = facts.series.get(counter_key(proc_counter("host_total_bytes")))
+            if cname == proc_counter("rss_bytes") and host is not None and slope > 0:
+                # How long the host's memory lasts at this rate: a few MiB a step in a 12-step
+                # run (a Python process filling its caches) is thousands of steps away.
+                room = max(host.series.values) - vals[-1]
+                steps_left = max(room / slope, 0.0)
+                title += (
+                    f"; at this rate the host's {fmt_bytes(max(host.series.values))} lasts "
+                    f"{steps_left:,.0f} more steps"
+                )
+                evidence.update(host_total_bytes=max(host.series.values), steps_to_host=steps_left)
+                if steps_left > HOST_MEMORY_HORIZON * len(vals):
+                    severity = "info"
+                    title += ": watch it, not yet material"
+                elif steps_left <= len(vals):
+                    severity = "critical"
+            grown = vals[-1] - vals[0]
+            if (
+                kind.kind is SeriesKind.BYTES
+                and total is None
+                and severity == "warning"
+                and vals[0] > 0
+                and grown < MEMORY_MATERIAL_SHARE * vals[0]
+            ):
+                # A process's memory that grew a few % over the run (warm-up, caches filling):
+                # shown, not yet a leak; a GPU's memory has its own test (steps to its total).
+                severity = "info"
+                title += (
+                    f"; so far {s.fmt(grown)}, {grown / vals[0]:.0%} of its level: "
+                    "watch it, not yet material"
+                )
+            if total is not None and slope > 0:
+                steps_left = max((total - vals[-1]) / slope, 0.0)
+                oom_step = res.series.steps[-1] + steps_left
+                title += (
+                    f"; at this rate it reaches the GPU's {fmt_bytes(total)} in "
+                    f"{steps_left:.0f} steps (step {oom_step:.0f})"
+                )
+                evidence.update(gpu_total_bytes=total, steps_to_oom=steps_left, oom_step=oom_step)
+                if steps_left <= len(vals):
+                    severity = "critical"
+            out.append(
+                Finding(
+                    self.kind,
+                    severity,
+                    title,
+                    evidence,
+                    cname,
+                    "something is kept each step: find who allocates it "
+                    "(wsprof.memory_snapshot(), torch.cuda.memory_snapshot(), gc referrers) "
+                    "and release it",
+                )
+            )
+        return out

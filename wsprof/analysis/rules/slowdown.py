@@ -1,0 +1,137 @@
+"""A time per step (weight sync, step, rollout) that grows step after step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from wsprof.analysis.facts import LABELS, Facts
+from wsprof.analysis.kinds import series_kind
+from wsprof.analysis.model import (
+    Finding,
+)
+from wsprof.analysis.rules.base import (
+    CRITICAL_GROWTH_RATIO,
+    SLOWDOWN_MATERIAL_SHARE,
+    Rule,
+    _wrapper_where,
+)
+from wsprof.analysis.workload import explained_by_workload
+from wsprof.contracts.series import (
+    STEP_S,
+    WEIGHT_SYNC_S,
+    SeriesKind,
+)
+
+
+def _sync_where(facts: Facts) -> str | None:
+    """Where weight-sync time goes: the wrapper on a collective name with the most time
+    between layers, else the caller of most weight-sync calls (a user's function that issues
+    them: time between the collectives is spent there)."""
+    w = _wrapper_where(facts)
+    if w is not None:
+        return w
+    pa = facts.primary
+    return pa.sync_site if pa is not None else None
+
+
+class AccumulatingSlowdown(Rule):
+    """A time per step (weight sync, step, rollout) grows step after step.
+
+    Only series whose kind is a duration (:mod:`wsprof.analysis.kinds`) are judged: a per-token
+    time, a throughput or a cumulative clock in seconds moves for reasons that are no slowdown.
+    A step or rollout time that grows with a workload series of the same log at a flat time
+    per unit of work is workload, said at info (:mod:`wsprof.analysis.workload`).
+    """
+
+    kind = "accumulating_slowdown"
+    description = "a per-step time grows step after step; judge the curve, not the value"
+
+    def match(self, facts: Facts) -> list[Finding]:
+        out: list[Finding] = []
+        for name in facts.time_series:
+            res = facts.series.get(name)
+            if res is None or not res.verdict.accumulating:
+                continue
+            if series_kind(res.series).kind is not SeriesKind.DURATION:
+                continue  # a rate or clock in seconds: shown, never a slowdown
+            v, s = res.verdict, res.series
+            k = v.judged_from  # after a slow first step, the growth is judged from there
+            first, last = s.values[k], s.values[-1]
+            ratio = last / first if first > 0 else float("inf")
+            proj = v.projection
+            proj_txt = (
+                f"; projected {s.fmt(proj.value)} at step {proj.step} ({proj.basis()})"
+                if proj
+                else ""
+            )
+            after = f" after a slow first {s.fmt(s.values[0])}" if k else ""
+            title = (
+                f"{LABELS.get(name, name)} grows ({v.shape}): {s.fmt(first)} -> "
+                f"{s.fmt(last)} over {len(s.values) - k} steps{after} "
+                f"({s.fmt_slope(v.slope_per_step)}){proj_txt}"
+            )
+            severity = "critical" if ratio >= CRITICAL_GROWTH_RATIO else "warning"
+            # Material: what the fitted growth added over the steps seen, against a step.
+            step_res = facts.series.get(STEP_S)
+            step_ref = (
+                float(np.median(step_res.series.values))
+                if step_res is not None and step_res.series.values
+                else None
+            )
+            added = v.slope_per_step * (s.steps[-1] - s.steps[k]) if len(s.steps) > k + 1 else 0.0
+            if step_ref and step_ref > 0 and added < SLOWDOWN_MATERIAL_SHARE * step_ref:
+                severity = "info"
+                title += (
+                    f"; so far {s.fmt(added)} added, "
+                    f"{added / step_ref:.0%} of a step: watch it, not yet material"
+                )
+            work = explained_by_workload(res, facts.series) if name != WEIGHT_SYNC_S else None
+            if work is not None:
+                severity = "info"
+                title += "; " + work.text()
+            evidence: dict[str, Any] = {
+                "series": name,
+                "added_s": added,
+                "shape": v.shape,
+                "first": first,
+                "last": last,
+                "growth_ratio": ratio,
+                "slope_per_step": v.slope_per_step,
+                "growth_factor_per_step": v.growth_factor_per_step,
+                "confidence": v.confidence,
+            }
+            if work is not None:
+                evidence["workload"] = {
+                    "series": work.name,
+                    "growth": work.growth,
+                    "spearman": work.rho,
+                    "rate_change": work.rate_change,
+                }
+            if proj:
+                evidence["projection"] = {
+                    "step": proj.step,
+                    "value": proj.value,
+                    "model": proj.model,
+                    "fit_first_step": proj.fit_first_step,
+                    "fit_last_step": proj.fit_last_step,
+                }
+            if v.budget_step is not None and s.steps:
+                at = v.budget_step  # a step number, as logged
+                budget = s.fmt(facts.budgets.get(name))
+                title += f"; by the same fit it reaches {budget} at step {at}"
+                evidence["budget_step"] = at
+            out.append(
+                Finding(
+                    self.kind,
+                    severity,
+                    title,
+                    evidence,
+                    _sync_where(facts) if name == WEIGHT_SYNC_S else _wrapper_where(facts),
+                    "find where the added time goes (see the between-layers and per-call findings "
+                    "of a trace; sample the slow phase with `py-spy dump --pid PID`), fix it, then "
+                    "measure again: overhead moves to the next slowest place",
+                )
+            )
+        return out
