@@ -101,3 +101,18 @@ def test_handed_cases_are_all_checked(folder: Path, pattern: str) -> None:
     expected = json.loads(expected_file.read_text())
     files = sorted(p.name for p in Path(folder).glob(pattern))
     assert [f for f in files if f not in expected] == []
+
+
+def test_a_log_without_a_sync_series_says_so_in_its_headline() -> None:
+    # verl's GRPO log times the step and the rollout batch, and logs no weight-sync time: the
+    # headline says where its steps come from and that no weight sync was logged (it once
+    # printed a blank line there, and "no steps" beside 10 steps in JSON).
+    from wsprof.analysis.headline import NO_SYNC_SERIES
+
+    path = LOGS / "verl_grpo_uitars_10steps.log"
+    helpers.require_cases(path)
+    head = analyze_path(str(path)).headline
+    assert head is not None and head.n_steps == 10
+    assert head.source == f"the per-step series of {path}"
+    assert head.weight_sync_median_s is None and head.no_sync_found == NO_SYNC_SERIES
+    assert head.summary() is not None and "no weight sync found" in (head.summary() or "")

@@ -110,6 +110,10 @@ NO_PUSH_EVIDENCE = (
 )
 
 
+#: Why a log's or CSV's steps have no weight sync: none of its series is one.
+NO_SYNC_SERIES = "none of the logged series is a weight-sync time"
+
+
 def _median(values: Sequence[float]) -> float | None:
     return float(statistics.median(values)) if values else None
 
@@ -182,7 +186,11 @@ def headline_of(
         if shares:
             rollout_source = f"rollout_s / step_s of {source}"
     step_times = [r.step_s for r in rows] or (list(step.series.values) if step else [])
+    if where == "no steps" and step_times:
+        where = f"the per-step series of {source}"
     no_sync = NO_PUSH_EVIDENCE if rows and not syncs and ws is None else None
+    if not rows and step_times and ws is None:
+        no_sync = NO_SYNC_SERIES
     if ws is not None and not syncs:
         syncs = list(ws.series.values)
         if where == "no steps":
