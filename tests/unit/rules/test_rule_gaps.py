@@ -1,0 +1,142 @@
+"""Gaps and GpuIdleDuringSync (rules/gaps.py) on hand-built facts: weight-sync time in no
+collective (a large flat share is information, material growth a warning) and GPUs idle during
+a sync that takes a real share of the step."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import rule_kit
+
+from wsprof.analysis.model import GpuUtil
+from wsprof.analysis.rules.base import MATERIAL_STEP_SHARE
+from wsprof.analysis.rules.gaps import (
+    GAP_SHARE,
+    GPU_IDLE_MIN_SYNC_SHARE,
+    GPU_IDLE_PCT,
+    Gaps,
+    GpuIdleDuringSync,
+)
+from wsprof.contracts.series import STEP_S, SYNC_GAP_S, WEIGHT_SYNC_S, Series
+from wsprof.contracts.units import Unit
+
+pytestmark = pytest.mark.pure
+
+GAPS = Gaps()
+IDLE = GpuIdleDuringSync()
+N = 10
+SITE = "push_weights (trainer.py:88)"
+
+
+def _linear(first: float, slope: float, n: int = N) -> list[float]:
+    return [first + slope * i for i in range(n)]
+
+
+# ------------------------------------------------------------------------------------ Gaps
+
+
+def test_a_flat_gap_share_at_the_threshold_is_information_and_below_it_nothing() -> None:
+    sync = rule_kit.judged(WEIGHT_SYNC_S, [1.0] * N)
+    at = rule_kit.judged(SYNC_GAP_S, [GAP_SHARE] * N)
+    below = rule_kit.judged(SYNC_GAP_S, [0.9 * GAP_SHARE] * N)
+    [f] = GAPS.match(rule_kit.facts([at, sync], [rule_kit.process(sync_site=SITE)]))
+    assert f.kind == "gaps"
+    assert f.severity == "info"
+    assert f.where == SITE
+    assert f.evidence["median_gap_share"] == pytest.approx(GAP_SHARE)
+    assert f.evidence["accumulating"] is False
+    assert f.evidence["caller"] == SITE
+    assert GAPS.match(rule_kit.facts([below, sync])) == []
+
+
+def test_a_material_growing_gap_is_a_warning_without_a_caller_named_by_phase() -> None:
+    gap = rule_kit.judged(SYNC_GAP_S, _linear(0.01, 0.01))  # +90 ms, share < GAP_SHARE
+    sync = rule_kit.judged(WEIGHT_SYNC_S, [1.0] * N)
+    grown = 0.1 - 0.01
+    assert grown >= MATERIAL_STEP_SHARE * 1.0  # material against the 1 s sync
+    [f] = GAPS.match(rule_kit.facts([gap, sync]))
+    assert f.severity == "warning"
+    assert f.where == "weight_sync phase"
+    assert f.evidence["accumulating"] is True
+    assert f.evidence["first_s"] == pytest.approx(0.01)
+    assert f.evidence["last_s"] == pytest.approx(0.1)
+    assert f.evidence["caller"] is None
+    assert f.evidence["median_gap_share"] < GAP_SHARE  # reported for its growth alone
+
+
+def test_growth_small_against_the_sync_is_no_finding_and_small_against_a_step_is_info() -> None:
+    gap = rule_kit.judged(SYNC_GAP_S, _linear(0.01, 0.01))
+    grown = 0.1 - 0.01
+    # Below MATERIAL_STEP_SHARE of the median sync: not growth, and the share is small.
+    long_sync = rule_kit.judged(WEIGHT_SYNC_S, [1.1 * grown / MATERIAL_STEP_SHARE] * N)
+    assert GAPS.match(rule_kit.facts([gap, long_sync])) == []
+    # Growth material to the sync but not to the step: information.
+    sync = rule_kit.judged(WEIGHT_SYNC_S, [1.0] * N)
+    long_step = rule_kit.judged(STEP_S, [1.1 * grown / MATERIAL_STEP_SHARE] * N)
+    short_step = rule_kit.judged(STEP_S, [0.9 * grown / MATERIAL_STEP_SHARE] * N)
+    [quiet] = GAPS.match(rule_kit.facts([gap, sync, long_step]))
+    [loud] = GAPS.match(rule_kit.facts([gap, sync, short_step]))
+    assert quiet.severity == "info"
+    assert "not yet material" in quiet.title
+    assert loud.severity == "warning"
+
+
+def test_gaps_without_a_gap_a_sync_or_a_positive_sync_is_no_finding() -> None:
+    gap = rule_kit.judged(SYNC_GAP_S, [0.5] * N)
+    sync = rule_kit.judged(WEIGHT_SYNC_S, [1.0] * N)
+    assert GAPS.match(rule_kit.facts()) == []
+    assert GAPS.match(rule_kit.facts([gap])) == []
+    assert GAPS.match(rule_kit.facts([sync])) == []
+    zero_sync = rule_kit.judged(WEIGHT_SYNC_S, [0.0] * N)
+    assert GAPS.match(rule_kit.facts([gap, zero_sync])) == []
+    other_steps = rule_kit.judged(WEIGHT_SYNC_S, [1.0] * N, steps=range(100, 100 + N))
+    assert GAPS.match(rule_kit.facts([gap, other_steps])) == []
+    empty = replace(gap, series=Series(SYNC_GAP_S, Unit.SECONDS, (), ()))
+    assert GAPS.match(rule_kit.facts([empty, sync])) == []
+
+
+# ---------------------------------------------------------------------- GpuIdleDuringSync
+
+
+def test_gpus_idle_at_the_threshold_during_a_long_sync_are_a_warning_per_process() -> None:
+    idle = rule_kit.process(
+        label="rank 0",
+        steps=rule_kit.step_rows([2.0] * 4, sync_s=[1.0] * 4),
+        gpu_util=GpuUtil(GPU_IDLE_PCT, 80.0, 50),
+    )
+    busy = rule_kit.process(
+        label="rank 1",
+        rank=1,
+        steps=rule_kit.step_rows([2.0] * 4, sync_s=[1.0] * 4),
+        gpu_util=GpuUtil(GPU_IDLE_PCT + 1.0, 80.0, 50),
+    )
+    [f] = IDLE.match(rule_kit.facts(processes=[idle, busy]))
+    assert f.kind == "gpu_idle_during_sync"
+    assert f.severity == "warning"
+    assert f.where == "rank 0"
+    assert f.evidence["sync_util_pct"] == pytest.approx(GPU_IDLE_PCT)
+    assert f.evidence["other_util_pct"] == pytest.approx(80.0)
+    assert f.evidence["samples"] == 50
+    assert f.evidence["sync_share"] == pytest.approx(0.5)
+
+
+def test_idle_gpus_during_a_short_sync_or_without_samples_or_steps_are_no_finding() -> None:
+    idle = GpuUtil(0.0, None, 10)
+    short = rule_kit.process(
+        steps=rule_kit.step_rows([2.0] * 4, sync_s=[2.0 * 0.9 * GPU_IDLE_MIN_SYNC_SHARE] * 4),
+        gpu_util=idle,
+    )
+    just_long = rule_kit.process(
+        steps=rule_kit.step_rows([2.0] * 4, sync_s=[2.0 * GPU_IDLE_MIN_SYNC_SHARE] * 4),
+        gpu_util=idle,
+    )
+    no_util = rule_kit.process(steps=rule_kit.step_rows([2.0] * 4, sync_s=[1.0] * 4))
+    no_sync = rule_kit.process(steps=rule_kit.step_rows([2.0] * 4), gpu_util=idle)
+    no_steps = rule_kit.process(gpu_util=idle)
+    for pa_ in (short, no_util, no_sync, no_steps):
+        assert IDLE.match(rule_kit.facts(processes=[pa_])) == []
+    assert IDLE.match(rule_kit.facts()) == []
+    [f] = IDLE.match(rule_kit.facts(processes=[just_long]))
+    assert f.evidence["other_util_pct"] is None
+    assert "outside it" not in f.title
