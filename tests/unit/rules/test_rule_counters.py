@@ -12,7 +12,7 @@ from wsprof.analysis.rules import counters
 from wsprof.analysis.rules.counters import (
     CORRELATION_MAX_FINDINGS,
     CORRELATION_MIN_STEPS,
-    HOST_MEMORY_HORIZON,
+    MEMORY_HORIZON,
     MEMORY_MATERIAL_SHARE,
     CounterCorrelation,
     CounterGrowth,
@@ -165,6 +165,12 @@ def test_gpu_memory_growth_names_the_step_it_reaches_the_gpus_total() -> None:
         f.severity
         for f in rule.match(rule_kit.facts([allocated, _gpu_total(last + (N + 1) * slope)]))
     ] == ["warning"]
+    # Full only far beyond the steps seen (the same horizon as the host's memory): information.
+    horizon = rule_kit.facts([allocated, _gpu_total(last + MEMORY_HORIZON * N * slope)])
+    assert [f.severity for f in rule.match(horizon)] == ["warning"]
+    beyond = rule_kit.facts([allocated, _gpu_total(last + (MEMORY_HORIZON * N + 1) * slope)])
+    [f] = rule.match(beyond)
+    assert f.severity == "info" and "not yet material" in f.title
 
 
 def test_rss_growth_is_judged_against_the_hosts_memory() -> None:
@@ -180,8 +186,8 @@ def test_rss_growth_is_judged_against_the_hosts_memory() -> None:
         assert found[0].evidence["steps_to_host"] == pytest.approx(steps_left)
         return [f.severity for f in found]
 
-    assert severity(HOST_MEMORY_HORIZON * N) == ["warning"]
-    assert severity(HOST_MEMORY_HORIZON * N + 1) == ["info"]  # beyond the horizon
+    assert severity(MEMORY_HORIZON * N) == ["warning"]
+    assert severity(MEMORY_HORIZON * N + 1) == ["info"]  # beyond the horizon
     assert severity(N) == ["critical"]  # the host is full within the steps seen
     assert severity(N + 1) == ["warning"]
 

@@ -142,10 +142,10 @@ class CounterCorrelation(Rule):
         return out
 
 
-#: A process's RSS growth whose rate would fill the host's memory only after this many times
-#: the steps seen is shown at info (a 12-step run growing 3 MiB a step on a 24 GiB host: 8,000
-#: steps away); within the steps seen again, critical.
-HOST_MEMORY_HORIZON = 100
+#: Memory growth whose rate would fill the host's memory (a process's RSS) or the GPU's (its
+#: allocator) only after this many times the steps seen is shown at info (a 12-step run growing
+#: 3 MiB a step on a 24 GiB host: 8,000 steps away); within the steps seen, critical.
+MEMORY_HORIZON = 100
 #: Memory (bytes, no device total known) that grew by less than this share of its first level
 #: over the run is shown at info: not yet material (a host process's RSS filling its caches).
 MEMORY_MATERIAL_SHARE = 0.10
@@ -206,7 +206,7 @@ class CounterGrowth(Rule):
                     f"{steps_left:,.0f} more steps"
                 )
                 evidence.update(host_total_bytes=max(host.series.values), steps_to_host=steps_left)
-                if steps_left > HOST_MEMORY_HORIZON * len(vals):
+                if steps_left > MEMORY_HORIZON * len(vals):
                     severity = "info"
                     title += ": watch it, not yet material"
                 elif steps_left <= len(vals):
@@ -236,6 +236,9 @@ class CounterGrowth(Rule):
                 evidence.update(gpu_total_bytes=total, steps_to_oom=steps_left, oom_step=oom_step)
                 if steps_left <= len(vals):
                     severity = "critical"
+                elif steps_left > MEMORY_HORIZON * len(vals):
+                    severity = "info"
+                    title += ": watch it, not yet material"
             out.append(
                 Finding(
                     self.kind,
