@@ -73,7 +73,14 @@ class BetweenLayers(Rule):
         share = None
         if sync is not None and sync.verdict.slope_per_step > 0:
             share = bl.verdict.slope_per_step / sync.verdict.slope_per_step
-        severity = "critical" if share is None or share >= BETWEEN_LAYERS_SHARE else "warning"
+        # Critical when it explains the sync's growth (or there is no sync to compare with);
+        # a wrapper whose time grows inside a sync that does not grow is a warning.
+        flat_sync = sync is not None and share is None
+        severity = (
+            "warning"
+            if flat_sync or (share is not None and share < BETWEEN_LAYERS_SHARE)
+            else "critical"
+        )
         vals = judged
         wrapped = _wrapped_names(facts)
         where = _wrapper_where(facts)
@@ -84,6 +91,8 @@ class BetweenLayers(Rule):
         )
         if share is not None:
             title += f": {min(share, 1.0):.0%} of the weight-sync growth on this rank"
+        elif flat_sync:
+            title += "; the weight sync it sits in does not grow (yet)"
         if where:
             title += f"; wrapper {where.split(' (')[0]} around {wrapped}"
         if step_ref and grown < MATERIAL_STEP_SHARE * step_ref:
