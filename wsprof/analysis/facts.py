@@ -7,12 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from wsprof.analysis.headline import Headline
-from wsprof.analysis.model import (
-    ProcessAnalysis,
-    RankSeries,
-    SeriesResult,
-    WrapperFact,
-)
+from wsprof.analysis.model import ProcessAnalysis, RankSeries, SeriesResult, WrapperFact
 from wsprof.contracts.series import (
     BETWEEN_LAYERS_S,
     COLLECTIVE_CALLS,

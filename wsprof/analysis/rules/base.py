@@ -5,10 +5,7 @@ model, growth, samples, kinds and contracts, never another rule."""
 from __future__ import annotations
 
 from wsprof.analysis.facts import Facts
-from wsprof.analysis.model import (
-    Finding,
-    WrapperFact,
-)
+from wsprof.analysis.model import Finding, WrapperFact
 
 #: Growth over the observed steps at or above which an accumulating slowdown is critical: the
 #: time has at least doubled, as in the motivating case (143 s -> 1596 s in 4 steps).

@@ -9,9 +9,7 @@ from scipy import stats
 
 from wsprof.analysis.facts import LABELS, Facts
 from wsprof.analysis.kinds import HELD_KINDS, series_kind
-from wsprof.analysis.model import (
-    Finding,
-)
+from wsprof.analysis.model import Finding
 from wsprof.analysis.rules.base import Rule
 from wsprof.contracts.counters import (
     NVML_MEM_TOTAL_BYTES,

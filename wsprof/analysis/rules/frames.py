@@ -6,9 +6,7 @@ from collections import Counter
 from typing import Any
 
 from wsprof.analysis.facts import Facts
-from wsprof.analysis.model import (
-    Finding,
-)
+from wsprof.analysis.model import Finding
 from wsprof.analysis.model import HotFrame as HotFrameModel
 from wsprof.analysis.rules.base import FRAME_SHIFT_MIN_CHANGE, Rule, _first_last
 from wsprof.analysis.samples import split_frame

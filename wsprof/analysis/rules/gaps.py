@@ -5,15 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from wsprof.analysis.facts import Facts
-from wsprof.analysis.model import (
-    Finding,
-)
+from wsprof.analysis.model import Finding
 from wsprof.analysis.rules.base import MATERIAL_STEP_SHARE, Rule
-from wsprof.contracts.series import (
-    STEP_S,
-    SYNC_GAP_S,
-    WEIGHT_SYNC_S,
-)
+from wsprof.contracts.series import STEP_S, SYNC_GAP_S, WEIGHT_SYNC_S
 from wsprof.contracts.units import fmt_duration
 
 #: Share of the weight-sync time spent outside any collective at or above which the gaps are

@@ -6,11 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from wsprof.analysis.facts import Facts
-from wsprof.analysis.model import (
-    Finding,
-    ProcessAnalysis,
-    SeriesResult,
-)
+from wsprof.analysis.model import Finding, ProcessAnalysis, SeriesResult
 from wsprof.analysis.rules.base import (
     MATERIAL_STEP_SHARE,
     SLOWDOWN_MATERIAL_SHARE,
@@ -18,13 +14,7 @@ from wsprof.analysis.rules.base import (
     _top_wrapper,
     _wrapper_where,
 )
-from wsprof.contracts.series import (
-    BETWEEN_LAYERS_S,
-    COLLECTIVE_CALLS,
-    STEP_S,
-    WEIGHT_SYNC_S,
-    op_of,
-)
+from wsprof.contracts.series import BETWEEN_LAYERS_S, COLLECTIVE_CALLS, STEP_S, WEIGHT_SYNC_S, op_of
 from wsprof.contracts.units import fmt_duration
 
 #: Share of the weight-sync growth that this rank's own time between layers explains at or above

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from wsprof.analysis.facts import Facts
-from wsprof.analysis.model import (
-    Finding,
-)
+from wsprof.analysis.model import Finding
 from wsprof.analysis.rules.base import Rule
 from wsprof.contracts.units import fmt_duration
 

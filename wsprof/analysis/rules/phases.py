@@ -9,15 +9,9 @@ import numpy as np
 
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.headline import headline_of
-from wsprof.analysis.model import (
-    ROLLOUT_SHARE_KIND,
-    Finding,
-)
+from wsprof.analysis.model import ROLLOUT_SHARE_KIND, Finding
 from wsprof.analysis.rules.base import FRAME_SHIFT_MIN_CHANGE, Rule, _first_last
-from wsprof.contracts.series import (
-    WEIGHT_SYNC_S,
-    WINDOW_WEIGHT_SYNC_SHARE,
-)
+from wsprof.contracts.series import WEIGHT_SYNC_S, WINDOW_WEIGHT_SYNC_SHARE
 from wsprof.contracts.units import fmt_duration
 
 #: Least rise of the fitted weight-sync share over the windows for its growth (an accumulating

@@ -9,13 +9,7 @@ import numpy as np
 from scipy import stats
 
 from wsprof.analysis.facts import Facts
-from wsprof.analysis.model import (
-    OUTLIER_RANK,
-    SEVERITIES,
-    Finding,
-    GrowthVerdict,
-    RankSeries,
-)
+from wsprof.analysis.model import OUTLIER_RANK, SEVERITIES, Finding, GrowthVerdict, RankSeries
 from wsprof.analysis.rules.base import CRITICAL_GROWTH_RATIO, Rule
 from wsprof.contracts.units import Unit, fmt_duration
 

@@ -8,9 +8,7 @@ import numpy as np
 
 from wsprof.analysis.facts import LABELS, Facts
 from wsprof.analysis.kinds import series_kind
-from wsprof.analysis.model import (
-    Finding,
-)
+from wsprof.analysis.model import Finding
 from wsprof.analysis.rules.base import (
     CRITICAL_GROWTH_RATIO,
     SLOWDOWN_MATERIAL_SHARE,
@@ -18,11 +16,7 @@ from wsprof.analysis.rules.base import (
     _wrapper_where,
 )
 from wsprof.analysis.workload import explained_by_workload
-from wsprof.contracts.series import (
-    STEP_S,
-    WEIGHT_SYNC_S,
-    SeriesKind,
-)
+from wsprof.contracts.series import STEP_S, WEIGHT_SYNC_S, SeriesKind
 
 
 def _sync_where(facts: Facts) -> str | None:
