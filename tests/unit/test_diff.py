@@ -441,7 +441,7 @@ def test_one_figure_for_the_time_in_sync(tmp_path: Path) -> None:
     assert doc["per_step"]["weight_sync_s"]["rel_change"] == pytest.approx(0.56, abs=0.01)
     assert not any("weight_sync" in i["name"] for i in doc["items"])
     html = render_diff_html(r)
-    assert "weight_sync" not in html and html.count("weight sync (per step)") == 1
+    assert "weight_sync" not in html and html.count("weight sync (mean per step)") == 1
 
 
 def test_series_sync_column_is_the_one_figure(tmp_path: Path) -> None:

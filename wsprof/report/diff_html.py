@@ -147,7 +147,7 @@ def render_diff_html(result: DiffResult, max_rows: int = MAX_ROWS) -> str:
             )
     r = result
     per = r.per_words
-    headline = [(n if k == "share" else f"{n} ({per})", d, k) for n, d, k in headline_rows(r)]
+    headline = [(n if k == "share" else _per(n, per), d, k) for n, d, k in headline_rows(r)]
     template = _environment().get_template(_TEMPLATE)
     return template.render(
         r=r,
@@ -170,3 +170,9 @@ def write_diff_html(result: DiffResult, path: str | os.PathLike[str]) -> str:
         InputError: the file or its folder cannot be written (one line: which and why).
     """
     return write_text(path, render_diff_html(result), "the diff")
+
+
+def _per(name: str, per: str) -> str:
+    """``step time (median)`` with its basis: ``step time (median per step)``; ``weight sync
+    (mean)`` -> ``weight sync (mean per step)``; a bare name gets ``(per step)``."""
+    return f"{name[:-1]} {per})" if name.endswith(")") else f"{name} ({per})"

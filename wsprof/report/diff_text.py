@@ -70,7 +70,7 @@ def headline_rows(r: DiffResult) -> list[tuple[str, Delta, str]]:
     those known on a side. Weight sync appears once, here (no item repeats it)."""
     rows = [
         ("step time (median)", r.step_s, "s"),
-        ("weight sync", r.weight_sync_s, "s"),
+        ("weight sync (mean)", r.weight_sync_s, "s"),
         ("rollout share (median)", r.rollout_share, "share"),
         ("in collectives", r.collective_s, "s"),
     ]

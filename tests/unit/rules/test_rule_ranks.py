@@ -160,4 +160,4 @@ def test_at_most_the_worst_outliers_are_listed_and_the_rest_counted() -> None:
     assert [f.evidence["rank"] for f in found] == list(range(OUTLIER_MAX_FINDINGS, 0, -1))
     assert all(f.evidence["outlier_ranks"] == OUTLIER_MAX_FINDINGS + 1 for f in found)
     assert found[-1].evidence["more_outlier_ranks"] == ["rank 0 (host node-a, pid 4000)"]
-    assert "1 more outlier ranks" in found[-1].title
+    assert "; 1 more outlier rank (the rank table" in found[-1].title

@@ -208,7 +208,8 @@ class OutlierRank(Rule):
             found[OUTLIER_MAX_FINDINGS - 1] = Finding(
                 last.kind,
                 last.severity,
-                f"{last.title}; {rest - 1} more outlier ranks (the rank table lists them)",
+                f"{last.title}; {rest - 1} more outlier rank{'s' if rest > 2 else ''} "
+                "(the rank table lists them)",
                 {
                     **last.evidence,
                     "more_outlier_ranks": [f.where for f in found[OUTLIER_MAX_FINDINGS:]],
