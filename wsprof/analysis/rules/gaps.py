@@ -6,7 +6,7 @@ import numpy as np
 
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import Finding
-from wsprof.analysis.rules.base import MATERIAL_STEP_SHARE, Rule
+from wsprof.analysis.rules.base import MATERIAL_STEP_SHARE, Rule, immaterial
 from wsprof.contracts.series import STEP_S, SYNC_GAP_S, WEIGHT_SYNC_S
 from wsprof.contracts.units import fmt_duration
 
@@ -67,13 +67,14 @@ class Gaps(Rule):
             step = facts.series.get(STEP_S)
             step_ref = float(np.median(step.series.values)) if step and step.series.values else 0
             grown = vals[-1] - vals[0]
-            if step_ref > 0 and grown < MATERIAL_STEP_SHARE * step_ref:
-                # Half a millisecond more between the calls of a 7 ms sync, in a step of half
-                # a second: a healthy job's drift on a loaded machine (the healthy twin of
-                # tests/targets/unmarked_sync_job.py read 284 µs -> 702 µs), as for the time
-                # between layers.
+            # Half a millisecond more between the calls of a 7 ms sync, in a step of half a
+            # second: a healthy job's drift on a loaded machine (the healthy twin of
+            # tests/targets/unmarked_sync_job.py read 284 µs -> 702 µs), as for the time
+            # between layers.
+            quiet = immaterial(grown, step_ref)
+            if quiet is not None:
                 severity = "info"
-                title += f"; so far {grown / step_ref:.1%} of a step: watch it, not yet material"
+                title += quiet
         return [
             Finding(
                 self.kind,

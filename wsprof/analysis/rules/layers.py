@@ -8,11 +8,11 @@ import numpy as np
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import Finding, ProcessAnalysis, SeriesResult
 from wsprof.analysis.rules.base import (
-    MATERIAL_STEP_SHARE,
     SLOWDOWN_MATERIAL_SHARE,
     Rule,
     _top_wrapper,
     _wrapper_where,
+    immaterial,
 )
 from wsprof.contracts.series import BETWEEN_LAYERS_S, COLLECTIVE_CALLS, STEP_S, WEIGHT_SYNC_S, op_of
 from wsprof.contracts.units import fmt_duration
@@ -85,10 +85,11 @@ class BetweenLayers(Rule):
             title += "; the weight sync it sits in does not grow (yet)"
         if where:
             title += f"; wrapper {where.split(' (')[0]} around {wrapped}"
-        if step_ref and grown < MATERIAL_STEP_SHARE * step_ref:
-            # A wrapper drifting by a millisecond on a loaded machine, in a step of a second.
+        # A wrapper drifting by a millisecond on a loaded machine, in a step of a second.
+        quiet = immaterial(grown, step_ref)
+        if quiet is not None:
             severity = "info"
-            title += f"; so far {grown / step_ref:.1%} of a step: watch it, not yet material"
+            title += quiet
         return [
             Finding(
                 self.kind,
