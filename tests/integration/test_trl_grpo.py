@@ -25,9 +25,11 @@ from typing import Any
 
 import pytest
 from helpers import TARGETS, free_port
+from scipy import stats
 
 from wsprof.analysis.model import Analysis
 from wsprof.analysis.run import analyze_path
+from wsprof.contracts.series import STEP_S
 from wsprof.report.text import render_text
 
 pytestmark = pytest.mark.skipif(
@@ -189,10 +191,34 @@ def test_primary_is_rank_0(runs: dict[str, Run], kind: str) -> None:
     assert a.headline is not None and a.headline.process == a.processes[0].label
 
 
+def _job_clock_rises(run: Run) -> bool:
+    """Whether the job's own step times (rank 0, after its first step, from the script's
+    ground truth) rise by Kendall's tau, one-sided p < 0.05: an independent test on an
+    independent clock. A healthy job's step times on a loaded 2-core machine vary by 30%
+    and rise by chance in a few runs in a hundred; there "step time grows" is a true
+    statement about the run, not a false alarm of wsprof's."""
+    rows = run.steps[0][1:]
+    t = [r["t_end_ns"] - r["t_start_ns"] for r in rows]
+    return bool(stats.kendalltau(range(len(t)), t, alternative="greater").pvalue < 0.05)
+
+
+def _loud(a: Analysis, run: Run) -> list[tuple[str, str]]:
+    """The warning and critical findings of ``a`` that the job's ground truth does not bear
+    out: every one, except a step-time growth when the job's own clock rose too."""
+    rose = _job_clock_rises(run)
+    return [
+        (f.severity, f.title)
+        for f in a.findings
+        if f.severity in ("warning", "critical")
+        and not (rose and f.kind == "accumulating_slowdown" and f.evidence["series"] == STEP_S)
+    ]
+
+
 def test_healthy_gets_no_warning(runs: dict[str, Run]) -> None:
     a = _analysis(runs, "healthy")
-    loud = [(f.severity, f.title) for f in a.findings if f.severity in ("warning", "critical")]
-    assert not loud
+    assert not _loud(a, runs["healthy"])
+    if _job_clock_rises(runs["healthy"]):
+        return  # the job really got slower: the verdict and its diagnosis may say so
     assert a.verdict.status != "problems"
     assert not [d for d in a.diagnoses if d.severity in ("warning", "critical")]
 
@@ -264,4 +290,4 @@ def test_accelerate_launch_is_a_launcher_not_a_training_process(
     assert a.processes[0].pid == accelerate_run.steps[0][0]["pid"]
     ref = runs["reference"].finals[0]["checksum"]
     assert {f["checksum"] for f in accelerate_run.finals.values()} == {ref}
-    assert not [f.title for f in a.findings if f.severity in ("warning", "critical")]
+    assert not _loud(a, accelerate_run)

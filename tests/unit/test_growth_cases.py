@@ -125,6 +125,23 @@ def test_growth_after_a_slow_first_step_is_accumulating() -> None:
         assert classify([first, *ramp[1:]]).accumulating, first
 
 
+@pytest.mark.parametrize("first", [(), (167.0,)])
+def test_rise_whose_newest_step_is_back_at_the_start_is_not_accumulating(
+    first: tuple[float, ...],
+) -> None:
+    """A stretch of ever slower steps whose newest step is back at the start level is no
+    accumulation: the job is not slow now. A healthy TRL job on a loaded 2-core CI machine
+    read "step time grows (linear): 85.6 ms -> 86.5 ms ... (+6.82 ms/step)", a warning whose
+    own endpoints show no growth; the line through the stretch read linear, Mann-Kendall
+    p = 0.002. The same rise that stays up at the newest step is growth."""
+    stretch = [85.6, 80.0, 88.0, 95.0, 105.0, 118.0, 128.0, 140.0, 150.0, 155.0]
+    back = classify([*first, *stretch, 86.5])
+    assert not back.accumulating, back.evidence
+    assert back.evidence["newest_rel_growth"] < 0.05
+    stays = classify([*first, *stretch, 160.0])
+    assert stays.accumulating, stays.evidence
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_slow_start_then_noisy_flat_stays_flat(seed: int) -> None:
     f = np.full(20, 10.0)

@@ -57,7 +57,10 @@ Method:
    starting level and :data:`MIN_GROWTH_SIGMAS` noise sigmas (within config segments: the
    within-segment slope over the steps they span, relative to their level); and growth still
    present at the end (the model's end slope, and the upper Theil-Sen bound over the last part,
-   at least :data:`PERSIST_FRACTION` of the overall slope), so a plateau is rejected. Otherwise
+   at least :data:`PERSIST_FRACTION` of the overall slope), so a plateau is rejected; and the
+   newest value above the median of the first half by :data:`MIN_REL_GROWTH` of it (the series
+   is slow *now*: a stretch of slow steps whose newest step is back at the start level is no
+   accumulation, whatever the line through it; without a config). Otherwise
    the shape is the best non-growth model (a plateau is reported as ``warmup_then_flat``: the
    series settled after an early rise; :data:`~wsprof.analysis.model.SHAPES` has no plateau); a
    significantly decreasing series is ``linear`` with ``accumulating=False`` and a negative
@@ -356,6 +359,8 @@ class _Growth:
         rank_test_required: True when ``p < ALPHA`` is required (no STRONG_BIC bypass): with
             config segments, where a rise across a switch is confounded with the switch and the
             stratified test must see it within segments.
+        newest_rel: (newest value - median of the first half) / that median; ``inf`` where
+            not comparable (config segments, a first half at or below 0).
     """
 
     rel_growth: float
@@ -365,6 +370,7 @@ class _Growth:
     last_slope: float
     p: float
     rank_test_required: bool = False
+    newest_rel: float = math.inf
 
 
 @dataclass(frozen=True)
@@ -1232,7 +1238,12 @@ def _growth(fit: _Fit, d: _Data, trend: _Trend, segments: list[slice] | None) ->
     noise = max(d.sigma, resid_sd, d.floor) * d.level_factor(level)
     m = max(3, math.ceil(LAST_PART_FRACTION * n))
     last_slope, last_hi = _theil_sen_hi(x[-m:], tail[-m:])
+    first_half = float(np.median(y[: max(2, n // 2)]))
+    newest_rel = math.inf  # with config segments a switch moves the level: not comparable
+    if segments is None and first_half > 0:
+        newest_rel = (float(y[-1]) - first_half) / first_half
     return _Growth(
+        newest_rel=newest_rel,
         rel_growth=rise / level,
         sigmas=rise / noise,
         end_ratio=end_slope / mean_slope if mean_slope > 0 else 0.0,
@@ -1252,6 +1263,7 @@ def _is_accumulating(g: _Growth, delta: float) -> bool:
         and g.sigmas >= MIN_GROWTH_SIGMAS
         and g.end_ratio >= PERSIST_FRACTION
         and g.last_hi_ratio >= PERSIST_FRACTION
+        and g.newest_rel >= MIN_REL_GROWTH
     )
 
 
@@ -1744,6 +1756,8 @@ def _classify_full(
     )
     if math.isfinite(delta):
         ev["delta_bic_growth_kept"] = delta
+    if math.isfinite(g.newest_rel):
+        ev["newest_rel_growth"] = g.newest_rel
     shape = chosen.shape if chosen.name in TREND_MODELS else _NON_TREND_SHAPE[chosen.name]
     growing = shape in GROWING_SHAPES
     exp_fit = next((f for f in fits if f.name == "exponential"), None)
