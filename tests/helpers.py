@@ -117,7 +117,8 @@ def run_ranks(
 
 def job_coverage(tmp_path: Path, code: str, world: int = 1) -> Any:
     """Run ``code`` (a job script taking ``RANK WORLD PORT OUT``) as ``world`` real processes
-    and return the coverage audit of its run folder (:class:`wsprof.analysis.model.Coverage`)."""
+    and return the coverage audit of its run folder
+    (:class:`wsprof.analysis.coverage_model.Coverage`)."""
     from wsprof.analysis.run import analyze_path
 
     script = tmp_path / "job.py"

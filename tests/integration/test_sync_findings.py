@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from helpers import TARGETS, run_ranks
 
+from wsprof.analysis.bucketing import BUCKET_BYTES, bucketing_estimate
 from wsprof.analysis.process import analyze_process, call_cost_model
-from wsprof.analysis.rules.layers import BUCKET_BYTES, bucketing_estimate
 from wsprof.analysis.run import analyze_path
 from wsprof.trace.model import CallTable
 from wsprof.trace.reader import read_trace

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from wsprof.analysis.coverage import ddp_reducer
-from wsprof.analysis.model import Coverage, GroupCoverage
+from wsprof.analysis.coverage_model import Coverage, GroupCoverage
 
 pytestmark = pytest.mark.pure
 

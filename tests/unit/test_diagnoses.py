@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from wsprof.analysis.diagnoses import confidence_of
+from wsprof.analysis.chains import confidence_of
 from wsprof.analysis.run import analyze_path
 from wsprof.cli import main
 

@@ -19,7 +19,8 @@ from wsprof.analysis.align import (
     anchor_of,
 )
 from wsprof.analysis.model import Analysis, Finding
-from wsprof.analysis.rules.ranks import OUTLIER_Z, robust_z
+from wsprof.analysis.robust import robust_z
+from wsprof.analysis.rules.ranks import OUTLIER_Z
 from wsprof.analysis.run import analyze_path, analyze_run
 from wsprof.report.jsonout import to_dict
 from wsprof.report.text import render_text

@@ -130,6 +130,20 @@ def anchor_of(meta: Mapping[str, Any]) -> tuple[int, int] | None:
     return mono, unix
 
 
+def clock_input(label: str, meta: Mapping[str, Any], first_ns: int) -> ClockInput:
+    """A process's input to :func:`align`: its trace's anchor and host (``meta``) and the
+    monotonic ns of its first record."""
+    anchor = anchor_of(meta)
+    host = meta.get("host")
+    return ClockInput(
+        label,
+        host if isinstance(host, str) else None,
+        anchor[0] if anchor else None,
+        anchor[1] if anchor else None,
+        first_ns,
+    )
+
+
 def _median_int(values: Sequence[int]) -> int:
     s = sorted(values)
     n = len(s)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from wsprof.analysis.diagnoses import diagnose
+from wsprof.analysis.chains import diagnose
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import (
     Analysis,

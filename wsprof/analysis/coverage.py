@@ -15,7 +15,7 @@ import bisect
 from collections import defaultdict
 from collections.abc import Sequence
 
-from wsprof.analysis.model import Coverage, GroupCoverage, UnseenIssuer
+from wsprof.analysis.coverage_model import Coverage, GroupCoverage, UnseenIssuer
 from wsprof.contracts.events import Patched
 from wsprof.trace.model import IssuedReading, ProcessTrace, RecordedIssued
 

@@ -6,8 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from wsprof.analysis.headline import Headline
-from wsprof.analysis.model import ProcessAnalysis, RankSeries, SeriesResult, WrapperFact
+from wsprof.analysis.model import (
+    Headline,
+    ProcessAnalysis,
+    RankSeries,
+    SeriesResult,
+    WrapperFact,
+)
 from wsprof.contracts.series import (
     BETWEEN_LAYERS_S,
     COLLECTIVE_CALLS,

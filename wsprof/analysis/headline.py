@@ -2,106 +2,21 @@
 
 :func:`headline_of` is the one place that takes the medians (and first/last values) of the
 primary process's steps, or of a series file's ``rollout_share`` and ``weight_sync_s``
-columns. The analysis keeps the result in :attr:`~wsprof.analysis.model.Analysis.headline`;
-the ``rollout_share`` finding, the HTML report's two numbers and the JSON's ``headline`` all
-read it. Pure.
+columns, into a :class:`~wsprof.analysis.model.Headline`. The analysis keeps the result in
+:attr:`~wsprof.analysis.model.Analysis.headline`; the ``rollout_share`` finding, the HTML
+report's two numbers and the JSON's ``headline`` all read it. Pure.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
-from wsprof.analysis.model import Analysis, ProcessAnalysis, SeriesResult
+from wsprof.analysis.model import Analysis, Headline, ProcessAnalysis, SeriesResult
 from wsprof.analysis.pushes import MIN_PUSH_BYTES
 from wsprof.contracts.phases import phase_of_series
 from wsprof.contracts.series import ROLLOUT_S, ROLLOUT_SHARE, STEP_S, WEIGHT_SYNC_S
-from wsprof.contracts.units import fmt_bytes, fmt_duration
-
-
-@dataclass(frozen=True)
-class Headline:
-    """Rollout share and weight-sync time per step, with the step time beside them.
-
-    From the primary process's steps when it has any, else from the per-step series
-    ``rollout_share`` and ``weight_sync_s`` (a CSV or a log).
-
-    Attributes:
-        source: where the numbers come from (``steps of rank 0``, ``the per-step series of
-            X``, ``no steps``).
-        process: label of the primary process whose steps were read; None otherwise.
-        step_source: where its steps came from (``markers``, ``bursts``, ...); None otherwise.
-        n_steps: the primary's steps (a series file: the points of its ``step_s``).
-        step_median_s: median step time over its steps, s.
-        rollout_share_median: median rollout share of a step, 0..1.
-        rollout_share_first: the first representative share (the second of 3 or more: step 0
-            often waits on start-up), 0..1.
-        rollout_share_last: the last step's share, 0..1.
-        weight_sync_median_s: median weight-sync time per step (the sync's span, waiting for
-            peers included; a series file's ``weight_sync_s``), s.
-        weight_sync_first_s: the first step's weight sync, s.
-        weight_sync_last_s: the last step's weight sync, s.
-        own_sync_median_s: median of the rank's own weight-sync time (the wait for slower
-            ranks taken out), s.
-        own_sync_last_s: the last known own weight-sync time, s.
-        own_sync_last_step_s: the own weight-sync time of the last step (None when that step
-            has none), s.
-        weight_sync_share_median: median share of a step spent in its own weight sync, 0..1.
-        sync_wait_median_s: median wait for slower ranks to join the sync, s.
-        weight_sync_result: the ``weight_sync_s`` series and its verdict, when judged.
-        rollout_source: where the rollout share comes from when not from the primary's steps
-            (``steps of rank 1``: the rollout ranks marked it; ``sampling windows of rank 0``;
-            ``rollout_s / step_s of X``); None when from the primary's steps or unknown.
-        sync_evidence: how the primary's weight sync was told (``sends weights on group
-            'slime-pp_0' (13 updates)``, ``weight-sync phases``, ...); None otherwise.
-        no_sync_found: why the primary's steps have no weight sync (no push by any evidence):
-            the headline says so instead of a number; None when it has one or has no steps.
-    """
-
-    source: str
-    process: str | None = None
-    step_source: str | None = None
-    n_steps: int = 0
-    step_median_s: float | None = None
-    rollout_share_median: float | None = None
-    rollout_share_first: float | None = None
-    rollout_share_last: float | None = None
-    weight_sync_median_s: float | None = None
-    weight_sync_first_s: float | None = None
-    weight_sync_last_s: float | None = None
-    own_sync_median_s: float | None = None
-    own_sync_last_s: float | None = None
-    own_sync_last_step_s: float | None = None
-    weight_sync_share_median: float | None = None
-    sync_wait_median_s: float | None = None
-    weight_sync_result: SeriesResult | None = None
-    rollout_source: str | None = None
-    sync_evidence: str | None = None
-    no_sync_found: str | None = None
-
-    def summary(self) -> str | None:
-        """``rollout 18% of each step (median); weight sync 1.06 s median, 1.73 s last step
-        (steps of rank 0, from markers)``: the two numbers in one line; None without either."""
-        parts: list[str] = []
-        if self.rollout_share_median is not None:
-            of = f" ({self.rollout_source})" if self.rollout_source else ""
-            parts.append(f"rollout {self.rollout_share_median:.0%} of each step (median){of}")
-        sync = self.own_sync_median_s if self.own_sync_median_s is not None else None
-        sync = sync if sync is not None else self.weight_sync_median_s
-        last = self.own_sync_last_s if self.own_sync_last_s is not None else None
-        last = last if last is not None else self.weight_sync_last_s
-        if sync is not None:
-            parts.append(f"weight sync {fmt_duration(sync)} median, {fmt_duration(last)} last step")
-        elif self.no_sync_found is not None:
-            parts.append(f"no weight sync found ({self.no_sync_found})")
-        if not parts:
-            return None
-        src = self.source
-        if self.step_source:
-            src += f", from {self.step_source}"
-        return "; ".join(parts) + f" ({src})"
-
+from wsprof.contracts.units import fmt_bytes
 
 #: Why a run's steps have no weight sync (:mod:`wsprof.analysis.pushes`).
 NO_PUSH_EVIDENCE = (

@@ -24,7 +24,7 @@ judged to grow) is held back until the next step: judged live, the newest step i
 single slow step (a checkpoint save, an evaluation) falls, and one slow step is not a trend.
 
 The verdict, findings and diagnoses come from the same rules as ``wsprof analyze``
-(:func:`~wsprof.analysis.rules.run_rules`, :func:`~wsprof.analysis.diagnoses.diagnose`,
+(:func:`~wsprof.analysis.rules.run_rules`, :func:`~wsprof.analysis.chains.diagnose`,
 :func:`~wsprof.analysis.verdict.with_verdict`) applied to these rows. Steps are taken from step
 markers (``wsprof.step()``, a preset's phases); a process without them is said to be
 unjudged, never healthy: ``wsprof analyze`` finds its steps from the job's rhythm after the run.
@@ -41,35 +41,35 @@ from typing import Any
 
 import numpy as np
 
-from wsprof.analysis.align import ClockInput, align, anchor_of
+from wsprof.analysis.align import align, anchor_of, clock_input
 from wsprof.analysis.conclude import conclude
 from wsprof.analysis.coverage import audit_process, coverage_of
+from wsprof.analysis.coverage_model import GroupCoverage
 from wsprof.analysis.facts import TIME_BUDGETS_S, Facts
 from wsprof.analysis.growth import classify, hold_newest
 from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import (
     Analysis,
-    CallPoints,
-    GroupCoverage,
     GrowthVerdict,
-    LiveRank,
-    OpTotal,
     ProcessAnalysis,
     RankSeries,
     SeriesResult,
     StepRow,
-    WatchSnapshot,
     WrapperFact,
 )
-from wsprof.analysis.process import with_sync_starts
-from wsprof.analysis.ranks import RankInput, judged_series, rank_series, sync_lags
-from wsprof.analysis.run import (
-    counter_series,
-    facts_of_wrappers,
-    row_series,
-    with_unread,
+from wsprof.analysis.per_step import counter_series, op_median_series, op_medians, row_series
+from wsprof.analysis.process import (
+    counted_calls,
+    op_stats_of_sums,
+    primary_key,
+    process_analysis,
+    with_sync_starts,
+    without_thinned_gaps,
 )
-from wsprof.analysis.steps import steps_from_markers
+from wsprof.analysis.ranks import RankInput, judged_series, rank_series, sync_lags
+from wsprof.analysis.run import facts_of_wrappers, with_unread
+from wsprof.analysis.snapshot import LiveRank, OpTotal, WatchSnapshot
+from wsprof.analysis.steps import assign_calls, steps_from_markers, sync_spans
 from wsprof.contracts.events import Event, EventKind, Patched, WrapperFound
 from wsprof.contracts.overhead import SelfOverhead
 from wsprof.contracts.series import (
@@ -77,7 +77,6 @@ from wsprof.contracts.series import (
     SYNC_GAP_S,
     WEIGHT_SYNC_S,
     Series,
-    op_median_key,
 )
 from wsprof.contracts.units import Unit
 from wsprof.trace.follow import RunFollower, TraceFollower
@@ -101,8 +100,6 @@ MAX_JUDGED_POINTS = 100
 #: always judged): 64 ranks x 3 series at about 50 ms each take 10 s, so each rank's turn
 #: comes every few refreshes instead of every refresh taking 10 s.
 RANK_JUDGE_BUDGET_S = 1.0
-#: Fewest steps for an op's per-step median latency series (as in ``wsprof analyze``).
-MIN_STEPS_FOR_OP_SERIES = 3
 
 
 def binned(s: Series, max_points: int = MAX_JUDGED_POINTS) -> Series:
@@ -255,8 +252,11 @@ class LiveProcess:
         op_medians: op -> median host latency of its calls in each row, µs (None where the
             step had none).
         ops: op -> [calls, summed duration ns] over every step (exact ``call_totals`` sums).
+        op_apis: op -> the API names it was called by; op_bytes: op -> summed payload bytes
+            (known sizes only; both from ``call_totals``).
         between_by_api: API name -> summed time between layers, s (for the wrapper audit).
         repeated: step spans whose number was already a completed step (counted once).
+        sync_phases: whether a completed step had a weight-sync phase span.
     """
 
     path: str
@@ -265,6 +265,8 @@ class LiveProcess:
     counter_values: dict[str, list[float | None]] = field(default_factory=dict)
     op_medians: dict[str, list[float | None]] = field(default_factory=dict)
     ops: dict[str, list[float]] = field(default_factory=dict)
+    op_apis: dict[str, set[str]] = field(default_factory=dict)
+    op_bytes: dict[str, int] = field(default_factory=dict)
     between_by_api: dict[str, float] = field(default_factory=dict)
     wrapper_events: list[WrapperFound] = field(default_factory=list)
     patched: list[Event] = field(default_factory=list)
@@ -273,6 +275,7 @@ class LiveProcess:
     recorded: list[RecordedIssued] | None = None
     first_ns: int | None = None
     repeated: int = 0
+    sync_phases: bool = False
     self_overhead: SelfOverhead = field(default_factory=SelfOverhead)
     #: Highest step number made into a row (-1: none yet).
     last_step: int = -1
@@ -348,10 +351,13 @@ class LiveProcess:
     def _take_totals(self, totals: CallTotals | None) -> None:
         if totals is None or not len(totals):
             return
-        for op, n, d in zip(totals.op.tolist(), totals.n.tolist(), totals.duration_ns.tolist()):
+        cols = (totals.op, totals.api, totals.n, totals.duration_ns, totals.bytes)
+        for op, api, n, d, b in zip(*(c.tolist() for c in cols)):
             acc = self.ops.setdefault(str(op), [0.0, 0.0])
             acc[0] += n
             acc[1] += d
+            self.op_apis.setdefault(str(op), set()).add(str(api))
+            self.op_bytes[str(op)] = self.op_bytes.get(str(op), 0) + int(b)
         for api, b in zip(totals.api.tolist(), totals.between_layers_ns.tolist()):
             self.between_by_api[str(api)] = self.between_by_api.get(str(api), 0.0) + b / 1e9
         later = totals.step > self.last_step
@@ -390,7 +396,8 @@ class LiveProcess:
         )
         rows = steps_from_markers(step_calls, spans, step_totals)
         rows = with_sync_starts(rows, spans)
-        rows = self._thinned_gaps(rows)
+        rows = without_thinned_gaps(rows, self.meta)
+        self.sync_phases = self.sync_phases or bool(rows and sync_spans(spans))
         self._add_counters(rows)
         self._add_medians(rows, step_calls)
         self.rows += rows
@@ -400,17 +407,6 @@ class LiveProcess:
         self._spans = [s for s in self._spans if s.step > top]
         self._totals = [_totals_take(totals, totals.step > top)] if totals is not None else []
         return rows
-
-    def _thinned_gaps(self, rows: list[StepRow]) -> list[StepRow]:
-        """A step that retention thinned before it was read keeps a sample of its calls: its
-        gaps cannot be measured (as in ``wsprof analyze``)."""
-        r = self.meta.get("retention")
-        if not isinstance(r, dict):
-            return rows
-        lo, hi = r.get("first_thinned_step"), r.get("last_thinned_step")
-        if not (isinstance(lo, int) and isinstance(hi, int)):
-            return rows
-        return [replace(s, sync_gap_s=None) if lo <= s.step <= hi else s for s in rows]
 
     def _add_counters(self, rows: Sequence[StepRow]) -> None:
         """Each counter's last value at or before each new row's end."""
@@ -436,22 +432,8 @@ class LiveProcess:
     def _add_medians(self, rows: Sequence[StepRow], calls: CallTable) -> None:
         """Each op's median host latency in each new row, µs."""
         n_before = len(self.rows)
-        per_op: dict[str, list[float | None]] = {}
-        if len(calls):
-            dur = calls.duration_ns
-            ops = calls.op
-            numbers = np.array([r.step for r in rows], dtype=np.int64)
-            for op in sorted(set(ops.tolist())):
-                sel = ops == op
-                st, d = calls.step[sel], dur[sel]
-                order = np.lexsort((d, st))  # by step, then duration
-                st, d = st[order], d[order]
-                lo = np.searchsorted(st, numbers, side="left")
-                hi = np.searchsorted(st, numbers, side="right")
-                per_op[str(op)] = [
-                    float(np.median(d[a:b])) / 1e3 if b > a else None
-                    for a, b in zip(lo.tolist(), hi.tolist())
-                ]
+        idx = assign_calls(calls, rows, by_step_number=True)
+        per_op = op_medians(calls, idx, len(rows)) if len(calls) else {}
         for op in set(per_op) | set(self.op_medians):
             vals = self.op_medians.setdefault(op, [None] * n_before)
             vals += per_op.get(op, [None] * len(rows))
@@ -459,20 +441,11 @@ class LiveProcess:
     def series(self) -> list[Series]:
         """The process's per-step series, named as in ``wsprof analyze``."""
         rows = self.rows
-        out = row_series(rows, "markers")
-        if len(rows) >= MIN_STEPS_FOR_OP_SERIES:
-            for op, vals in sorted(self.op_medians.items()):
-                if all(v is not None for v in vals):
-                    out.append(
-                        Series(
-                            op_median_key(op),
-                            Unit.MICROSECONDS,
-                            tuple(r.step for r in rows),
-                            tuple(float(v) for v in vals if v is not None),
-                        )
-                    )
-        out += counter_series(self.counter_values, rows)
-        return out
+        return [
+            *row_series(rows, "markers"),
+            *op_median_series(self.op_medians, rows),
+            *counter_series(self.counter_values, rows),
+        ]
 
     def wrappers(self) -> list[WrapperFact]:
         """The wrapper audit (as :func:`wsprof.analysis.run.wrapper_facts`), from the
@@ -480,21 +453,20 @@ class LiveProcess:
         return facts_of_wrappers(self.wrapper_events, self.between_by_api)
 
     def analysis(self) -> ProcessAnalysis:
-        """The process as the rules see it: its steps (no per-call points, no samples)."""
-        return ProcessAnalysis(
+        """The process as the rules see it, from what is kept exactly
+        (:func:`~wsprof.analysis.process.process_analysis` says what watch lacks)."""
+        return process_analysis(
             label=self.label,
             rank=self.rank,
             pid=self.pid,
             step_source="markers" if self.rows else "none",
-            steps=tuple(self.rows),
-            ops=(),
-            calls=CallPoints((), (), (), (), (), self.n_calls),
+            steps=self.rows,
+            ops=op_stats_of_sums(self.ops, self.op_apis, self.op_bytes),
+            calls=counted_calls(self.n_calls),
             counters=(),
-            hot_frames=(),
-            hot_stacks=(),
-            n_samples=0,
-            meta=dict(self.meta),
+            meta=self.meta,
             self_overhead=self.self_overhead,
+            sync_evidence="weight-sync phases" if self.sync_phases else None,
         )
 
     def audit(self) -> list[GroupCoverage] | None:
@@ -620,15 +592,10 @@ class LiveRun:
         """Primary first, as ``wsprof analyze`` orders processes: one with steps, by rank
         (unknown last), most calls, pid."""
 
-        def key(p: LiveProcess) -> tuple[int, int, int, int]:
-            return (
-                0 if p.rows else 1,
-                p.rank if p.rank is not None else 1 << 30,
-                -p.n_calls,
-                p.pid or 0,
-            )
-
-        return sorted(self.procs.values(), key=key)
+        return sorted(
+            self.procs.values(),
+            key=lambda p: primary_key(bool(p.rows), p.rank, p.n_calls, p.pid),
+        )
 
     def _primary_series(self, proc: LiveProcess, notes: list[str]) -> list[SeriesResult]:
         """The headline series judged again where they have new steps."""
@@ -656,19 +623,7 @@ class LiveRun:
         with_steps = [p for p in procs if p.rows]
         if not with_steps:
             return []
-        inputs: list[ClockInput] = []
-        for p in with_steps:
-            anchor = anchor_of(p.meta)
-            inputs.append(
-                ClockInput(
-                    p.label,
-                    p.host,
-                    anchor[0] if anchor else None,
-                    anchor[1] if anchor else None,
-                    p.first_ns if p.first_ns is not None else 0,
-                )
-            )
-        clock = align(inputs)
+        clock = align([clock_input(p.label, p.meta, p.first_ns or 0) for p in with_steps])
         if len(with_steps) > 1:
             notes.extend(clock.notes)
         self._judge_ranks(with_steps)

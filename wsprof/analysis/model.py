@@ -5,16 +5,13 @@ Units are in field names (``_s`` seconds, ``_ns`` nanoseconds, ``_bytes`` bytes)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from wsprof.analysis.coverage_model import Coverage
 from wsprof.contracts.overhead import SelfOverhead
 from wsprof.contracts.series import Series
-from wsprof.contracts.units import Unit
-
-if TYPE_CHECKING:  # headline.py reads this module's classes
-    from wsprof.analysis.headline import Headline
+from wsprof.contracts.units import Unit, fmt_duration
 
 #: Every shape a per-step series can get (see :mod:`wsprof.analysis.growth`).
 SHAPES = (
@@ -556,190 +553,8 @@ class WrapperFact:
         return f"{self.qualname} ({self.file}:{self.line})"
 
 
-@dataclass(frozen=True)
-class UnseenIssuer:
-    """Who likely issued collectives the hooks did not see (:mod:`wsprof.analysis.coverage`).
-
-    Attributes:
-        op: the canonical op they likely were (``all_reduce``).
-        when: when in a step they were likely issued (``during backward``).
-        who: the issuer (``DDP's C++ reducer (gradient buckets)``).
-        evidence: what in the trace points at it.
-        limit: True when such calls cannot carry weight sync: the shortfall is a stated
-            limit of the audit, not a reason to withhold the verdict.
-    """
-
-    op: str
-    when: str
-    who: str
-    evidence: str
-    limit: bool = False
-
-
-@dataclass(frozen=True)
-class GroupCoverage:
-    """One process group of one process.
-
-    ``issued``: collectives c10d counted on the group over the audited steps (None: the
-    backend keeps no count); ``recorded``: collectives wsprof's hooks saw issued there;
-    ``first_step``/``last_step``: the steps the readings span (-1: before the first step);
-    ``short_steps``: steps where c10d issued more than wsprof recorded.
-    """
-
-    label: str
-    rank: int | None
-    group: str
-    backend: str | None
-    issued: int | None
-    recorded: int
-    first_step: int
-    last_step: int
-    short_steps: tuple[int, ...] = ()
-    #: False when ``recorded`` counts calls, not the collectives they issued
-    #: (``layers='api'``): a difference then proves nothing either way.
-    exact: bool = True
-    #: What the hooks saw issued on the group, per canonical op, most first: ``(op, n)``.
-    recorded_ops: tuple[tuple[str, int], ...] = ()
-    #: The likely issuer of the collectives wsprof did not see, from evidence in the trace
-    #: (:func:`wsprof.analysis.coverage.ddp_reducer`), None when nothing points at one.
-    likely: UnseenIssuer | None = None
-
-    @property
-    def is_limit(self) -> bool:
-        """Whether the shortfall is a known limit (calls that cannot carry weight sync)."""
-        return bool(self.missing) and self.likely is not None and self.likely.limit
-
-    @property
-    def missing(self) -> int | None:
-        """Collectives issued by code wsprof does not see; None when unknown."""
-        if self.issued is None or (not self.exact and self.issued != self.recorded):
-            return None
-        return max(self.issued - self.recorded, 0)
-
-    @property
-    def known(self) -> bool:
-        """Whether the audit can say complete or incomplete for this group."""
-        return self.missing is not None
-
-    @property
-    def statement(self) -> str:
-        """One line for the terminal, JSON and report."""
-        who = f"rank {self.rank}: " if self.rank is not None else f"{self.label}: "
-        group = f"group{'s' if ', ' in self.group else ''} {self.group}"
-        steps = _steps_text(self.first_step, self.last_step)
-        if self.issued is None:
-            return (
-                f"{who}coverage of {group} unknown: its backend "
-                f"({self.backend or 'unknown'}) keeps no count of issued collectives"
-            )
-        if not self.known:
-            return (
-                f"{who}coverage of {group} unknown: c10d counted {self.issued} collectives"
-                f"{steps}, wsprof {self.recorded} calls; with layers='api' the collectives "
-                "each call issued are not counted (patch with layers='both')"
-            )
-        if self.missing:
-            where = (
-                f"; short in steps {_list(self.short_steps)}"
-                if self.short_steps and len(self.short_steps) < 12
-                else f"; short in {len(self.short_steps)} steps"
-                if self.short_steps
-                else ""
-            )
-            saw = (
-                f"; seen: {', '.join(f'{op} {n}' for op, n in self.recorded_ops)}"
-                if self.recorded_ops
-                else ""
-            )
-            out = (
-                f"{who}recorded {self.recorded} of {self.issued} collectives on {group}"
-                f"{steps} ({self.missing} issued by code wsprof does not see{where}{saw})"
-            )
-            u = self.likely
-            if u is None:
-                return f"{out}; no evidence of their issuer in the trace"
-            out += (
-                f"; likely {u.op}: {self.missing} issued {u.when}, not seen by the Python "
-                f"hooks: {u.who}; evidence: {u.evidence}"
-            )
-            if u.limit:
-                out += (
-                    f"; a limit, not a gap: {u.op}s of gradients cannot carry weight sync, "
-                    "so the verdict does not wait on them"
-                )
-            return out
-        return f"{who}recorded all {self.issued} collectives on {group}{steps}"
-
-
-@dataclass(frozen=True)
-class Coverage:
-    """The audit of a run: every audited group, plus processes that could not be audited."""
-
-    groups: tuple[GroupCoverage, ...] = ()
-    #: Labels of processes whose trace has no audit (written by an older wsprof).
-    not_audited: tuple[str, ...] = ()
-
-    @property
-    def incomplete(self) -> tuple[GroupCoverage, ...]:
-        """Groups where collectives were issued that wsprof did not record, most first."""
-        short = [g for g in self.groups if g.missing]
-        return tuple(sorted(short, key=lambda g: -(g.missing or 0)))
-
-    @property
-    def gaps(self) -> tuple[GroupCoverage, ...]:
-        """Incomplete groups whose unseen calls could carry weight sync (not a known limit):
-        what withholds a verdict."""
-        return tuple(g for g in self.incomplete if not g.is_limit)
-
-    @property
-    def unknown(self) -> tuple[GroupCoverage, ...]:
-        return tuple(g for g in self.groups if not g.known)
-
-    @property
-    def status(self) -> str:
-        """``incomplete`` | ``unknown`` | ``complete`` | ``not_audited``: ``unknown`` also when
-        some processes were audited and others not (an older trace, an unreadable one)."""
-        if self.incomplete:
-            return "incomplete"
-        if self.unknown or (self.groups and self.not_audited):
-            return "unknown"
-        if self.groups:
-            return "complete"
-        return "not_audited"
-
-    def lines(self, limit: int = 4) -> list[str]:
-        """What a renderer says first: shortfalls, then unknown groups (at most ``limit``);
-        nothing when every audited collective was recorded."""
-        out = [g.statement for g in (*self.incomplete, *self.unknown)]
-        out += [
-            label
-            if label.startswith("unreadable trace")
-            else f"{label}: coverage not audited (trace written by a wsprof without the audit)"
-            for label in self.not_audited
-        ]
-        if len(out) > limit:
-            out = [*out[:limit], f"... and {len(out) - limit} more groups"]
-        return out
-
-
-def _steps_text(a: int, b: int) -> str:
-    if a < 0 and b < 0:
-        # Every reading at step -1: no step was marked while recording (steps found later
-        # by analysis, from rhythm or bursts, are not the capture's), never "before" them.
-        return (
-            " over the whole run (no step marked while recording: c10d's count was read at "
-            "flushes, not per step)"
-        )
-    a = max(a, 0)
-    return f" in step {a}" if a == b else f" in steps {a}-{b}"
-
-
-def _list(steps: Sequence[int]) -> str:
-    return ", ".join(str(s) for s in steps)
-
-
 #: What a diagnosis can name as its cause (:attr:`Diagnosis.cause`; see
-#: :mod:`wsprof.analysis.diagnoses`).
+#: :mod:`wsprof.analysis.chains`).
 CAUSES = (
     "wrapper",  # a wrapper on the collective names: time between the API and the backend grows
     "call_count",  # more collective calls every step
@@ -775,13 +590,13 @@ class Link:
 @dataclass(frozen=True)
 class Diagnosis:
     """One cause and the chain from its symptom to its culprit
-    (:func:`wsprof.analysis.diagnoses.diagnose`).
+    (:func:`wsprof.analysis.chains.diagnose`).
 
     Attributes:
         id: ``D1``, ``D2``, ... most severe first.
         cause: one of :data:`CAUSES`.
         severity: the most severe of its findings ('info' | 'warning' | 'critical').
-        confidence: 0..1 (:func:`wsprof.analysis.diagnoses.confidence_of`).
+        confidence: 0..1 (:func:`wsprof.analysis.chains.confidence_of`).
         title: one line naming the cause and how much it costs.
         symptom: what grows: a per-step time, a share of samples, a counter.
         where: where the added time goes (the wrapper and every name it sits on, per-call
@@ -852,6 +667,90 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class Headline:
+    """Rollout share and weight-sync time per step, with the step time beside them.
+
+    From the primary process's steps when it has any, else from the per-step series
+    ``rollout_share`` and ``weight_sync_s`` (a CSV or a log); computed by
+    :func:`wsprof.analysis.headline.headline_of`.
+
+    Attributes:
+        source: where the numbers come from (``steps of rank 0``, ``the per-step series of
+            X``, ``no steps``).
+        process: label of the primary process whose steps were read; None otherwise.
+        step_source: where its steps came from (``markers``, ``bursts``, ...); None otherwise.
+        n_steps: the primary's steps (a series file: the points of its ``step_s``).
+        step_median_s: median step time over its steps, s.
+        rollout_share_median: median rollout share of a step, 0..1.
+        rollout_share_first: the first representative share (the second of 3 or more: step 0
+            often waits on start-up), 0..1.
+        rollout_share_last: the last step's share, 0..1.
+        weight_sync_median_s: median weight-sync time per step (the sync's span, waiting for
+            peers included; a series file's ``weight_sync_s``), s.
+        weight_sync_first_s: the first step's weight sync, s.
+        weight_sync_last_s: the last step's weight sync, s.
+        own_sync_median_s: median of the rank's own weight-sync time (the wait for slower
+            ranks taken out), s.
+        own_sync_last_s: the last known own weight-sync time, s.
+        own_sync_last_step_s: the own weight-sync time of the last step (None when that step
+            has none), s.
+        weight_sync_share_median: median share of a step spent in its own weight sync, 0..1.
+        sync_wait_median_s: median wait for slower ranks to join the sync, s.
+        weight_sync_result: the ``weight_sync_s`` series and its verdict, when judged.
+        rollout_source: where the rollout share comes from when not from the primary's steps
+            (``steps of rank 1``: the rollout ranks marked it; ``sampling windows of rank 0``;
+            ``rollout_s / step_s of X``); None when from the primary's steps or unknown.
+        sync_evidence: how the primary's weight sync was told (``sends weights on group
+            'slime-pp_0' (13 updates)``, ``weight-sync phases``, ...); None otherwise.
+        no_sync_found: why the primary's steps have no weight sync (no push by any evidence):
+            the headline says so instead of a number; None when it has one or has no steps.
+    """
+
+    source: str
+    process: str | None = None
+    step_source: str | None = None
+    n_steps: int = 0
+    step_median_s: float | None = None
+    rollout_share_median: float | None = None
+    rollout_share_first: float | None = None
+    rollout_share_last: float | None = None
+    weight_sync_median_s: float | None = None
+    weight_sync_first_s: float | None = None
+    weight_sync_last_s: float | None = None
+    own_sync_median_s: float | None = None
+    own_sync_last_s: float | None = None
+    own_sync_last_step_s: float | None = None
+    weight_sync_share_median: float | None = None
+    sync_wait_median_s: float | None = None
+    weight_sync_result: SeriesResult | None = None
+    rollout_source: str | None = None
+    sync_evidence: str | None = None
+    no_sync_found: str | None = None
+
+    def summary(self) -> str | None:
+        """``rollout 18% of each step (median); weight sync 1.06 s median, 1.73 s last step
+        (steps of rank 0, from markers)``: the two numbers in one line; None without either."""
+        parts: list[str] = []
+        if self.rollout_share_median is not None:
+            of = f" ({self.rollout_source})" if self.rollout_source else ""
+            parts.append(f"rollout {self.rollout_share_median:.0%} of each step (median){of}")
+        sync = self.own_sync_median_s if self.own_sync_median_s is not None else None
+        sync = sync if sync is not None else self.weight_sync_median_s
+        last = self.own_sync_last_s if self.own_sync_last_s is not None else None
+        last = last if last is not None else self.weight_sync_last_s
+        if sync is not None:
+            parts.append(f"weight sync {fmt_duration(sync)} median, {fmt_duration(last)} last step")
+        elif self.no_sync_found is not None:
+            parts.append(f"no weight sync found ({self.no_sync_found})")
+        if not parts:
+            return None
+        src = self.source
+        if self.step_source:
+            src += f", from {self.step_source}"
+        return "; ".join(parts) + f" ({src})"
+
+
+@dataclass(frozen=True)
 class Analysis:
     """The whole result of ``wsprof analyze``: what every renderer reads.
 
@@ -880,7 +779,7 @@ class Analysis:
     #: Rollout share and weight-sync time, computed once
     #: (:func:`wsprof.analysis.headline.headline_of`); None on an analysis made by hand.
     headline: Headline | None = None
-    #: The findings grouped by cause (:func:`wsprof.analysis.diagnoses.diagnose`).
+    #: The findings grouped by cause (:func:`wsprof.analysis.chains.diagnose`).
     diagnoses: tuple[Diagnosis, ...] = ()
     #: One line per trace of the run that could not be read (``skipped <path>: <why>``): not
     #: judged, so the verdict says so (:mod:`wsprof.analysis.verdict`).
@@ -893,109 +792,3 @@ class Analysis:
     def primary(self) -> ProcessAnalysis | None:
         """The process the headline series come from (rank 0 when known)."""
         return self.processes[0] if self.processes else None
-
-
-@dataclass(frozen=True)
-class OpTotal:
-    """One canonical op's collective calls in one process so far (exact ``call_totals`` sums).
-
-    Attributes:
-        op: canonical op (``broadcast``, ``all_gather``, ...).
-        calls: calls made.
-        seconds: their summed host time at the outermost hooked layer, s.
-    """
-
-    op: str
-    calls: int
-    seconds: float
-
-
-@dataclass(frozen=True)
-class LiveRank:
-    """One process of a run being watched, as of the latest refresh (``wsprof watch``).
-
-    Attributes:
-        label: ``rank N`` (or ``pid N``).
-        rank: the rank, None when unknown.
-        host: host name from the trace, None when unknown.
-        pid: process id, None when unknown.
-        path: its trace file.
-        state: how its trace stands: ``live`` (being written), ``closed`` (a clean exit),
-            ``killed`` (its process is gone without closing it), ``removed`` (the file is
-            gone) or ``unknown``.
-        started_unix_ns: wall-clock ns of its clock anchor (about when its process started),
-            None without one.
-        steps: completed steps seen.
-        last: the last completed step, None before the first.
-        ops: collective calls and time by op, most time first.
-        issued: collectives c10d counted as issued on its groups (the coverage audit's ground
-            truth); None where the backend keeps no count or before the first reading.
-        recorded: of those, the collectives wsprof recorded (same steps as ``issued``).
-        hook_s: wsprof's hooks' own time so far (measured cost per call x calls), s; None when
-            the cost per call was not measured.
-        flush_s: wall time wsprof spent flushing to the trace, s.
-        probe_s: time the counter probes spent, s.
-        dropped_calls: calls a full capture buffer refused.
-        lost_calls: calls lost to failed writes.
-        dropped_records: records of any kind a full capture buffer refused.
-        internal_errors: wsprof's own errors, caught (never raised into training).
-        sync: growth verdict of its weight-sync time (None before it could be judged); may be
-            from an earlier refresh (see :attr:`sync_judged_steps`).
-        sync_judged_steps: steps the verdict in ``sync`` was judged on.
-        problem: why its trace could not be read at the last refresh, None when it could.
-    """
-
-    label: str
-    rank: int | None
-    host: str | None
-    pid: int | None
-    path: str
-    state: str
-    steps: int
-    last: StepRow | None
-    started_unix_ns: int | None = None
-    ops: tuple[OpTotal, ...] = ()
-    issued: int | None = None
-    recorded: int | None = None
-    hook_s: float | None = None
-    flush_s: float = 0.0
-    probe_s: float = 0.0
-    dropped_calls: int = 0
-    lost_calls: int = 0
-    dropped_records: int = 0
-    internal_errors: int = 0
-    sync: GrowthVerdict | None = None
-    sync_judged_steps: int = 0
-    problem: str | None = None
-
-
-@dataclass(frozen=True)
-class WatchSnapshot:
-    """One refresh of ``wsprof watch``: what its lines and its OpenMetrics page read.
-
-    Attributes:
-        source: the run folder.
-        analysis: the run's analysis from the steps seen so far (verdict, series, findings,
-            diagnoses), built from the per-step rows alone (:mod:`wsprof.analysis.live`).
-        ranks: every process followed, in rank order.
-        new_steps: ``(rank label, step)`` for each step completed since the previous refresh.
-        refresh_s: wall time the refresh took, s.
-        read_s: of it, reading the traces and making rows of the new steps, s (the rest is
-            judging and the rules).
-        rows_read: rows read from the traces in it (calls, spans, counters, events, ...).
-        ended: every trace followed is closed (its process exited cleanly) or its process is
-            gone: nothing more will come.
-        refreshes: refreshes so far, this one included.
-        sync_budget_s: the weight-sync time whose crossing step the verdicts project, s.
-    """
-
-    source: str
-    analysis: Analysis
-    ranks: tuple[LiveRank, ...]
-    new_steps: tuple[tuple[str, StepRow], ...]
-    refresh_s: float
-    read_s: float
-    rows_read: int
-    ended: bool
-    refreshes: int
-    sync_budget_s: float = 3600.0

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -32,6 +33,7 @@ from wsprof.analysis.steps import (
 )
 from wsprof.analysis.updates import evidence_line, steps_from_updates, updates
 from wsprof.contracts.counters import NVML_UTIL_PCT, counter_unit, is_nvml_gpu
+from wsprof.contracts.overhead import SelfOverhead
 from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow, Site, Span
 
 #: Most call points kept for plots per process; beyond it each bucket keeps its min and max.
@@ -316,6 +318,123 @@ def last_record_ns(trace: ProcessTrace) -> int:
     return max(cands)
 
 
+def primary_key(
+    has_steps: bool, rank: int | None, n_calls: int, pid: int | None
+) -> tuple[int, int, int, int]:
+    """How ``wsprof analyze`` and ``wsprof watch`` order processes, primary first: one with
+    steps, then by rank (unknown last), most calls, pid (unknown: 0)."""
+    return (0 if has_steps else 1, rank if rank is not None else 1 << 30, -n_calls, pid or 0)
+
+
+def without_thinned_gaps(rows: Sequence[StepRow], meta: Mapping[str, Any]) -> list[StepRow]:
+    """``rows`` with no sync gap in the steps retention thinned (``meta['retention']``): a
+    thinned step keeps a sample of its calls, so its gaps cannot be measured."""
+    r = meta.get("retention")
+    lo, hi = (
+        (r.get("first_thinned_step"), r.get("last_thinned_step"))
+        if isinstance(r, dict)
+        else (None, None)
+    )
+    if not (isinstance(lo, int) and isinstance(hi, int)):
+        return list(rows)
+    return [replace(s, sync_gap_s=None) if lo <= s.step <= hi else s for s in rows]
+
+
+def op_stats_of_sums(
+    sums: Mapping[str, Sequence[float]],
+    apis: Mapping[str, Iterable[str]],
+    nbytes: Mapping[str, int],
+) -> list[OpStats]:
+    """Per canonical op statistics from exact per-op sums of ``call_totals``, most total time
+    first (as :func:`op_stats`): what ``wsprof watch`` keeps once it released the calls.
+
+    Args:
+        sums: op -> (calls, summed duration ns).
+        apis: op -> the API names it was called by.
+        nbytes: op -> summed payload bytes (known sizes only).
+
+    Returns:
+        Calls, total time, bytes and API names exact; the per-call median and p99 latency and
+        the median time between layers are NaN (unknown without the calls).
+    """
+    out = [
+        OpStats(
+            op=op,
+            apis=tuple(sorted(apis.get(op, ()))),
+            n_calls=int(v[0]),
+            total_s=float(v[1]) / 1e9,
+            median_us=math.nan,
+            p99_us=math.nan,
+            between_layers_median_us=math.nan,
+            bytes_total=int(nbytes.get(op, 0)),
+        )
+        for op, v in sorted(sums.items())
+    ]
+    out.sort(key=lambda s: -s.total_s)
+    return out
+
+
+def counted_calls(n_total: int) -> CallPoints:
+    """Call points of a process whose calls are counted but not kept: no points."""
+    return CallPoints((), (), (), (), (), n_total)
+
+
+def process_analysis(
+    *,
+    label: str,
+    rank: int | None,
+    pid: int | None,
+    step_source: str,
+    steps: Sequence[StepRow],
+    ops: Sequence[OpStats],
+    calls: CallPoints,
+    counters: Sequence[CounterTrack],
+    meta: Mapping[str, Any],
+    self_overhead: SelfOverhead,
+    cost_model: CallCostModel | None = None,
+    gpu_util: GpuUtil | None = None,
+    sync_site: str | None = None,
+    sync_evidence: str | None = None,
+    left_out: Sequence[str] = (),
+) -> ProcessAnalysis:
+    """A process as the rules see it, before its py-spy samples are joined
+    (:func:`join_samples`): the one constructor of :class:`ProcessAnalysis` for ``wsprof
+    analyze`` (:func:`analyze_process`, from a whole trace) and ``wsprof watch``
+    (:meth:`wsprof.analysis.live.LiveProcess.analysis`, from what it keeps exactly while the
+    trace is written).
+
+    Watch passes its completed step rows (from step markers), the exact per-op sums of
+    ``call_totals`` (:func:`op_stats_of_sums`: calls, time, bytes, API names) and the exact
+    number of calls (:func:`counted_calls`), the meta, the self overhead and whether the
+    steps' weight sync was told by phases. It releases each step's calls, spans and counter
+    samples once the step's row is made, so it lacks, and passes none of: per-call points,
+    per-op latency medians and p99 (NaN), counter tracks over time (it keeps each counter's
+    value at each step's end, the ``counter:`` series), the cost model (each call's payload
+    and latency), the GPU utilization in and out of syncs (NVML samples against the sync
+    phases) and the sync's caller site (each call's site).
+    """
+    return ProcessAnalysis(
+        label=label,
+        rank=rank,
+        pid=pid,
+        step_source=step_source,
+        steps=tuple(steps),
+        ops=tuple(ops),
+        calls=calls,
+        counters=tuple(counters),
+        hot_frames=(),
+        hot_stacks=(),
+        n_samples=0,
+        meta=dict(meta),
+        cost_model=cost_model,
+        gpu_util=gpu_util,
+        sync_site=sync_site,
+        self_overhead=self_overhead,
+        sync_evidence=sync_evidence,
+        left_out=tuple(left_out),
+    )
+
+
 def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -> ProcessAnalysis:
     """Everything derived from one process's trace (plus py-spy windows sampled from it).
 
@@ -327,37 +446,30 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
     calls = trace.calls
     totals = trace.totals if trace.thinned else None
     steps = steps_from_markers(calls, trace.spans, totals)
-    r = trace.meta.get("retention")
-    if totals is not None and isinstance(r, dict):
-        # A thinned step keeps a sample of its calls: its gaps cannot be measured.
-        lo, hi = r.get("first_thinned_step"), r.get("last_thinned_step")
-        if isinstance(lo, int) and isinstance(hi, int):
-            steps = [replace(s, sync_gap_s=None) if lo <= s.step <= hi else s for s in steps]
+    if totals is not None:
+        steps = without_thinned_gaps(steps, trace.meta)
     source = "markers"
     left_out: list[str] = []
     evidence = "weight-sync phases" if steps and sync_spans(trace.spans) else None
     if not steps:
         steps, source, evidence, left_out = unmarked_steps(trace)
     steps = with_sync_starts(steps, trace.spans)
-    pa = ProcessAnalysis(
+    pa = process_analysis(
         label=trace.label,
         rank=trace.rank,
         pid=trace.meta.get("pid"),
         step_source=source,
-        steps=tuple(steps),
-        ops=tuple(op_stats(calls, totals)),
+        steps=steps,
+        ops=op_stats(calls, totals),
         calls=call_points(calls, trace.sites),
-        counters=tuple(counter_tracks(trace, first_record_ns(trace))),
-        hot_frames=(),
-        hot_stacks=(),
-        n_samples=0,
-        meta=dict(trace.meta),
+        counters=counter_tracks(trace, first_record_ns(trace)),
+        meta=trace.meta,
         cost_model=call_cost_model(calls),
         gpu_util=gpu_util(trace),
         sync_site=sync_site(calls, steps, trace.spans, trace.sites),
         self_overhead=trace.self_overhead,
         sync_evidence=evidence,
-        left_out=tuple(left_out),
+        left_out=left_out,
     )
     return join_samples(pa, trace.meta, [*samples, *trace.samples])
 

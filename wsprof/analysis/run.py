@@ -5,25 +5,29 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
-
-from wsprof.analysis.align import ClockInput, ProcessClock, RunClock, align, anchor_of
+from wsprof.analysis.align import ProcessClock, RunClock, align, clock_input
 from wsprof.analysis.conclude import conclude
 from wsprof.analysis.coverage import audit_run
+from wsprof.analysis.coverage_model import Coverage
 from wsprof.analysis.ending import end_notes
 from wsprof.analysis.facts import TIME_BUDGETS_S, Facts
 from wsprof.analysis.growth import classify, hold_newest
 from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import (
     Analysis,
-    Coverage,
     GrowthVerdict,
     ProcessAnalysis,
     RankSeries,
     SeriesResult,
-    StepRow,
     World,
     WrapperFact,
+)
+from wsprof.analysis.per_step import (
+    MIN_STEPS_FOR_OP_SERIES,
+    counter_series,
+    op_median_series,
+    op_medians,
+    row_series,
 )
 from wsprof.analysis.phases import pattern_problems
 from wsprof.analysis.process import (
@@ -31,12 +35,13 @@ from wsprof.analysis.process import (
     counter_per_step,
     first_record_ns,
     join_samples,
+    primary_key,
 )
 from wsprof.analysis.ranks import RankInput, peer_waits, rank_series
 from wsprof.analysis.steps import assign_calls
 from wsprof.analysis.workload import ENGINE_CALLS
 from wsprof.analysis.worlds import ROLE_ORDER, find_worlds
-from wsprof.contracts.counters import counter_unit, counter_unit_text, is_gpu_counter
+from wsprof.contracts.counters import is_gpu_counter
 from wsprof.contracts.events import (
     Event,
     EventKind,
@@ -49,27 +54,15 @@ from wsprof.contracts.events import (
 from wsprof.contracts.phases import canonical_phase
 from wsprof.contracts.roles import Role
 from wsprof.contracts.series import (
-    BETWEEN_LAYERS_S,
-    COLLECTIVE_CALLS,
-    ROLLOUT_S,
-    ROLLOUT_SHARE,
-    STEP_S,
-    SYNC_GAP_S,
-    SYNC_WAIT_S,
-    WEIGHT_SYNC_S,
     WINDOW_ROLLOUT_SHARE,
     WINDOW_WEIGHT_SYNC_SHARE,
     Series,
     SeriesKind,
-    counter_key,
-    op_median_key,
 )
 from wsprof.contracts.units import Unit
 from wsprof.inputs import Loaded, LoadedRun, load
 from wsprof.trace.model import CallTable, ProcessTrace, SampleWindow
 
-#: Fewest steps for a per-op median latency series (fewer: not a curve).
-MIN_STEPS_FOR_OP_SERIES = 3
 #: Fewest sampling windows with active samples for the per-window phase-share series of a
 #: process without steps (fewer: not a curve, as for steps).
 MIN_WINDOWS_FOR_SERIES = 3
@@ -80,108 +73,24 @@ WINDOW_SERIES = {
 }
 
 
-def _series(
-    name: str,
-    unit: Unit,
-    rows: Sequence[StepRow],
-    values: Sequence[float | None],
-    unit_text: str = "",
-) -> Series | None:
-    pts = [(r.step, v) for r, v in zip(rows, values) if v is not None and np.isfinite(v)]
-    if not pts:
-        return None
-    return Series(
-        name,
-        unit,
-        tuple(p[0] for p in pts),
-        tuple(float(p[1]) for p in pts),
-        unit_text=unit_text,
-    )
-
-
-def row_series(rows: Sequence[StepRow], step_source: str) -> list[Series]:
-    """The series that step rows alone give, named as the findings expect.
-
-    ``weight_sync_s`` (the rank's own sync time), ``sync_wait_s``, ``step_s``, ``rollout_s``,
-    ``rollout_share``, ``between_layers_s``, ``collective_calls`` and ``sync_gap_s`` (time in
-    weight-sync phases outside any collective); a series without a value is left out.
-
-    Args:
-        rows: one process's steps, in order.
-        step_source: where the steps came from (:attr:`ProcessAnalysis.step_source`): steps cut
-            from bursts, rhythm or samples have no end for the last one, so its step time is
-            left out.
-    """
-    rows = list(rows)
-    if not rows:
-        return []
-    # From bursts the last step has no following burst: its step time is cut short.
-    full = rows[:-1] if step_source in ("bursts", "rhythm", "sampled") and len(rows) > 1 else rows
-    out = [
-        _series(WEIGHT_SYNC_S, Unit.SECONDS, rows, [r.own_sync_s for r in rows]),
-        _series(SYNC_WAIT_S, Unit.SECONDS, rows, [r.sync_wait_s for r in rows]),
-        _series(STEP_S, Unit.SECONDS, full, [r.step_s for r in full]),
-        _series(ROLLOUT_S, Unit.SECONDS, rows, [r.rollout_s for r in rows]),
-        _series(ROLLOUT_SHARE, Unit.SHARE, rows, [r.rollout_share for r in rows]),
-        _series(BETWEEN_LAYERS_S, Unit.SECONDS, rows, [r.between_layers_s for r in rows]),
-        _series(COLLECTIVE_CALLS, Unit.OTHER, rows, [float(r.n_calls) for r in rows]),
-        _series(SYNC_GAP_S, Unit.SECONDS, rows, [r.sync_gap_s for r in rows]),
-    ]
-    return [x for x in out if x is not None]
-
-
-def op_median_series(
-    calls: CallTable, rows: Sequence[StepRow], by_step_number: bool
-) -> list[Series]:
-    """``median_us:<op>``: the median host latency of each op present in every step, µs
-    (fewer than :data:`MIN_STEPS_FOR_OP_SERIES` steps: none)."""
-    rows = list(rows)
-    out: list[Series | None] = []
-    if len(calls) and len(rows) >= MIN_STEPS_FOR_OP_SERIES:
-        step_idx = assign_calls(calls, rows, by_step_number=by_step_number)
-        dur = calls.duration_ns
-        for op in sorted(set(calls.op.tolist())):
-            sel = (calls.op == op) & (step_idx >= 0)
-            idx, d = step_idx[sel], dur[sel]
-            order = np.argsort(idx, kind="stable")
-            idx, d = idx[order], d[order]
-            bounds = np.searchsorted(idx, np.arange(len(rows) + 1))
-            meds: list[float | None] = [
-                float(np.median(d[bounds[i] : bounds[i + 1]])) / 1e3
-                if bounds[i + 1] > bounds[i]
-                else None
-                for i in range(len(rows))
-            ]
-            if all(v is not None for v in meds):
-                out.append(_series(op_median_key(op), Unit.MICROSECONDS, rows, meds))
-    return [x for x in out if x is not None]
-
-
 def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
-    """The per-step series of one process, named as the findings expect: the
-    :func:`row_series`, the :func:`op_median_series` and ``counter:<name>`` (each counter's
-    value at each step's end)."""
+    """The per-step series of one process, named as the findings expect
+    (:mod:`wsprof.analysis.per_step`): its rows' series, each op's median latency per step and
+    each counter's value at each step's end."""
     rows = list(pa.steps)
     if not rows:
         return []
-    out: list[Series | None] = [
+    calls = trace.calls
+    meds = (
+        op_medians(calls, assign_calls(calls, rows, pa.step_source == "markers"), len(rows))
+        if len(calls) and len(rows) >= MIN_STEPS_FOR_OP_SERIES
+        else {}
+    )
+    return [
         *row_series(rows, pa.step_source),
-        *op_median_series(trace.calls, rows, pa.step_source == "markers"),
+        *op_median_series(meds, rows),
+        *counter_series(counter_per_step(trace, rows), rows),
     ]
-    out += counter_series(counter_per_step(trace, rows), rows)
-    return [s for s in out if s is not None]
-
-
-def counter_series(
-    values: Mapping[str, Sequence[float | None]], rows: Sequence[StepRow]
-) -> list[Series]:
-    """``counter:<name>`` series, by name: each counter's value at each step's end
-    (``values[name][i]`` for ``rows[i]``, None before its first sample)."""
-    out = [
-        _series(counter_key(name), counter_unit(name), rows, vals, counter_unit_text(name))
-        for name, vals in sorted(values.items())
-    ]
-    return [s for s in out if s is not None]
 
 
 def window_series(pa: ProcessAnalysis) -> list[Series]:
@@ -371,14 +280,10 @@ class _Digest:
     def key(self) -> tuple[int, int, int, int, int]:
         """Primary first: a process with steps, then by rank (unknown last), most calls, pid,
         then input order (a rank 0 whose steps cannot be found does not hide the others')."""
-        rank, pid = self.trace.rank, self.trace.meta.get("pid")
-        return (
-            0 if self.pa.steps else 1,
-            rank if rank is not None else 1 << 30,
-            -self.n_calls,
-            pid if isinstance(pid, int) else 0,
-            self.index,
-        )
+        pid = self.trace.meta.get("pid")
+        pid = pid if isinstance(pid, int) else None
+        own = primary_key(bool(self.pa.steps), self.trace.rank, self.n_calls, pid)
+        return (*own, self.index)
 
 
 def _digest_all(traces: Iterable[ProcessTrace]) -> list[_Digest]:
@@ -444,20 +349,7 @@ def analyze_run(
 
 def _run_clock(with_steps: Sequence[tuple[_Digest, ProcessAnalysis]]) -> RunClock:
     """The run clock of these processes (:mod:`wsprof.analysis.align`)."""
-    inputs: list[ClockInput] = []
-    for d, pa in with_steps:
-        anchor = anchor_of(d.trace.meta)
-        host = d.trace.meta.get("host")
-        inputs.append(
-            ClockInput(
-                pa.label,
-                host if isinstance(host, str) else None,
-                anchor[0] if anchor else None,
-                anchor[1] if anchor else None,
-                d.first_ns,
-            )
-        )
-    return align(inputs)
+    return align([clock_input(pa.label, d.trace.meta, d.first_ns) for d, pa in with_steps])
 
 
 def _with_peer_waits(

@@ -19,7 +19,8 @@ from typing import Any
 
 import click
 
-from wsprof.analysis.model import SEVERITIES, WatchSnapshot
+from wsprof.analysis.model import SEVERITIES
+from wsprof.analysis.snapshot import WatchSnapshot
 from wsprof.cli.options import fails
 from wsprof.contracts.safe_text import escape_controls
 from wsprof.errors import EXIT_FINDINGS, EXIT_OK, InputError

@@ -26,7 +26,8 @@ from typing import IO, Any
 import numpy as np
 
 from wsprof.analysis.align import ClockInput, RunClock, align, anchor_of
-from wsprof.analysis.model import Analysis, Coverage
+from wsprof.analysis.coverage_model import Coverage
+from wsprof.analysis.model import Analysis
 from wsprof.analysis.process import first_record_ns
 from wsprof.analysis.samples import split_frame
 from wsprof.contracts.series import counter_of

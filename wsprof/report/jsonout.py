@@ -7,14 +7,15 @@ import json
 import math
 from typing import Any
 
+from wsprof.analysis.coverage_model import Coverage
 from wsprof.analysis.evidence import evidence_rows
-from wsprof.analysis.headline import Headline, headline
+from wsprof.analysis.headline import headline
 from wsprof.analysis.kinds import ACCUMULATING_KINDS
 from wsprof.analysis.model import (
     Analysis,
-    Coverage,
     Diagnosis,
     GrowthVerdict,
+    Headline,
     Link,
     RankSeries,
 )

@@ -1,6 +1,6 @@
 """``wsprof watch``'s OpenMetrics families, with the official ``prometheus_client`` library.
 
-Reads only a :class:`~wsprof.analysis.model.WatchSnapshot`. Names follow the Prometheus
+Reads only a :class:`~wsprof.analysis.snapshot.WatchSnapshot`. Names follow the Prometheus
 conventions: the ``wsprof_`` prefix, base units in the name (``_seconds``), ``_total`` on
 counters (added by the library), ``_ratio`` on shares; per-process families carry ``rank`` and
 ``host`` labels (``rank`` is ``pid<N>`` for a process whose rank is unknown), per-op families
@@ -21,7 +21,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from wsprof.analysis.model import SEVERITIES, VERDICT_STATUSES, LiveRank, WatchSnapshot
+from wsprof.analysis.model import SEVERITIES, VERDICT_STATUSES
+from wsprof.analysis.snapshot import LiveRank, WatchSnapshot
 from wsprof.contracts.series import WEIGHT_SYNC_S
 from wsprof.contracts.units import Unit
 

@@ -1,11 +1,12 @@
 """``wsprof watch``'s terminal lines: one per completed step, and one block per verdict change.
 
-Reads only a :class:`~wsprof.analysis.model.WatchSnapshot`.
+Reads only a :class:`~wsprof.analysis.snapshot.WatchSnapshot`.
 """
 
 from __future__ import annotations
 
-from wsprof.analysis.model import SEVERITIES, Analysis, StepRow, WatchSnapshot
+from wsprof.analysis.model import SEVERITIES, Analysis, StepRow
+from wsprof.analysis.snapshot import WatchSnapshot
 from wsprof.contracts.units import fmt_duration
 from wsprof.report.text import diagnosis_lines
 

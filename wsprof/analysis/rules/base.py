@@ -4,6 +4,8 @@ model, growth, samples, kinds and contracts, never another rule."""
 
 from __future__ import annotations
 
+from wsprof.analysis.chain import Cause, Role
+from wsprof.analysis.evidence import evidence_rows
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import Finding, WrapperFact
 
@@ -48,13 +50,28 @@ def _wrapper_where(facts: Facts) -> str | None:
 
 
 class Rule:
-    """A finding rule."""
+    """A finding rule.
+
+    Attributes:
+        kind: the kind of its findings (a rule with two kinds names its first).
+        description: one line, what it finds.
+        causes: the chains its findings start (:class:`~wsprof.analysis.chain.Cause`), read
+            by the chain builder :mod:`wsprof.analysis.chains`.
+        roles: ``(finding kind, role)`` for its findings that are a chain's symptom or why
+            link rather than a cause.
+    """
 
     kind = "rule"
     description = ""
+    causes: tuple[Cause, ...] = ()
+    roles: tuple[tuple[str, Role], ...] = ()
 
     def match(self, facts: Facts) -> list[Finding]:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def symptom_rows(self, f: Finding) -> tuple[tuple[str, str], ...]:
+        """``f``'s rows when it is a chain's symptom (default: its evidence in its units)."""
+        return tuple(evidence_rows(f.evidence))
 
 
 def _first_last(k: int) -> tuple[str, str]:

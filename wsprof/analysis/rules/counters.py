@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from wsprof.analysis.chain import Role
 from wsprof.analysis.facts import LABELS, Facts
 from wsprof.analysis.kinds import HELD_KINDS, series_kind
 from wsprof.analysis.model import Finding
@@ -68,6 +69,7 @@ class CounterCorrelation(Rule):
     op's median per-call latency (Spearman rank correlation, scipy; slope by least squares)."""
 
     kind = "counter_correlation"
+    roles = ((kind, Role.COUNTER),)
     description = "a counter tracks the slowdown"
 
     def match(self, facts: Facts) -> list[Finding]:
@@ -159,6 +161,7 @@ class CounterGrowth(Rule):
     (``wsprof.counter()`` records a count of something held)."""
 
     kind = "memory_growth"
+    roles = ((kind, Role.COUNTER_GROWTH),)
     description = "a counter grows linearly or faster; a one-time step or plateau is not growth"
 
     def match(self, facts: Facts) -> list[Finding]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from wsprof.analysis.chain import Role
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import Finding
 from wsprof.analysis.model import HotFrame as HotFrameModel
@@ -26,6 +27,7 @@ class HotFrame(Rule):
     """Most py-spy samples in one place."""
 
     kind = "hot_frame"
+    roles = ((kind, Role.HOT_FRAME),)
     description = "a frame holds a large share of stack samples"
 
     def match(self, facts: Facts) -> list[Finding]:
@@ -82,6 +84,7 @@ class EarlyLateShift(Rule):
     time added over the run went (from py-spy samples, no step markers needed)."""
 
     kind = "frame_shift"
+    roles = ((kind, Role.FRAME_SHIFT),)
     description = "a frame gained share of samples from the first windows to the last"
 
     def match(self, facts: Facts) -> list[Finding]:

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from wsprof.analysis.chain import (
+    Cause,
+    ChainContext,
+    Draft,
+    fmt_pct,
+    function_of,
+    short,
+    wrapper_names,
+    wrapper_who,
+)
 from wsprof.analysis.facts import Facts
-from wsprof.analysis.model import Finding
+from wsprof.analysis.model import Finding, Link
 from wsprof.analysis.rules.base import MATERIAL_STEP_SHARE, Rule, immaterial
 from wsprof.contracts.series import STEP_S, SYNC_GAP_S, WEIGHT_SYNC_S
 from wsprof.contracts.units import fmt_duration
@@ -22,11 +32,89 @@ GPU_IDLE_PCT = 20.0
 GPU_IDLE_MIN_SYNC_SHARE = 0.1
 
 
+class GapsCause(Cause):
+    """Time in the weight sync outside any collective grows: where is the caller of the
+    collectives. A wrapper's chain with the same place takes it in: one wrapper, one cause (its
+    time on the names wsprof hooks grows between the layers, on those it does not hook, the
+    functional collectives, outside every call)."""
+
+    kind = "gaps"
+    cause = "gaps"
+    order = 40
+
+    def draft(self, f: Finding, ctx: ChainContext, drafts: list[Draft]) -> Draft | None:
+        if f.severity == "info":
+            return None
+        ev = f.evidence
+        caller = ev.get("caller")
+        first, last = ev.get("first_s"), ev.get("last_s")
+        grows = f"{fmt_duration(first)} -> {fmt_duration(last)} per step"
+        rows: list[tuple[str, str]] = [
+            ("share of the sync outside collectives", fmt_pct(ev.get("median_gap_share"))),
+            ("per step", grows),
+        ]
+        if caller:
+            rows.append(("caller of the collectives", str(caller)))
+        where = f.title
+        places: tuple[str, ...] = (short(function_of(str(caller))),) if caller else ()
+        top = next((w for w in ctx.facts.wrappers if w.kind == "name"), None)
+        if top is not None:
+            # Its time on the names wsprof hooks is between layers, measured; on a name it
+            # does not hook (a functional collective DTensor and FSDP2 call), it is outside
+            # every call.
+            names = ", ".join(wrapper_names(top, ctx.facts.wrappers))
+            who = wrapper_who(top)
+            where += (
+                f"; a wrapper on this process's collective names, {who}, sits on "
+                f"{names}: what it wraps beyond the names wsprof hooks runs here"
+            )
+            rows.append(("wrapper on the collective names", f"{who} on {names}"))
+            places = (short(top.qualname), *places)
+        added = (
+            (float(last) - float(first))
+            if isinstance(first, float) and isinstance(last, float)
+            else 0
+        )
+        same = next((d for d in drafts if d.cause == "wrapper"), None)
+        if same is not None and same.where is not None and places[:1] == same.places[:1]:
+            same.findings.append(f)
+            same.explains += added
+            same.where = Link(
+                "where",
+                same.where.text + f"; its time outside every collective grows too ({grows}): "
+                "the names it wraps that wsprof does not hook",
+                (*same.where.finding_ids, f.id),
+                same.where.rows,
+            )
+            return None
+        return Draft(
+            self.cause,
+            f"time in the weight sync outside any collective grows ({grows})",
+            [f],
+            where=Link("where", where, (f.id,), tuple(rows)),
+            places=places,
+            explains=added,
+            process=ctx.process,
+        )
+
+    def next_step(self, d: Draft, ctx: ChainContext) -> str:
+        caller = d.findings[-1].evidence.get("caller")
+        where = f"`{function_of(str(caller))}`" if caller else "the weight-sync code"
+        culprit = (
+            f": the added time is in `{function_of(d.culprit_frame)}`" if d.culprit_frame else ""
+        )
+        return (
+            f"{where} does work between its collectives that grows every step{culprit}; "
+            "sample it (`wsprof attach PID`), then overlap or remove that work and measure again"
+        )
+
+
 class Gaps(Rule):
     """Time inside weight-sync phases that is in no collective: serialization, RPC, weight
     loading or gathering between the collectives."""
 
     kind = "gaps"
+    causes = (GapsCause(),)
     description = "time inside the weight sync that is in no collective"
 
     def match(self, facts: Facts) -> list[Finding]:

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from wsprof.analysis.chain import Role, fmt_pct
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import ROLLOUT_SHARE_KIND, Finding
@@ -118,7 +119,26 @@ class SampledPhaseShare(Rule):
     by frame patterns (:mod:`wsprof.analysis.phases`): the two numbers without step markers."""
 
     kind = "sampled_phase_share"
+    roles = ((kind, Role.SAMPLED_SHARE),)
     description = "rollout and weight-sync share of samples per window, and whether sync grows"
+
+    def symptom_rows(self, f: Finding) -> tuple[tuple[str, str], ...]:
+        """The share of the weight sync, first window to last and early to late mean."""
+        ev = f.evidence
+        return (
+            ("windows", str(ev.get("windows"))),
+            (
+                "weight-sync share, first -> last",
+                f"{fmt_pct(ev.get('first_weight_sync_share'))} "
+                f"-> {fmt_pct(ev.get('last_weight_sync_share'))}",
+            ),
+            (
+                "mean, early -> late",
+                f"{fmt_pct(ev.get('early_weight_sync_share'))} -> "
+                f"{fmt_pct(ev.get('late_weight_sync_share'))}",
+            ),
+            ("phase patterns", str(ev.get("phase_source"))),
+        )
 
     def match(self, facts: Facts) -> list[Finding]:
         out: list[Finding] = []

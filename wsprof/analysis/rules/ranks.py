@@ -6,12 +6,20 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
+from wsprof.analysis.chain import Cause, ChainContext, Draft
 from wsprof.analysis.facts import Facts
-from wsprof.analysis.model import OUTLIER_RANK, SEVERITIES, Finding, GrowthVerdict, RankSeries
+from wsprof.analysis.model import (
+    OUTLIER_RANK,
+    SEVERITIES,
+    Finding,
+    GrowthVerdict,
+    Link,
+    RankSeries,
+)
+from wsprof.analysis.robust import above_the_others, finite, robust_z
 from wsprof.analysis.rules.base import CRITICAL_GROWTH_RATIO, Rule
-from wsprof.contracts.units import Unit, fmt_duration
+from wsprof.contracts.units import Unit, fmt_duration, fmt_num
 
 #: Fewest ranks with a weight-sync time for ranks to be compared: with two, neither is "the
 #: outlier" (each is as far from the other), so one or two ranks never give an outlier_rank.
@@ -24,11 +32,6 @@ OUTLIER_MAX_SHARE = 0.25
 #: B. Iglewicz and D. Hoaglin, "How to Detect and Handle Outliers" (ASQC, 1993). Median and MAD
 #: are not moved by the outliers themselves, unlike a mean and standard deviation.
 OUTLIER_Z = 3.5
-#: 0.6745, the standard normal's 0.75 quantile: makes the MAD comparable to a standard deviation.
-MAD_Z_SCALE = 0.6745
-#: Where MAD is 0 (more than half the ranks share one median), the mean absolute deviation
-#: times sqrt(pi/2) = 1.253314 stands in for the scale (the usual fallback, as in IBM SPSS).
-MEAN_AD_SCALE = 1.253314
 #: And at least this far above the ranks' median: ranks that agree tightly make a 5 % difference
 #: a large z-score, but a fifth more sync time on one rank is where it starts to matter.
 OUTLIER_MIN_EXCESS = 0.2
@@ -52,26 +55,6 @@ OUTLIER_GROWTH_RATIO = 3.0
 OUTLIER_MAX_FINDINGS = 5
 
 
-def robust_z(values: Sequence[float]) -> list[float]:
-    """Modified z-scores, ``0.6745 (x - median) / MAD`` (Iglewicz and Hoaglin); with a MAD of 0,
-    ``(x - median) / (1.253314 mean absolute deviation)``; all 0 when every value is the same.
-    """
-    x = np.asarray(values, dtype=np.float64)
-    med = float(np.median(x))
-    dev = x - med
-    mad = float(np.median(np.abs(dev)))
-    if mad > 0:
-        return [float(v) for v in MAD_Z_SCALE * dev / mad]
-    mean_ad = float(np.mean(np.abs(dev)))
-    if mean_ad > 0:
-        return [float(v) for v in dev / (MEAN_AD_SCALE * mean_ad)]
-    return [0.0] * len(x)
-
-
-def _finite(values: Sequence[float | None]) -> list[float]:
-    return [float(v) for v in values if v is not None and np.isfinite(v)]
-
-
 def _ratio(first: float, last: float) -> float:
     return last / first if first > 0 else float("inf")
 
@@ -83,39 +66,53 @@ def _fitted_rise(v: GrowthVerdict | None) -> float:
     return float(v.fitted[-1] - v.fitted[0])
 
 
-def _own_growth_s(r: RankSeries) -> float:
-    """Growth of a rank's time between layers over its steps, s (its fitted curve)."""
-    return _fitted_rise(r.between)
-
-
 def _waiters(r: RankSeries, others: Sequence[RankSeries]) -> str:
     """``; the weight sync of N other ranks grows with it: ...`` when others' sync grows."""
     grown = sum(1 for o in others if o.sync is not None and o.sync.accumulating)
+    if not grown:
+        return ""
     return (
-        (
-            f"; the weight sync of {grown} other ranks grows with it: they wait for {r.label} "
-            "in the collectives"
-        )
-        if grown
-        else ""
+        f"; the weight sync of {grown} other ranks grows with it: they wait for {r.label} "
+        "in the collectives"
     )
 
 
-def _gap_growth_s(r: RankSeries) -> float:
-    """Growth of a rank's time in its weight sync outside any collective over its steps, s
-    (its fitted curve)."""
-    return _fitted_rise(r.gap)
+#: What each reason of an outlier_rank finding says in its diagnosis's title.
+OUTLIER_REASONS = {
+    "sync_growth": "its weight sync grows while the other ranks' stays flat",
+    "own_growth": "its own time in the collectives grows",
+    "gap_growth": "its own work between its collectives grows",
+    "level": "its weight sync is far slower than the other ranks'",
+}
 
 
-def _above_the_others(rows: Sequence[RankSeries], i: int) -> bool:
-    """Rank ``i``'s per-step weight-sync times are above the other ranks' (one-sided
-    Mann-Whitney U, p < :data:`OUTLIER_LEVEL_P`)."""
-    mine = _finite(rows[i].weight_sync_s)
-    theirs = [v for j, r in enumerate(rows) if j != i for v in _finite(r.weight_sync_s)]
-    if not mine or not theirs:
-        return False
-    p = stats.mannwhitneyu(mine, theirs, alternative="greater").pvalue
-    return bool(p < OUTLIER_LEVEL_P)
+class OutlierCause(Cause):
+    """One rank apart from the others: its own symptom (the finding) and where (the rank)."""
+
+    kind = OUTLIER_RANK
+    cause = "outlier_rank"
+    order = 90
+    own_symptom = True
+
+    def draft(self, f: Finding, ctx: ChainContext, drafts: list[Draft]) -> Draft | None:
+        ev = f.evidence
+        rows = (
+            ("rank", str(ev.get("label"))),
+            ("median weight sync", fmt_duration(ev.get("median_weight_sync_s"))),
+            ("other ranks' median", fmt_duration(ev.get("others_median_weight_sync_s"))),
+            ("robust z", fmt_num(ev.get("robust_z"))),
+        )
+        why = [str(r) for r in ev.get("reasons", ())]
+        said = [OUTLIER_REASONS[r] for r in why if r in OUTLIER_REASONS] or ["differs from them"]
+        return Draft(
+            self.cause,
+            f"{ev.get('label')} alone among {ev.get('ranks')} ranks: " + " and ".join(said),
+            [f],
+            symptom=Link("symptom", f.title, (f.id,), rows),
+            where=Link("where", str(f.where), (f.id,), (("process", str(f.where)),)),
+            next_step=f.next_step,
+            process=str(ev.get("label")),
+        )
 
 
 class OutlierRank(Rule):
@@ -124,6 +121,7 @@ class OutlierRank(Rule):
     time is far above theirs (robust z-score over the ranks)."""
 
     kind = OUTLIER_RANK
+    causes = (OutlierCause(),)
     description = "one rank's weight sync grows or is far slower while the other ranks' is not"
 
     def match(self, facts: Facts) -> list[Finding]:
@@ -169,7 +167,7 @@ class OutlierRank(Rule):
                 for i, r in enumerate(rows)
                 if r.between is not None
                 and r.between.accumulating
-                and _own_growth_s(r)
+                and _fitted_rise(r.between)
                 >= OUTLIER_OWN_GROWTH_SHARE * float(r.median_weight_sync_s or 0.0)
             ],
             "own_growth",
@@ -177,7 +175,8 @@ class OutlierRank(Rule):
         gap_grows = [
             r.gap is not None
             and r.gap.accumulating
-            and _gap_growth_s(r) >= OUTLIER_OWN_GROWTH_SHARE * float(r.median_weight_sync_s or 0.0)
+            and _fitted_rise(r.gap)
+            >= OUTLIER_OWN_GROWTH_SHARE * float(r.median_weight_sync_s or 0.0)
             for r in rows
         ]
         # Its own work between its collectives grows while the other ranks' does not: they
@@ -192,7 +191,7 @@ class OutlierRank(Rule):
                 for i in range(n)
                 if z[i] > OUTLIER_Z
                 and medians[i] >= (1 + OUTLIER_MIN_EXCESS) * med
-                and _above_the_others(rows, i)
+                and above_the_others([x.weight_sync_s for x in rows], i, OUTLIER_LEVEL_P)
             ],
             "level",
         )
@@ -227,7 +226,7 @@ class OutlierRank(Rule):
     ) -> Finding:
         r = rows[i]
         others = [o for k, o in enumerate(rows) if k != i]
-        sync = _finite(r.weight_sync_s)
+        sync = finite(r.weight_sync_s)
         other_meds = [float(o.median_weight_sync_s or 0.0) for o in others]
         others_med = float(np.median(other_meds))
         n_flat = sum(1 for o in others if o.sync is None or not o.sync.accumulating)
@@ -268,7 +267,7 @@ class OutlierRank(Rule):
                 severity = "critical"
         if "own_growth" in why and r.between is not None:
             own = r.between_layers_s
-            growth = _own_growth_s(r)
+            growth = _fitted_rise(r.between)
             others_own = [float(np.median(o.between_layers_s)) for o in others]
             ev.update(
                 first_between_layers_s=own[0],
@@ -296,8 +295,8 @@ class OutlierRank(Rule):
             if _ratio(own[0], own[-1]) >= CRITICAL_GROWTH_RATIO:
                 severity = "critical"
         if "gap_growth" in why and r.gap is not None:
-            gaps = _finite(r.sync_gap_s)
-            growth = _gap_growth_s(r)
+            gaps = finite(r.sync_gap_s)
+            growth = _fitted_rise(r.gap)
             ev.update(
                 first_sync_gap_s=gaps[0],
                 last_sync_gap_s=gaps[-1],

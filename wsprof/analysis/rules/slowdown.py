@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from wsprof.analysis.chain import Role
 from wsprof.analysis.facts import LABELS, Facts
 from wsprof.analysis.kinds import series_kind
 from wsprof.analysis.model import Finding
@@ -40,6 +41,7 @@ class AccumulatingSlowdown(Rule):
     """
 
     kind = "accumulating_slowdown"
+    roles = ((kind, Role.SLOWDOWN),)
     description = "a per-step time grows step after step; judge the curve, not the value"
 
     def match(self, facts: Facts) -> list[Finding]:
