@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from wsprof.analysis.evidence import FreeEvidence
 from wsprof.analysis.model import (
     Analysis,
     CallPoints,
@@ -275,7 +276,9 @@ def _findings(payload: str) -> tuple[Finding, ...]:
             kind="accumulating_slowdown",
             severity="critical",
             title=f"Weight sync grows 0.44 s per step (0.8 s → 4.7 s over 8 steps){payload}",
-            evidence={"slope_s_per_step": 0.44, "shape": "superlinear", "p_value": 0.0004},
+            evidence=FreeEvidence(
+                {"slope_s_per_step": 0.44, "shape": "superlinear", "p_value": 0.0004}
+            ),
             where=f"verl/workers/sharding_manager/fsdp_vllm.py:160{payload}",
             next_step="Look at what the all_gather wrapper keeps per call (between-layers time).",
         ),
@@ -283,10 +286,12 @@ def _findings(payload: str) -> tuple[Finding, ...]:
             kind="between_layers",
             severity="warning",
             title=f"62% of all_gather time is spent between the API and the backend{payload}",
-            evidence={
-                "between_layers_s": 2.1,
-                f"wrapper{payload}": f"{payload}_all_gather_wrapper",
-            },
+            evidence=FreeEvidence(
+                {
+                    "between_layers_s": 2.1,
+                    f"wrapper{payload}": f"{payload}_all_gather_wrapper",
+                }
+            ),
             where=f"{payload}/verl/workers/fsdp_workers.py:412",
             next_step="Read the wrapper at that line: it does work that grows with every call.",
         ),
@@ -294,7 +299,7 @@ def _findings(payload: str) -> tuple[Finding, ...]:
             kind="allocator_segments",
             severity="warning",
             title="Allocator segments grow 12 per step and are never released",
-            evidence={"segments_per_step": 12.0, "expandable_segments": True},
+            evidence=FreeEvidence({"segments_per_step": 12.0, "expandable_segments": True}),
             where="rank 0",
             next_step="Check for tensors kept alive across steps (caches, registries).",
         ),
@@ -302,7 +307,7 @@ def _findings(payload: str) -> tuple[Finding, ...]:
             kind="rollout_share",
             severity="info",
             title="Rollout takes 58% of each step",
-            evidence={"rollout_share": 0.58},
+            evidence=FreeEvidence({"rollout_share": 0.58}),
             where=None,
             next_step="Nothing to do; listed for context.",
         ),
@@ -498,7 +503,7 @@ def make_series_analysis() -> Analysis:
                 kind="accumulating_slowdown",
                 severity="critical",
                 title="Weight sync grows ×1.06 per step (1.2 s → 6.1 s over 30 steps)",
-                evidence={"growth_factor_per_step": 1.06},
+                evidence=FreeEvidence({"growth_factor_per_step": 1.06}),
                 where=None,
                 next_step="Profile a run with `wsprof run` to find where the time goes.",
             ),

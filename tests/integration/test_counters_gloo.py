@@ -60,7 +60,7 @@ def test_counters_follow_steps_and_name_what_grows(tmp_path: Path) -> None:
     assert not any((f.where or "").startswith(("wsprof.", "gc.gen")) for f in a.findings)
     assert any("no CUDA allocator or NVML counters" in n for n in a.notes), a.notes
     overhead = next(f for f in a.findings if f.kind == "self_overhead")
-    assert "counter probes" in overhead.title and overhead.evidence["probe_share"] > 0
+    assert "counter probes" in overhead.title and overhead.evidence.as_dict()["probe_share"] > 0
 
 
 def test_nvml_lost_mid_run_never_reaches_training(tmp_path: Path) -> None:

@@ -20,11 +20,11 @@ def test_outlier_rank_names_the_slow_rank(tmp_path: Path) -> None:
     assert [r.rank for r in a.ranks] == list(range(WORLD))
     assert {r.clock for r in a.ranks} == {"host"}  # one machine: one monotonic clock
     found = [f for f in a.findings if f.kind == "outlier_rank"]
-    assert [f.evidence["rank"] for f in found] == [SLOW_RANK], [f.title for f in found]
+    assert [f.evidence.as_dict()["rank"] for f in found] == [SLOW_RANK], [f.title for f in found]
     f = found[0]
-    assert "own_growth" in f.evidence["reasons"]
-    assert f.evidence["pid"] == a.ranks[SLOW_RANK].pid and f.where is not None
+    assert "own_growth" in f.evidence.as_dict()["reasons"]
+    assert f.evidence.as_dict()["pid"] == a.ranks[SLOW_RANK].pid and f.where is not None
     assert f.where.startswith(f"rank {SLOW_RANK} (host ")
     # Its own time grows by about 12 calls x 2 ms per step; the others' stays flat.
-    assert f.evidence["between_slope_s_per_step"] > 0.012
-    assert "probing_wrapper" in (f.evidence["wrapper"] or "")
+    assert f.evidence.as_dict()["between_slope_s_per_step"] > 0.012
+    assert "probing_wrapper" in (f.evidence.as_dict()["wrapper"] or "")

@@ -39,5 +39,5 @@ def test_repeated_step_numbers_are_one_step_and_shares_stay_under_100pct(
     assert by_step[1].rollout_s is not None and by_step[0].rollout_s is not None
     assert by_step[1].rollout_s > 1.5 * by_step[0].rollout_s
     [finding] = [f for f in analysis.findings if f.kind == "rollout_share"]
-    assert finding.evidence["median_rollout_share"] <= 1.0
+    assert finding.evidence.as_dict()["median_rollout_share"] <= 1.0
     assert "%" in finding.title and int(finding.title.split("%")[0].split()[-1]) <= 100

@@ -71,12 +71,12 @@ def test_weight_sync_share_grows_in_real_samples(tmp_path: Path) -> None:
     assert len(pa.windows) >= 4
     found = {f.kind: f for f in analysis.findings}
     assert (
-        found["sampled_phase_share"].evidence["late_weight_sync_share"]
-        > (found["sampled_phase_share"].evidence["early_weight_sync_share"])
+        found["sampled_phase_share"].evidence.as_dict()["late_weight_sync_share"]
+        > (found["sampled_phase_share"].evidence.as_dict()["early_weight_sync_share"])
     )
     assert any(r.series.name == "window_weight_sync_share" for r in analysis.series)
     # One diagnosis: the rising weight-sync share of samples, and the frame the time went to.
-    if found["sampled_phase_share"].evidence["grows"]:
+    if found["sampled_phase_share"].evidence.as_dict()["grows"]:
         d = analysis.diagnoses[0]
         assert d.cause in ("sampled", "unexplained"), [x.title for x in analysis.diagnoses]
         assert d.culprit_frame is not None and d.culprit_frame.startswith("update_weights (")

@@ -93,8 +93,8 @@ def test_idle_gpus_during_sync_are_named(tmp_path: Path) -> None:
     a = analyze_path(str(_trace(tmp_path / "h-1.wsprof", util_in_sync=2.0)))
     idle = [f for f in a.findings if f.kind == "gpu_idle_during_sync"]
     assert idle, [f.title for f in a.findings]
-    assert idle[0].evidence["sync_util_pct"] == pytest.approx(2.0)
-    assert idle[0].evidence["other_util_pct"] == pytest.approx(90.0)
+    assert idle[0].evidence.as_dict()["sync_util_pct"] == pytest.approx(2.0)
+    assert idle[0].evidence.as_dict()["other_util_pct"] == pytest.approx(90.0)
     busy = analyze_path(str(_trace(tmp_path / "busy" / "h-1.wsprof", util_in_sync=85.0)))
     assert not [f for f in busy.findings if f.kind == "gpu_idle_during_sync"]
 
@@ -137,7 +137,7 @@ def test_more_calls_each_step_come_with_a_bucketing_estimate(tmp_path: Path) -> 
     a = analyze_path(str(path))
     grow = [f for f in a.findings if f.kind == "call_count_growth"]
     assert grow, [f.title for f in a.findings]
-    est = grow[0].evidence["bucketing"]
+    est = grow[0].evidence.as_dict()["bucketing"]
     pa = analyze_process(read_trace(str(path)))
     assert est == bucketing_estimate(pa, 300.0, pa.cost_model.fixed_us)  # type: ignore[union-attr]
     # 6 steps of 50..300 calls averaging 2.5 MiB: about 27 MiB per step on average -> 2 buckets
@@ -152,4 +152,4 @@ def test_a_growing_sync_names_the_step_it_reaches_an_hour(tmp_path: Path) -> Non
     a = analyze_path(str(csv))
     slow = [f for f in a.findings if f.kind == "accumulating_slowdown"]
     assert slow and "reaches 60 min at step" in slow[0].title, [f.title for f in a.findings]
-    assert slow[0].evidence["budget_step"] > 3
+    assert slow[0].evidence.as_dict()["budget_step"] > 3

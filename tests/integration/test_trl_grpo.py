@@ -210,7 +210,9 @@ def _loud(a: Analysis, run: Run) -> list[tuple[str, str]]:
         (f.severity, f.title)
         for f in a.findings
         if f.severity in ("warning", "critical")
-        and not (rose and f.kind == "accumulating_slowdown" and f.evidence["series"] == STEP_S)
+        and not (
+            rose and f.kind == "accumulating_slowdown" and f.evidence.as_dict()["series"] == STEP_S
+        )
     ]
 
 

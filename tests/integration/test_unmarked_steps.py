@@ -75,7 +75,7 @@ def test_leaking_wrapper_without_markers_is_accumulating_and_named(
     slow = [
         f
         for f in a.findings
-        if f.kind == "accumulating_slowdown" and f.evidence["series"] == "weight_sync_s"
+        if f.kind == "accumulating_slowdown" and f.evidence.as_dict()["series"] == "weight_sync_s"
     ]
     assert slow and slow[0].severity in ("warning", "critical")
     # The wrapper that issues the broadcasts is named, with its file and line.
@@ -114,5 +114,5 @@ def test_leak_on_another_rank_is_named_there(tmp_path: Path) -> None:
     sync = next(r for r in a.series if r.series.name == "weight_sync_s")
     assert sync.verdict.accumulating
     named = [f for f in a.findings if f.kind == "outlier_rank"]
-    assert [f.evidence["rank"] for f in named] == [2], [f.title for f in named]
-    assert "gap_growth" in named[0].evidence["reasons"]
+    assert [f.evidence.as_dict()["rank"] for f in named] == [2], [f.title for f in named]
+    assert "gap_growth" in named[0].evidence.as_dict()["reasons"]

@@ -47,7 +47,7 @@ def test_slime_worlds_and_roles(tmp_path: Path) -> None:
         assert r.pid is not None and r.world == world_of[r.pid]
     for f in a.findings:  # an outlier is judged against its own world's ranks only
         if f.kind == "outlier_rank":
-            peers = {r.pid for r in a.ranks if r.world == world_of[f.evidence["pid"]]}
+            peers = {r.pid for r in a.ranks if r.world == world_of[f.evidence.as_dict()["pid"]]}
             assert peers <= pids["trainer"] or peers <= pids["engine"], f.title
     data = json.loads(render_json(a))
     assert sorted(w["role"] for w in data["worlds"]) == ["inference engine", "trainer"]

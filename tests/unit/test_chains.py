@@ -25,6 +25,7 @@ pytestmark = pytest.mark.pure
 #: cause's chain (where, next step), importing only what a rule module may import.
 THROWAWAY = """
 from wsprof.analysis.chain import Cause, ChainContext, Draft
+from wsprof.analysis.evidence import FreeEvidence
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import Finding, Link
 from wsprof.analysis.rules.base import Rule
@@ -56,7 +57,8 @@ class LockstepRule(Rule):
     causes = (LockstepCause(),)
 
     def match(self, facts: Facts) -> list[Finding]:
-        return [Finding(self.kind, "warning", "a barrier per bucket", {}, "sync.py:12", "")]
+        found = Finding(self.kind, "warning", "a barrier per", FreeEvidence(), "sync.py:12", "")
+        return [found]
 """
 
 

@@ -58,7 +58,8 @@ def _advice_on(findings: tuple[Finding, ...], metric: str) -> list[str]:
     return [
         f"{f.kind}: {f.title}"
         for f in findings
-        if f.where == metric or metric in (f.evidence.get("series"), f.evidence.get("counter"))
+        if f.where == metric
+        or metric in (f.evidence.as_dict().get("series"), f.evidence.as_dict().get("counter"))
     ]
 
 

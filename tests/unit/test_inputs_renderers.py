@@ -185,9 +185,9 @@ def test_headline_is_computed_once_and_read_everywhere(tmp_path: Path) -> None:
     h = a.headline
     assert h is not None and h.process == "rank 0" and h.n_steps == 6
     finding = next(f for f in a.findings if f.kind == "rollout_share")
-    assert finding.evidence["median_rollout_share"] == h.rollout_share_median
-    assert finding.evidence["median_weight_sync_s"] == h.own_sync_median_s
-    assert finding.evidence["median_step_s"] == h.step_median_s
+    assert finding.evidence.as_dict()["median_rollout_share"] == h.rollout_share_median
+    assert finding.evidence.as_dict()["median_weight_sync_s"] == h.own_sync_median_s
+    assert finding.evidence.as_dict()["median_step_s"] == h.step_median_s
     doc = jsonout.to_dict(a)
     assert doc["headline"]["rollout_share_median"] == h.rollout_share_median
     assert doc["headline"]["weight_sync_median_s"] == h.weight_sync_median_s

@@ -538,9 +538,9 @@ def test_wandb_csv_bad_step_is_one_line(tmp_path: Path, capsys: pytest.CaptureFi
 def test_analyze_path_of_wandb_csv(tmp_path: Path) -> None:
     rows = "\n".join(f"{i},{v}" for i, v in enumerate(GROWING))
     a = analyze_path(_write(tmp_path, "h.csv", f"_step,timeperf/update_weights\n{rows}\n"))
-    assert [f.evidence["series"] for f in a.findings if f.kind == "accumulating_slowdown"] == [
-        "weight_sync_s"
-    ]
+    assert [
+        f.evidence.as_dict()["series"] for f in a.findings if f.kind == "accumulating_slowdown"
+    ] == ["weight_sync_s"]
 
 
 # Fuzz: random lines and bytes raise nothing but InputError -------------------------------------

@@ -138,7 +138,7 @@ def test_growing_rank_is_named_with_host_pid_and_numbers(tmp_path: Path) -> None
     found = _outliers(a)
     assert len(found) == 1, [f.title for f in found]
     f = found[0]
-    ev = f.evidence
+    ev = f.evidence.as_dict()
     assert (ev["rank"], ev["host"], ev["pid"]) == (6, "node-b", 40_006)
     assert f.where == "rank 6 (host node-b, pid 40006)" and f.title.startswith(f.where)
     assert "sync_growth" in ev["reasons"] and "own_growth" in ev["reasons"]
@@ -157,7 +157,7 @@ def test_constantly_slow_rank_is_found_by_robust_z(tmp_path: Path) -> None:
     BENCH.generate_run(str(tmp_path), **SMALL, outliers=(), slow={3: 2.5})
     found = _outliers(analyze_path(str(tmp_path)))
     assert len(found) == 1
-    ev = found[0].evidence
+    ev = found[0].evidence.as_dict()
     assert ev["rank"] == 3 and ev["reasons"] == ["level"] and ev["robust_z"] > OUTLIER_Z
     assert ev["median_weight_sync_s"] > 2 * ev["others_median_weight_sync_s"]
     assert found[0].severity == "warning" and "robust z" in found[0].title
@@ -183,7 +183,7 @@ def test_traces_without_anchor_are_kept_with_a_note(tmp_path: Path) -> None:
     assert r2.clock == BASIS_NONE and r2.sync_lag_s is None
     assert r2.start_s[0] == pytest.approx(0.0, abs=0.01)  # its own clock, from its first record
     assert any("no clock anchor" in n and "rank 2" in n for n in a.notes)
-    assert [f.evidence["rank"] for f in _outliers(a)] == [6]
+    assert [f.evidence.as_dict()["rank"] for f in _outliers(a)] == [6]
 
 
 def test_text_table_and_json_ranks(tmp_path: Path) -> None:

@@ -618,7 +618,7 @@ def test_attach_run_series_findings_text_and_json(tmp_path: Path) -> None:
     assert "per step" not in phases.title and "user patterns" in phases.title
     hot = found["hot_frame"]
     assert "common frame _spin (job.py) in 9 of 9 windows" in hot.title
-    assert hot.evidence["windows"] == 9
+    assert hot.evidence.as_dict()["windows"] == 9
 
     text = render_text(analysis)
     assert "windows of pid 4242" in text
@@ -636,8 +636,11 @@ def test_saturating_weight_sync_share_still_warns(tmp_path: Path) -> None:
     analysis = analyze_run(read_run(str(tmp_path)), str(tmp_path))
     found = {f.kind: f for f in analysis.findings}
     phases = found["sampled_phase_share"]
-    assert phases.severity == "warning" and phases.evidence["grows"]
-    assert phases.evidence["late_weight_sync_share"] > phases.evidence["early_weight_sync_share"]
+    assert phases.severity == "warning" and phases.evidence.as_dict()["grows"]
+    assert (
+        phases.evidence.as_dict()["late_weight_sync_share"]
+        > phases.evidence.as_dict()["early_weight_sync_share"]
+    )
     assert any("sampling windows stand in for steps" in n for n in analysis.notes)
     assert not any(n.startswith("nothing recorded") for n in analysis.notes)
 

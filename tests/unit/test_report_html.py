@@ -12,6 +12,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from tests.report_fixtures import call_points, make_run_analysis, make_series_analysis
+from wsprof.analysis.evidence import FreeEvidence
 from wsprof.analysis.headline import headline
 from wsprof.analysis.model import (
     Analysis,
@@ -501,7 +502,7 @@ def test_ranks_heatmap_marks_the_outlier_rank_red() -> None:
     a = make_run_analysis()
     rank1 = a.ranks[1]
     outlier = dataclasses.replace(
-        a.findings[0], kind="outlier_rank", evidence={"label": rank1.label}
+        a.findings[0], kind="outlier_rank", evidence=FreeEvidence({"label": rank1.label})
     )
     html = render_html(dataclasses.replace(a, findings=(*a.findings, outlier)))
     plain_html = render_html(a)
@@ -547,7 +548,7 @@ def test_a_large_run_draws_figures_for_the_first_ranks_and_the_named_ones() -> N
         a.findings[0],
         kind="outlier_rank",
         title="rank 6: grows",
-        evidence={"label": "rank 6", "rank": 6},
+        evidence=FreeEvidence({"label": "rank 6", "rank": 6}),
     )
     html = render_html(dataclasses.replace(a, findings=(*a.findings, named)))
     ops = _section(html, "ops")
@@ -645,18 +646,20 @@ def test_evidence_rows_show_units_not_raw_floats_or_json() -> None:
         kind="accumulating_slowdown",
         severity="critical",
         title="weight-sync time grows",
-        evidence={
-            "series": "weight_sync_s",
-            "first": 0.384469578,
-            "last": 1.562459598,
-            "slope_per_step": 0.15130394687499998,
-            "projection": {"step": 15, "value": 2.9243456741663447, "model": "linear"},
-            "added_s": 1.059127628125,
-            "share_of_sync_growth": 0.8473033104505959,
-            "gpu_total_bytes": 64 * 2**20,
-            "broadcast": {"first_us": 2601.182, "last_us": 11752.729},
-            "gone": None,
-        },
+        evidence=FreeEvidence(
+            {
+                "series": "weight_sync_s",
+                "first": 0.384469578,
+                "last": 1.562459598,
+                "slope_per_step": 0.15130394687499998,
+                "projection": {"step": 15, "value": 2.9243456741663447, "model": "linear"},
+                "added_s": 1.059127628125,
+                "share_of_sync_growth": 0.8473033104505959,
+                "gpu_total_bytes": 64 * 2**20,
+                "broadcast": {"first_us": 2601.182, "last_us": 11752.729},
+                "gone": None,
+            }
+        ),
         where=None,
         next_step="-",
         id="F1",
@@ -677,12 +680,14 @@ def test_evidence_rows_show_units_not_raw_floats_or_json() -> None:
         kind="counter_correlation",
         severity="warning",
         title="between layers tracks a counter",
-        evidence={
-            "counter": "demo.allocator_segments",
-            "series": "between_layers_s",
-            "slope_per_unit": 5.303452908095239e-06,
-            "unit": "1,000",
-        },
+        evidence=FreeEvidence(
+            {
+                "counter": "demo.allocator_segments",
+                "series": "between_layers_s",
+                "slope_per_unit": 5.303452908095239e-06,
+                "unit": "1,000",
+            }
+        ),
         where=None,
         next_step="-",
         id="F2",
@@ -694,7 +699,7 @@ def test_evidence_rows_show_units_not_raw_floats_or_json() -> None:
         kind="memory_growth",
         severity="warning",
         title="rss grows",
-        evidence={"counter": "proc.rss_bytes", "first": 2**30, "last": 3 * 2**30},
+        evidence=FreeEvidence({"counter": "proc.rss_bytes", "first": 2**30, "last": 3 * 2**30}),
         where=None,
         next_step="-",
         id="F3",

@@ -148,7 +148,7 @@ def test_watch_and_analyze_say_the_same_words_with_the_same_numbers(tmp_path: Pa
     assert [(f.kind, f.title) for f in live] == [(f.kind, f.title) for f in whole]
     assert [f.evidence for f in live] == [f.evidence for f in whole]
     own = next(f for f in whole if f.kind == "self_overhead")
-    assert own.evidence["hooks_s"] == pytest.approx(4 * 3_000 * 1100 / 1e9, rel=0.01)
+    assert own.evidence.as_dict()["hooks_s"] == pytest.approx(4 * 3_000 * 1100 / 1e9, rel=0.01)
 
 
 def test_refreshes_as_the_run_grows_end_where_analyze_ends(tmp_path: Path) -> None:

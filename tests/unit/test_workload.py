@@ -31,7 +31,7 @@ def test_longer_responses_at_flat_throughput_are_workload(tmp_path: Path) -> Non
     slow = [f for f in a.findings if f.kind == "accumulating_slowdown"]
     assert slow and slow[0].severity == "info", [(f.severity, f.title) for f in a.findings]
     assert "workload, not a leak" in slow[0].title
-    assert slow[0].evidence["workload"]["series"] == "rollout/response_lengths"
+    assert slow[0].evidence.as_dict()["workload"]["series"] == "rollout/response_lengths"
     assert a.verdict.status == "no_problem"
 
 
@@ -44,7 +44,7 @@ def test_the_same_growth_without_more_work_is_a_slowdown(tmp_path: Path) -> None
     a = analyze_path(_csv(tmp_path / "l.csv", step, resp, tps))
     slow = [f for f in a.findings if f.kind == "accumulating_slowdown"]
     assert slow and slow[0].severity in ("warning", "critical")
-    assert "workload" not in slow[0].evidence
+    assert "workload" not in slow[0].evidence.as_dict()
     assert a.verdict.status == "problems"
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Protocol, TypeVar, runtime_checkable
 
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import Finding, Link, WrapperFact
@@ -35,6 +36,137 @@ class Role(str, Enum):
     COUNTER = "counter"
     #: A counter that grows: joins the counter link of the same counter.
     COUNTER_GROWTH = "counter_growth"
+
+
+# --------------------------------------------------------------------------- what a role reads
+# A finding that plays a role in a chain carries evidence with these fields (its rule's typed
+# record has them: structural typing, no import of the rule).
+
+
+@runtime_checkable
+class SlowdownLike(Protocol):
+    """Role ``SLOWDOWN``: the series that grows, its Theil-Sen slope (series unit per step) and
+    the curve's confidence (0..1)."""
+
+    series: str
+    slope_per_step: float
+    confidence: float
+
+
+@runtime_checkable
+class SampledShareLike(Protocol):
+    """Role ``SAMPLED_SHARE``: whether the weight sync's share of the samples grows."""
+
+    grows: bool | None
+
+
+@runtime_checkable
+class FrameLike(Protocol):
+    """Roles ``FRAME_SHIFT`` and ``HOT_FRAME``: the process whose samples it read."""
+
+    process: str
+
+
+@runtime_checkable
+class HotFrameLike(Protocol):
+    """Role ``HOT_FRAME``: the hottest line, and the frame's samples of all the run's."""
+
+    process: str
+    hottest_line: str
+    samples: int
+    total: int
+    share: float
+
+
+@runtime_checkable
+class CounterLike(Protocol):
+    """Role ``COUNTER``: the counter, the series it tracks, Spearman's rho, and the least
+    squares cost (series unit per ``unit`` counter units)."""
+
+    counter: str
+    series: str
+    unit: str
+    slope_per_unit: float
+    spearman_rho: float
+
+
+@runtime_checkable
+class CounterGrowthLike(Protocol):
+    """Role ``COUNTER_GROWTH``: the counter that grows."""
+
+    counter: str
+
+
+#: What each role reads of its finding's evidence: a finding whose evidence lacks it is left
+#: out of the role (never guessed).
+ROLE_EVIDENCE: dict[Role, type] = {
+    Role.SLOWDOWN: SlowdownLike,
+    Role.SAMPLED_SHARE: SampledShareLike,
+    Role.FRAME_SHIFT: FrameLike,
+    Role.HOT_FRAME: HotFrameLike,
+    Role.COUNTER: CounterLike,
+    Role.COUNTER_GROWTH: CounterGrowthLike,
+}
+
+
+E = TypeVar("E")
+
+
+def evidence_as(f: Finding, kind: type[E]) -> E | None:
+    """``f``'s evidence when it has the fields of ``kind`` (a protocol above or a rule's own
+    record), else None."""
+    ev = f.evidence
+    return ev if isinstance(ev, kind) else None
+
+
+def _wrong(f: Finding, role: str) -> TypeError:
+    return TypeError(f"{f.kind} evidence lacks the fields of the {role} role")
+
+
+# One accessor per role (a protocol class cannot be a ``type[E]`` argument for mypy); the chain
+# builder calls them on findings it sorted into the role by :data:`ROLE_EVIDENCE`.
+
+
+def as_slowdown(f: Finding) -> SlowdownLike:
+    """``f``'s evidence as role ``SLOWDOWN`` reads it (TypeError when it cannot)."""
+    if not isinstance(ev := f.evidence, SlowdownLike):
+        raise _wrong(f, "slowdown")
+    return ev
+
+
+def as_sampled_share(f: Finding) -> SampledShareLike:
+    """``f``'s evidence as role ``SAMPLED_SHARE`` reads it (TypeError when it cannot)."""
+    if not isinstance(ev := f.evidence, SampledShareLike):
+        raise _wrong(f, "sampled share")
+    return ev
+
+
+def as_frame(f: Finding) -> FrameLike:
+    """``f``'s evidence as roles ``FRAME_SHIFT`` and ``HOT_FRAME`` read it."""
+    if not isinstance(ev := f.evidence, FrameLike):
+        raise _wrong(f, "frame")
+    return ev
+
+
+def as_hot_frame(f: Finding) -> HotFrameLike:
+    """``f``'s evidence as role ``HOT_FRAME`` reads it (TypeError when it cannot)."""
+    if not isinstance(ev := f.evidence, HotFrameLike):
+        raise _wrong(f, "hot frame")
+    return ev
+
+
+def as_counter(f: Finding) -> CounterLike:
+    """``f``'s evidence as role ``COUNTER`` reads it (TypeError when it cannot)."""
+    if not isinstance(ev := f.evidence, CounterLike):
+        raise _wrong(f, "counter")
+    return ev
+
+
+def as_counter_growth(f: Finding) -> CounterGrowthLike:
+    """``f``'s evidence as role ``COUNTER_GROWTH`` reads it (TypeError when it cannot)."""
+    if not isinstance(ev := f.evidence, CounterGrowthLike):
+        raise _wrong(f, "counter growth")
+    return ev
 
 
 @dataclass
@@ -142,9 +274,15 @@ class Cause:
         """The chain of ``f``, or None when ``f`` joined one of ``drafts`` (or is no cause)."""
         raise NotImplementedError  # pragma: no cover - interface
 
+    def own(self, d: Draft) -> Finding | None:
+        """The finding of this cause's kind that ``d`` holds (the run's slowdown, frames and
+        counters join a chain before and after it)."""
+        return next((f for f in d.findings if f.kind == self.kind), None)
+
     def next_step(self, d: Draft, ctx: ChainContext) -> str:
-        """What to do, in the terms of the chain (default: the finding's own next step)."""
-        return d.findings[-1].next_step if d.findings else ""
+        """What to do, in the terms of the chain (default: its finding's own next step)."""
+        f = self.own(d)
+        return f.next_step if f is not None else ""
 
     def tracks(self, series: str) -> bool:
         """Whether a counter that tracks ``series`` belongs to this cause's chain."""

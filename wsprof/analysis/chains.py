@@ -39,10 +39,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from wsprof.analysis.chain import (
+    ROLE_EVIDENCE,
     Cause,
     ChainContext,
     Draft,
     Role,
+    as_counter,
+    as_counter_growth,
+    as_frame,
+    as_hot_frame,
+    as_sampled_share,
+    as_slowdown,
     fmt_pct,
     function_of,
     ids,
@@ -121,7 +128,7 @@ def _lead(by_series: dict[str, Finding]) -> str | None:
     sync = [n for n in rest if phase_of_series(n) == "weight_sync"]
     if sync:
         return sync[0]
-    return max(rest, key=lambda n: float(by_series[n].evidence.get("slope_per_step", 0.0)))
+    return max(rest, key=lambda n: as_slowdown(by_series[n]).slope_per_step)
 
 
 @dataclass(frozen=True)
@@ -145,23 +152,23 @@ def _symptom_link(
     """The symptom of a chain from the per-step slowdowns: the lead (:func:`_lead`) and those
     that grow no faster than :data:`RIDE_SLOPE_RATIO` times it ("step time grows with it");
     None without a slowdown."""
-    by_series = {str(f.evidence.get("series")): f for f in slowdowns}
+    by_series = {as_slowdown(f).series: f for f in slowdowns}
     lead_name = _lead(by_series)
     if lead_name is None:
         return None
     lead = by_series[lead_name]
     res = series.get(lead_name)
-    ev = lead.evidence
-    lead_slope = float(ev.get("slope_per_step", 0.0))
+    ev = as_slowdown(lead)
+    lead_slope = float(ev.slope_per_step)
     riders, apart = [], []
     for n, f in by_series.items():
         if n == lead_name or n in CAUSE_SERIES:
             continue
-        slope = float(f.evidence.get("slope_per_step", 0.0))
+        slope = float(as_slowdown(f).slope_per_step)
         # The data must show it grows faster: the low end of its slope's confidence interval
         # (a step time whose rollout varies with the tokens decoded has a wide one).
         other = series.get(n)
-        low = other.verdict.evidence.get("theil_sen_slope_lo") if other is not None else None
+        low = other.verdict.slope_lo if other is not None else None
         slope = min(slope, float(low)) if low is not None else slope
         if lead_slope > 0 and slope <= RIDE_SLOPE_RATIO * lead_slope:
             riders.append(f)
@@ -169,7 +176,7 @@ def _symptom_link(
             apart.append(f)
     if res is None:
         link = Link("symptom", lead.title, (lead.id,))
-        return _Symptom(link, link, lead_name, float(ev.get("confidence", 1)), apart)
+        return _Symptom(link, link, lead_name, float(ev.confidence), apart)
     s, v = res.series, res.verdict
     k = v.judged_from
     after = f" after a slow first {s.fmt(s.values[0])}" if k else ""
@@ -189,7 +196,7 @@ def _symptom_link(
         ("confidence of the curve", f"{v.confidence:.2f}"),
     ]
     for f in riders:
-        name = str(f.evidence.get("series"))
+        name = as_slowdown(f).series
         other = series.get(name)
         if other is not None:
             text += (
@@ -251,18 +258,12 @@ def _frame_link(
     link_ids = [shift.id]
     if hot is not None and frame_key(str(hot.where or "")) == culprit.frame:
         link_ids.append(hot.id)
-        hottest = hot.evidence.get("hottest_line")
+        he = as_hot_frame(hot)
         text += (
-            f"; {hot.evidence.get('samples')} of {hot.evidence.get('total')} samples of the "
-            f"run there, most at line {split_frame(str(hottest))[2]}"
+            f"; {he.samples} of {he.total} samples of the run there, most at line "
+            f"{split_frame(str(he.hottest_line))[2]}"
         )
-        rows.append(
-            (
-                "samples of the run",
-                f"{hot.evidence.get('samples')} of "
-                f"{hot.evidence.get('total')} ({fmt_pct(hot.evidence.get('share'))})",
-            )
-        )
+        rows.append(("samples of the run", f"{he.samples} of {he.total} ({fmt_pct(he.share)})"))
     return Link("why", text, tuple(link_ids), tuple(rows)), culprit.frame, under_place
 
 
@@ -274,12 +275,11 @@ def _counter_link(
 ) -> tuple[Link, str]:
     """The why link of a counter that tracks the slowdown, and its fitted cost in words
     (``+8.53 ms per 1,000 demo.allocator_segments``)."""
-    ev = corr.evidence
-    cname = str(ev.get("counter"))
-    target = str(ev.get("series"))
+    ev = as_counter(corr)
+    cname, target = ev.counter, ev.series
     res = series.get(target)
-    per = str(ev.get("unit", "1,000"))
-    slope = float(ev.get("slope_per_unit", 0.0))
+    per = ev.unit or "1,000"
+    slope = float(ev.slope_per_unit)
     scale = 2.0**30 if per == "GiB" else 1000.0
     cost = res.series.fmt(slope * scale) if res is not None else fmt_num(slope * scale)
     what = LABELS.get(target, target)
@@ -287,13 +287,13 @@ def _counter_link(
     if op is not None:
         what = f"{op} per-call latency"
     text = (
-        f"{what} tracks {cname} (Spearman rho {float(ev.get('spearman_rho', 0)):.2f}): "
+        f"{what} tracks {cname} (Spearman rho {float(ev.spearman_rho):.2f}): "
         f"+{cost} per {per} {cname}"
     )
     rows: list[tuple[str, str]] = [
         ("counter", cname),
         ("tracks", what),
-        ("Spearman rho", f"{float(ev.get('spearman_rho', 0)):.2f}"),
+        ("Spearman rho", f"{float(ev.spearman_rho):.2f}"),
         (f"cost per {per}", f"+{cost} (least squares)"),
     ]
     link_ids = [corr.id]
@@ -372,8 +372,9 @@ def diagnose(
     roles = roles_of(rules)
     by_role: dict[Role, list[Finding]] = {}
     for f in findings:
-        if f.kind in roles:
-            by_role.setdefault(roles[f.kind], []).append(f)
+        role = roles.get(f.kind)
+        if role is not None and isinstance(f.evidence, ROLE_EVIDENCE[role]):
+            by_role.setdefault(role, []).append(f)
     wrappers = tuple(sorted(facts.wrappers, key=lambda w: -(w.between_s or 0.0)))
     ctx = ChainContext(facts, tuple(findings), wrappers)
     ordered = sorted(causes.values(), key=lambda c: c.order)
@@ -440,7 +441,7 @@ def _add_symptoms(
             own = _symptom_link([f], facts.series, facts.budgets)
             if own is not None:
                 drafts.append(_unexplained(own.link, own.series, own.confidence, [f], pa))
-    sampled = [f for f in by_role.get(Role.SAMPLED_SHARE, []) if f.evidence.get("grows")]
+    sampled = [f for f in by_role.get(Role.SAMPLED_SHARE, []) if as_sampled_share(f).grows]
     if not sampled:
         return
     f = sampled[0]
@@ -520,10 +521,11 @@ def _add_frame(
         return None
     shift = shifts[0]
     pa = next(
-        (p for p in facts.processes if p.label == shift.evidence.get("process")), facts.primary
+        (p for p in facts.processes if p.label == as_frame(shift).process),
+        facts.primary,
     )
     hot = next(
-        (h for h in by_role.get(Role.HOT_FRAME, []) if h.evidence.get("process") == pa.label),
+        (h for h in by_role.get(Role.HOT_FRAME, []) if as_frame(h).process == pa.label),
         None,
     )
     picked, owner = None, drafts[0]
@@ -560,18 +562,18 @@ def _add_counters(
     """Each counter that tracks the slowdown to the first chain whose cause tracks its series
     (:meth:`Cause.tracks`: time between layers, per-call latency; else the first chain), one
     counter per chain, with the counter growth of the same counter (step 3)."""
-    growths = {str(f.evidence.get("counter")): f for f in by_role.get(Role.COUNTER_GROWTH, [])}
+    growths = {as_counter_growth(f).counter: f for f in by_role.get(Role.COUNTER_GROWTH, [])}
     for corr in by_role.get(Role.COUNTER, []):
         if not drafts:
             return
-        target = str(corr.evidence.get("series"))
+        target = as_counter(corr).series
         owner = next(
             (d for d in drafts if d.cause in causes and causes[d.cause].tracks(target)),
             drafts[0],
         )
         if owner.culprit_counter is not None:
             continue  # one counter per chain: the strongest (the rule ranks them so)
-        cname = str(corr.evidence.get("counter"))
+        cname = as_counter(corr).counter
         growth = growths.pop(cname, None)
         link, owner.counter_cost = _counter_link(corr, growth, series)
         owner.why.append(link)
@@ -636,7 +638,7 @@ def _single(f: Finding) -> Draft:
         symptom=Link("symptom", f.title, (f.id,), tuple(evidence_rows(f.evidence))),
         # A where that only names the counter or series again is no place.
         where=Link("where", f.where, (f.id,))
-        if f.where and f.where not in (f.evidence.get("counter"), f.evidence.get("series"))
+        if f.where and f.where not in (f.evidence.counter_named(), f.evidence.series_named())
         else None,
         next_step=f.next_step,
         process=f.where,

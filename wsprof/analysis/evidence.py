@@ -1,18 +1,103 @@
-"""A finding's evidence as readable rows: ``(label, value)`` with each value in its unit.
+"""A finding's evidence: the typed record a rule writes (:class:`Evidence`, a frozen dataclass
+in the rule's module), its JSON (:meth:`Evidence.as_dict`, today's keys) and its readable rows
+(:func:`evidence_rows`: ``(label, value)`` with each value in its unit).
 
-Evidence keys carry their unit in their name (STYLE 3: ``first_s``, ``last_us``,
-``gpu_total_bytes``, ``median_rollout_share``); :func:`evidence_rows` reads it from there, so
-that a report shows ``1.73 s``, ``13.7 ms``, ``64 MiB`` and ``76%``, never ``1.7309843``.
+A field's unit is in its metadata (:func:`unit`: ``s``, ``us``, ``ns``, ``bytes``, ``share``,
+``pct``, ``count``; ``series`` for a value in the unit of the series the evidence names) and in
+its name's suffix, which the JSON keeps (STYLE 3: ``first_s``, ``last_us``,
+``gpu_total_bytes``, ``median_rollout_share``), so that a report shows ``1.73 s``,
+``13.7 ms``, ``64 MiB`` and ``76%``, never ``1.7309843``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from wsprof.contracts.counters import counter_unit, counter_unit_text
 from wsprof.contracts.series import Series, implied_unit
 from wsprof.contracts.units import Unit, fmt_bytes, fmt_duration, fmt_num, fmt_pct
+
+
+class Evidence:
+    """The numbers behind a finding, as the rule that found them typed them.
+
+    Each rule module defines its record as a frozen dataclass subclass whose field names are
+    the JSON keys; a field made with :func:`optional` is left out of the JSON when None (a key
+    that only some findings have), every other field is always there (None as ``null``). Fields
+    are in the JSON's key order.
+    """
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object of the evidence (nested records as objects)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if value is None and f.metadata.get("optional"):
+                continue
+            out[f.name] = value.as_dict() if isinstance(value, Evidence) else value
+        return out
+
+    def series_named(self) -> str | None:
+        """The series the evidence is about (its ``first``/``last``/slope are in that series'
+        unit), None when it names none."""
+        return None
+
+    def counter_named(self) -> str | None:
+        """The counter the evidence is about, None when it names none."""
+        return None
+
+    def process_named(self) -> str | None:
+        """The label of the process the evidence is about (a rank), None when none."""
+        return None
+
+    def rank_named(self) -> int | None:
+        """The rank the evidence is about, None when none."""
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class FreeEvidence(Evidence):
+    """Evidence without a typed record: a test's, a plug-in rule's. ``values`` is its JSON."""
+
+    values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.values)
+
+    def series_named(self) -> str | None:
+        return _text(self.values, "series")
+
+    def counter_named(self) -> str | None:
+        return _text(self.values, "counter")
+
+    def process_named(self) -> str | None:
+        return _text(self.values, "label") or _text(self.values, "process")
+
+    def rank_named(self) -> int | None:
+        rank = self.values.get("rank")
+        return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+
+
+def _text(values: Mapping[str, Any], key: str) -> str | None:
+    """A JSON object's text value at ``key``, None when it is not text."""
+    value = values.get(key)
+    return value if isinstance(value, str) else None
+
+
+def unit(name: str) -> dict[str, str]:
+    """Field metadata: the unit of an evidence field (see the module docstring)."""
+    return {"unit": name}
+
+
+def optional(unit_name: str | None = None) -> Any:
+    """A field that only some findings have: default None, left out of the JSON when None."""
+    meta: dict[str, Any] = {"optional": True}
+    if unit_name is not None:
+        meta["unit"] = unit_name
+    return dataclasses.field(default=None, metadata=meta)
+
 
 #: Most items of a list or mapping shown in one value; the rest are counted.
 MAX_ITEMS = 5
@@ -100,7 +185,7 @@ def _per_scale(per: str) -> float:
 
 
 def evidence_rows(
-    evidence: Mapping[str, Any], series: Mapping[str, Series] | None = None
+    evidence: Evidence, series: Mapping[str, Series] | None = None
 ) -> list[tuple[str, str]]:
     """Every evidence item as ``(label, value)``, None values left out.
 
@@ -115,34 +200,34 @@ def evidence_rows(
         series: the analysis's judged series by key (their units); None: units from keys.
     """
     known = series or {}
-    unit: tuple[Unit, str] | None = None
-    tracks = isinstance(evidence.get("series"), str)
-    if tracks:
-        unit = _series_unit(str(evidence["series"]), known)
-    elif isinstance(evidence.get("counter"), str):
-        name = str(evidence["counter"])
-        unit = (counter_unit(name), counter_unit_text(name))
+    in_unit: tuple[Unit, str] | None = None
+    named, counter = evidence.series_named(), evidence.counter_named()
+    tracks = named is not None
+    if named is not None:
+        in_unit = _series_unit(named, known)
+    elif counter is not None:
+        in_unit = (counter_unit(counter), counter_unit_text(counter))
+    items = evidence.as_dict()
     rows: list[tuple[str, str]] = []
-    for key, value in evidence.items():
+    for key, value in items.items():
         if value is None:
             continue
         x = None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
         text: str | None = None
-        if unit is not None and key in ("first", "last") and x is not None:
-            text = unit[0].fmt(x, unit[1])
-        elif unit is not None and key == "slope_per_step" and x is not None:
-            text = unit[0].fmt_slope(x, unit[1])
-        elif unit is not None and key == "projection" and isinstance(value, Mapping):
+        if in_unit is not None and key in ("first", "last") and x is not None:
+            text = in_unit[0].fmt(x, in_unit[1])
+        elif in_unit is not None and key == "slope_per_step" and x is not None:
+            text = in_unit[0].fmt_slope(x, in_unit[1])
+        elif in_unit is not None and key == "projection" and isinstance(value, Mapping):
             level = value.get("value")
             if isinstance(level, (int, float)):
-                text = f"{unit[0].fmt(float(level), unit[1])} at step {value.get('step')}"
-        elif key == "slope_per_unit" and x is not None and tracks and unit is not None:
-            per = str(evidence.get("unit") or "1")
+                text = f"{in_unit[0].fmt(float(level), in_unit[1])} at step {value.get('step')}"
+        elif key == "slope_per_unit" and x is not None and tracks and in_unit is not None:
+            per = str(items.get("unit") or "1")
             text = (
-                f"{unit[0].fmt(x * _per_scale(per), unit[1])} per {per} "
-                f"{evidence.get('counter', '')}".rstrip()
-            )
-        elif key == "unit" and "slope_per_unit" in evidence and tracks and unit is not None:
+                f"{in_unit[0].fmt(x * _per_scale(per), in_unit[1])} per {per} {counter or ''}"
+            ).rstrip()
+        elif key == "unit" and "slope_per_unit" in items and tracks and in_unit is not None:
             continue  # said by the slope's row
         rows.append((label_of(key), text if text is not None else fmt_evidence(key, value)))
     return rows

@@ -8,7 +8,7 @@ the verdict (``change_point``, ``projection.step``, ``budget_step``) is a positi
 Method:
 
 1. **Clean.** Non-finite values are dropped; the others keep their positions, so ``fitted`` and
-   the projection stay on the input's positions (``evidence['n_dropped_nonfinite']``).
+   the projection stay on the input's positions (statistic ``n_dropped_nonfinite``).
    **Periodic spikes** (a checkpoint save or an eval every N steps) are left out next
    (:func:`_periodic_spikes`): at least :data:`SPIKE_MIN_COUNT` isolated high points, each
    :data:`SPIKE_Z` noise sigmas above both neighbours, which are on the base, at one period
@@ -425,7 +425,7 @@ def hold_newest(
     """``verdict`` (of ``values``, :func:`classify`), not accumulating when its growth rests on
     the newest point alone: without it the series is not judged to grow. The newest step is
     where one slow step (a checkpoint save, an evaluation) falls, and one slow step is not a
-    trend; ``evidence['newest_step_alone']`` says so, and the verdict of the run is
+    trend; the statistic ``newest_step_alone`` says so, and the verdict of the run is
     inconclusive until more steps confirm it. When the newest point is within the others'
     spread (:func:`_newest_stands_out` false) it is no slow step either: the fit that rests on
     it reads noise, and nothing is held. ``wsprof analyze`` and ``wsprof watch`` both
@@ -1451,7 +1451,7 @@ def _after_warmup(
     0.68, 0.93 ... 2.62 s) or as a warm-up that settled. When the first ``k`` points (``k <=``
     :data:`WARMUP_MAX_POINTS`) are each above every later point and at least
     :data:`WARMUP_MIN_TAIL` points follow, the later points are classified alone; when they
-    accumulate, that verdict is returned with ``evidence['warmup_points'] = k`` (their
+    accumulate, that verdict is returned with the statistic ``warmup_points = k`` (their
     ``fitted`` and projection are the later points' model, at every step). Otherwise the first
     verdict stands. Only a start above everything after it qualifies: a start inside the range
     of the rest is part of the curve.

@@ -150,10 +150,10 @@ def on_every_step(verdict: GrowthVerdict, judged: Series, full: Series) -> Growt
     already. ``evidence`` says how it was judged (``judged_points``, ``steps_per_point``)."""
     width = math.ceil(len(full.values) / len(judged.values))
     last = len(full.values) - 1
-    evidence = dict(verdict.evidence)
-    if "warmup_points" in evidence:
-        evidence["warmup_points"] = min(int(evidence["warmup_points"]) * width, last)
-    evidence.update(judged_points=len(judged.values), steps_per_point=width)
+    stats = dict(verdict.evidence)
+    if verdict.judged_from:
+        stats["warmup_points"] = min(verdict.judged_from * width, last)
+    stats.update(judged_points=len(judged.values), steps_per_point=width)
     fitted = np.interp(
         np.asarray(full.steps, dtype=np.float64),
         np.asarray(judged.steps, dtype=np.float64),
@@ -165,7 +165,7 @@ def on_every_step(verdict: GrowthVerdict, judged: Series, full: Series) -> Growt
             None if verdict.change_point is None else min(verdict.change_point * width, last)
         ),
         fitted=tuple(float(v) for v in fitted),
-        evidence=evidence,
+        evidence=stats,
     )
 
 

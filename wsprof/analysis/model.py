@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wsprof.analysis.coverage_model import Coverage
+from wsprof.analysis.evidence import Evidence
 from wsprof.contracts.overhead import SelfOverhead
 from wsprof.contracts.series import Series
 from wsprof.contracts.units import Unit, fmt_duration
@@ -86,7 +87,7 @@ class GrowthVerdict:
             last points for very short series); None when the series is not positive.
         change_point: *position* (index into the values, and into ``Series.steps``) of the first
             point after a level change (step_change / warmup); its step number is
-            ``steps[change_point]`` (also ``evidence['change_point_step']``).
+            ``steps[change_point]`` (also the statistic ``change_point_step``).
         fitted: the chosen model evaluated at every point (for plots), same length as the input.
         projection: the chosen model at ``projection.step``, a step number (growing shapes only).
         budget_step: first step number at which the projection crosses the given budget, if any.
@@ -113,12 +114,30 @@ class GrowthVerdict:
     spike_steps: tuple[int, ...] = ()
     spike_period: int | None = None
 
+    def _stat(self, name: str) -> float | None:
+        """One of the classifier's statistics (:mod:`wsprof.analysis.growth`), None if absent:
+        the one place their names are read; others use the typed properties below."""
+        value = self.evidence.get(name)
+        return float(value) if value is not None else None
+
     @property
     def judged_from(self) -> int:
         """Position of the first point the verdict judged: after a slow start that was left
-        out (``evidence['warmup_points']``, :func:`wsprof.analysis.growth.classify`), else 0.
+        out (statistic ``warmup_points``, :func:`wsprof.analysis.growth.classify`), else 0.
         A first-to-last comparison starts there."""
-        return int(self.evidence.get("warmup_points", 0))
+        return int(self._stat("warmup_points") or 0)
+
+    @property
+    def newest_step_alone(self) -> bool:
+        """True when growth rested on the newest step alone and the verdict waits for more
+        (:func:`wsprof.analysis.growth.hold_newest`)."""
+        return bool(self._stat("newest_step_alone"))
+
+    @property
+    def slope_lo(self) -> float | None:
+        """Low end of the Theil-Sen slope's confidence interval, series unit per step; None
+        for a series too short for the interval."""
+        return self._stat("theil_sen_slope_lo")
 
 
 @dataclass(frozen=True)
@@ -137,7 +156,8 @@ class Finding:
         kind: rule name (``accumulating_slowdown``, ``between_layers``, ...).
         severity: 'info' | 'warning' | 'critical'.
         title: one line, with the number that matters.
-        evidence: the numbers behind it.
+        evidence: the numbers behind it, typed by its rule (:class:`~wsprof.analysis.evidence.
+            Evidence`; its JSON is ``evidence.as_dict()``).
         where: a place (``file:line``, a function, a rank) or None.
         next_step: what to do about it.
         id: ``F1``, ``F2``, ... in the analysis's order (most severe first), set by
@@ -147,7 +167,7 @@ class Finding:
     kind: str
     severity: str
     title: str
-    evidence: dict[str, Any]
+    evidence: Evidence
     where: str | None
     next_step: str
     id: str = ""

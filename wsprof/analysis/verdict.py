@@ -44,7 +44,7 @@ def _reasons(a: Analysis) -> list[str]:
     held = [
         r.series.name
         for r in a.series
-        if r.verdict.evidence.get("newest_step_alone")
+        if r.verdict.newest_step_alone
         and r.series.name in TIME_SERIES
         and _material(r, by_name)
         and explained_by_workload(r, by_name) is None  # a longer rollout is no trend either

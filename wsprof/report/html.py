@@ -368,7 +368,7 @@ def ranks_view(analysis: Analysis) -> Markup | None:
         return None
     steps = sorted({s for r in ranks for s in r.steps})
     values = [[dict(zip(r.steps, r.weight_sync_s)).get(s) for s in steps] for r in ranks]
-    named = {str(f.evidence.get("label")) for f in analysis.findings if f.kind == OUTLIER_RANK}
+    named = {f.evidence.process_named() for f in analysis.findings if f.kind == OUTLIER_RANK}
     labels = [r.label for r in ranks]
     return _svg(figures.ranks_figure(labels, steps, values, [x for x in labels if x in named]))
 
@@ -664,10 +664,9 @@ def render_html(analysis: Analysis) -> str:
     primary = analysis.primary
     per_step = counter_steps(analysis)
     named = [f.where for f in analysis.findings if f.where]
-    # A finding names a process in its evidence: ``label``/``rank`` (outlier_rank) or
-    # ``process`` (gpu_idle_during_sync).
-    labels = {str(f.evidence.get(k)) for f in analysis.findings for k in ("label", "process")}
-    ranks = {f.evidence.get("rank") for f in analysis.findings}
+    # A finding names a process in its evidence (outlier_rank, gpu_idle_during_sync).
+    labels = {f.evidence.process_named() for f in analysis.findings} - {None}
+    ranks = {f.evidence.rank_named() for f in analysis.findings} - {None}
 
     def drawn(i: int, p: ProcessAnalysis) -> bool:
         return (

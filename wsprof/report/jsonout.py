@@ -158,7 +158,7 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
             "kind": f.kind,
             "severity": f.severity,
             "title": f.title,
-            "evidence": f.evidence,
+            "evidence": f.evidence.as_dict(),
             "rows": [
                 {"label": k, "value": v}
                 for k, v in evidence_rows(

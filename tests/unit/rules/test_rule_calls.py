@@ -7,9 +7,9 @@ import pytest
 import rule_kit
 
 from wsprof.analysis.bucketing import BUCKET_BYTES
-from wsprof.analysis.model import CallCostModel, OpStats, ProcessAnalysis, WrapperFact
+from wsprof.analysis.model import CallCostModel, Finding, OpStats, ProcessAnalysis, WrapperFact
 from wsprof.analysis.rules.base import SLOWDOWN_MATERIAL_SHARE
-from wsprof.analysis.rules.calls import PerCallVsCallCount
+from wsprof.analysis.rules.calls import CallCountEvidence, PerCallEvidence, PerCallVsCallCount
 from wsprof.contracts.series import (
     COLLECTIVE_CALLS,
     STEP_S,
@@ -22,6 +22,16 @@ pytestmark = pytest.mark.pure
 
 PC = PerCallVsCallCount()
 N = 10
+
+
+def _count(f: Finding) -> CallCountEvidence:
+    assert isinstance(f.evidence, CallCountEvidence)
+    return f.evidence
+
+
+def _per_call(f: Finding) -> PerCallEvidence:
+    assert isinstance(f.evidence, PerCallEvidence)
+    return f.evidence
 
 
 def _linear(first: float, slope: float, n: int = N) -> list[float]:
@@ -69,9 +79,9 @@ def test_growing_call_count_is_a_warning_with_a_bucketing_estimate() -> None:
     assert [f.kind for f in found] == ["call_count_growth"]
     [f] = found
     assert f.severity == "warning"
-    assert f.evidence["slope_per_step"] == pytest.approx(10.0)
-    assert f.evidence["fixed_us_per_call"] == pytest.approx(100.0)
-    assert f.evidence["bucketing"] == pytest.approx(
+    assert _count(f).slope_per_step == pytest.approx(10.0)
+    assert _count(f).fixed_us_per_call == pytest.approx(100.0)
+    assert _count(f).bucketing == pytest.approx(
         {"buckets": 2.0, "calls": 190.0, "saved_s": (190 - 2) * 100.0 / 1e6}
     )
     flat = rule_kit.judged(COLLECTIVE_CALLS, [100] * N, unit=Unit.COUNT)
@@ -87,9 +97,16 @@ def test_slower_calls_while_the_sync_grows_are_a_warning_naming_the_op() -> None
     assert f.kind == "per_call_growth"
     assert f.severity == "warning"
     assert f.where == "broadcast"
-    assert f.evidence["broadcast"]["first_us"] == pytest.approx(100)
-    assert f.evidence["broadcast"]["last_us"] == pytest.approx(280)
-    assert f.evidence["broadcast"]["slope_us_per_step"] == pytest.approx(20)
+    growth = _per_call(f).ops["broadcast"]
+    assert growth.first_us == pytest.approx(100)
+    assert growth.last_us == pytest.approx(280)
+    assert growth.slope_us_per_step == pytest.approx(20)
+    # Its JSON keeps the old flat shape: one object per op, then the bucketing estimate.
+    doc = f.evidence.as_dict()
+    assert list(doc) == ["broadcast", "bucketing"]
+    assert doc["broadcast"] == pytest.approx(
+        {"first_us": 100, "last_us": 280, "slope_us_per_step": 20}
+    )
     assert "calls per step stay at 100" in f.title
 
 

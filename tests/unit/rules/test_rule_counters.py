@@ -7,7 +7,7 @@ import pytest
 import rule_kit
 from scipy import stats
 
-from wsprof.analysis.model import SeriesResult
+from wsprof.analysis.model import Finding, SeriesResult
 from wsprof.analysis.rules import counters
 from wsprof.analysis.rules.counters import (
     CORRELATION_MAX_FINDINGS,
@@ -15,7 +15,9 @@ from wsprof.analysis.rules.counters import (
     MEMORY_HORIZON,
     MEMORY_MATERIAL_SHARE,
     CounterCorrelation,
+    CounterCorrelationEvidence,
     CounterGrowth,
+    CounterGrowthEvidence,
 )
 from wsprof.contracts.counters import cuda_counter, proc_counter
 from wsprof.contracts.series import BETWEEN_LAYERS_S, WEIGHT_SYNC_S, counter_key, op_median_key
@@ -47,6 +49,18 @@ def _linear(first: float, slope: float, n: int = N) -> list[float]:
     return [first + slope * i for i in range(n)]
 
 
+def _corr(f: Finding) -> CounterCorrelationEvidence:
+    """A counter_correlation finding's evidence, typed."""
+    assert isinstance(f.evidence, CounterCorrelationEvidence)
+    return f.evidence
+
+
+def _growth(f: Finding) -> CounterGrowthEvidence:
+    """A memory_growth finding's evidence, typed."""
+    assert isinstance(f.evidence, CounterGrowthEvidence)
+    return f.evidence
+
+
 # ----------------------------------------------------------------------------- correlation
 
 
@@ -58,12 +72,22 @@ def test_a_counter_that_grows_with_the_weight_sync_is_named_with_its_cost_per_un
     assert len(found) == 1
     f = found[0]
     assert (f.kind, f.severity, f.where) == ("counter_correlation", "warning", MAPPINGS)
-    assert f.evidence["counter"] == MAPPINGS
-    assert f.evidence["series"] == WEIGHT_SYNC_S
-    assert f.evidence["spearman_rho"] == pytest.approx(1.0)
-    assert f.evidence["slope_per_unit"] == pytest.approx(0.01)  # 0.1 s per 10 mappings
-    assert f.evidence["unit"] == "1,000"  # a count is reported per 1,000
-    assert f.evidence["r_squared"] == pytest.approx(1.0)
+    ev = _corr(f)
+    assert ev.counter == MAPPINGS
+    assert ev.series == WEIGHT_SYNC_S
+    assert ev.spearman_rho == pytest.approx(1.0)
+    assert ev.slope_per_unit == pytest.approx(0.01)  # 0.1 s per 10 mappings
+    assert ev.unit == "1,000"  # a count is reported per 1,000
+    assert ev.r_squared == pytest.approx(1.0)
+    assert (ev.series_named(), ev.counter_named()) == (WEIGHT_SYNC_S, MAPPINGS)
+    assert list(ev.as_dict()) == [
+        "counter",
+        "series",
+        "spearman_rho",
+        "slope_per_unit",
+        "unit",
+        "r_squared",
+    ]
 
 
 def test_a_bytes_counter_is_reported_per_gib_and_an_op_latency_is_a_target() -> None:
@@ -72,8 +96,8 @@ def test_a_bytes_counter_is_reported_per_gib_and_an_op_latency_is_a_target() -> 
     )
     allocated = _counter(ALLOCATED, _linear(GIB, 0.25 * GIB), unit=Unit.BYTES)
     found = rule_kit.match(CounterCorrelation(), rule_kit.facts([latency, allocated]))
-    assert [f.evidence["series"] for f in found] == [op_median_key("broadcast")]
-    assert found[0].evidence["unit"] == "GiB"
+    assert [_corr(f).series for f in found] == [op_median_key("broadcast")]
+    assert _corr(found[0]).unit == "GiB"
     assert "broadcast per-call latency" in found[0].title
 
 
@@ -90,7 +114,7 @@ def test_a_noisy_counter_below_the_rho_threshold_is_not_a_correlation(
     assert rule_kit.match(CounterCorrelation(), f) == []
     # At the threshold (rho >= CORRELATION_RHO) it is reported; just above it, not.
     monkeypatch.setattr(counters, "CORRELATION_RHO", rho)
-    assert [x.evidence["spearman_rho"] for x in rule_kit.match(CounterCorrelation(), f)] == [
+    assert [_corr(x).spearman_rho for x in rule_kit.match(CounterCorrelation(), f)] == [
         pytest.approx(rho)
     ]
     monkeypatch.setattr(counters, "CORRELATION_RHO", rho + 1e-9)
@@ -120,7 +144,7 @@ def test_no_correlation_without_growth_on_both_sides_or_for_a_non_gauge() -> Non
     assert rule.match(rule_kit.facts([_sync(), probe_cost])) == []
     # The time between layers is a target of its own.
     found = rule.match(rule_kit.facts([between, _counter(MAPPINGS, growing)]))
-    assert [f.evidence["series"] for f in found] == [BETWEEN_LAYERS_S]
+    assert [_corr(f).series for f in found] == [BETWEEN_LAYERS_S]
 
 
 def test_at_most_the_strongest_correlations_are_reported() -> None:
@@ -134,8 +158,8 @@ def test_at_most_the_strongest_correlations_are_reported() -> None:
     assert len(rule_kit.match(CounterCorrelation(), rule_kit.facts([sync, weaker]))) == 1
     found = rule_kit.match(CounterCorrelation(), rule_kit.facts([sync, weaker, *perfect]))
     assert len(found) == CORRELATION_MAX_FINDINGS
-    assert "my.cache_objects" not in [f.evidence["counter"] for f in found]
-    assert all(f.evidence["spearman_rho"] == pytest.approx(1.0) for f in found)
+    assert "my.cache_objects" not in [_corr(f).counter for f in found]
+    assert all(_corr(f).spearman_rho == pytest.approx(1.0) for f in found)
 
 
 # ----------------------------------------------------------------------------- growth
@@ -153,11 +177,21 @@ def test_gpu_memory_growth_names_the_step_it_reaches_the_gpus_total() -> None:
     # Room for 100 more steps: a warning, with the step of the out-of-memory.
     far = rule.match(rule_kit.facts([allocated, _gpu_total(last + 100 * slope)]))
     assert [(f.kind, f.severity, f.where) for f in far] == [("memory_growth", "warning", ALLOCATED)]
-    ev = far[0].evidence
-    assert ev["steps_to_oom"] == pytest.approx(100.0)
-    assert ev["oom_step"] == pytest.approx(N - 1 + 100)
-    assert ev["gpu_total_bytes"] == last + 100 * slope
-    assert (ev["first"], ev["last"], ev["kind"]) == (GIB, last, "bytes")
+    ev = _growth(far[0])
+    assert ev.steps_to_oom == pytest.approx(100.0)
+    assert ev.oom_step == pytest.approx(N - 1 + 100)
+    assert ev.gpu_total_bytes == last + 100 * slope
+    assert (ev.first, ev.last, ev.kind) == (GIB, last, "bytes")
+    assert list(ev.as_dict()) == [
+        "counter",
+        "slope_per_step",
+        "first",
+        "last",
+        "kind",
+        "gpu_total_bytes",
+        "steps_to_oom",
+        "oom_step",
+    ]
     # Full within as many steps as were seen: critical; one step further: a warning.
     near = rule.match(rule_kit.facts([allocated, _gpu_total(last + N * slope)]))
     assert [f.severity for f in near] == ["critical"]
@@ -182,8 +216,8 @@ def test_rss_growth_is_judged_against_the_hosts_memory() -> None:
     def severity(steps_left: int) -> list[str]:
         host = _counter(host_key, [last + steps_left * slope] * N, unit=Unit.BYTES)
         found = CounterGrowth().match(rule_kit.facts([rss, host]))
-        assert [f.evidence["counter"] for f in found] == [RSS]  # the flat total is no growth
-        assert found[0].evidence["steps_to_host"] == pytest.approx(steps_left)
+        assert [_growth(f).counter for f in found] == [RSS]  # the flat total is no growth
+        assert _growth(found[0]).steps_to_host == pytest.approx(steps_left)
         return [f.severity for f in found]
 
     assert severity(MEMORY_HORIZON * N) == ["warning"]
@@ -215,9 +249,17 @@ def test_only_held_gauges_that_grow_are_memory_growth() -> None:
         _counter(proc_counter("open_fds"), [100.0] * N),  # flat
     ]
     found = CounterGrowth().match(rule_kit.facts(series))
-    assert [(f.where, f.severity, f.evidence["kind"]) for f in found] == [
+    assert [(f.where, f.severity, _growth(f).kind) for f in found] == [
         (MAPPINGS, "warning", "resource_count")
     ]
-    assert found[0].evidence["slope_per_step"] == pytest.approx(10.0)
+    assert _growth(found[0]).slope_per_step == pytest.approx(10.0)
+    # Neither the host's nor the GPU's memory is known: only the keys every growth has.
+    assert list(found[0].evidence.as_dict()) == [
+        "counter",
+        "slope_per_step",
+        "first",
+        "last",
+        "kind",
+    ]
     # Only the counters the facts name are judged.
     assert CounterGrowth().match(rule_kit.facts(series, counter_series=())) == []

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import rule_kit
 
-from wsprof.analysis.model import FrameShift, HotFrame, WindowShift, WindowSummary
+from wsprof.analysis.model import Finding, FrameShift, HotFrame, WindowShift, WindowSummary
 from wsprof.analysis.rules import frames
 from wsprof.analysis.rules.base import FRAME_SHIFT_MIN_CHANGE
 from wsprof.analysis.rules.frames import (
@@ -15,6 +15,8 @@ from wsprof.analysis.rules.frames import (
     FRAME_SHIFT_WARN_LATE_SHARE,
     HOT_FRAME_SHARE,
     EarlyLateShift,
+    FrameShiftEvidence,
+    HotFrameEvidence,
 )
 
 pytestmark = pytest.mark.pure
@@ -30,6 +32,12 @@ def _window(common: str | None) -> WindowSummary:
     return WindowSummary(0, rule_kit.S, 100, 100, None, common, {}, None, None)
 
 
+def _hot_ev(f: Finding) -> HotFrameEvidence:
+    """A hot_frame finding's evidence, typed."""
+    assert isinstance(f.evidence, HotFrameEvidence)
+    return f.evidence
+
+
 # ----------------------------------------------------------------------------- hot frame
 
 
@@ -42,10 +50,20 @@ def test_a_function_with_the_hot_share_is_named_at_its_hottest_line() -> None:
     assert [(f.kind, f.severity, f.where) for f in found] == [
         ("hot_frame", "info", "probe (sync.py:10)")
     ]
-    ev = found[0].evidence
-    assert (ev["samples"], ev["total"], ev["process"]) == (at, TOTAL, "rank 0")
-    assert ev["share"] == pytest.approx(HOT_FRAME_SHARE)
-    assert ev["hottest_line"] == "probe (sync.py:10)"
+    ev = _hot_ev(found[0])
+    assert (ev.samples, ev.total, ev.process) == (at, TOTAL, "rank 0")
+    assert ev.share == pytest.approx(HOT_FRAME_SHARE)
+    assert ev.hottest_line == "probe (sync.py:10)"
+    assert ev.process_named() == "rank 0"
+    # No window has a common frame: its keys are left out.
+    assert list(ev.as_dict()) == [
+        "process",
+        "samples",
+        "total",
+        "share",
+        "windows",
+        "hottest_line",
+    ]
 
 
 def test_no_hot_frame_just_below_the_share() -> None:
@@ -65,7 +83,7 @@ def test_the_lines_of_one_function_add_up() -> None:
         )
     )
     (f,) = frames.HotFrame().match(rule_kit.facts(processes=[pa]))
-    assert f.evidence["samples"] == 2 * line - 1
+    assert _hot_ev(f).samples == 2 * line - 1
     assert f.where == "probe (sync.py:10)"
     assert "probe (sync.py)" in f.title and "most at probe (sync.py:10)" in f.title
 
@@ -79,15 +97,17 @@ def test_the_common_frame_of_most_windows_is_given() -> None:
     )
     pa = rule_kit.process(hot_frames=_hot(("probe (sync.py:10)", TOTAL)), windows=windows)
     (f,) = frames.HotFrame().match(rule_kit.facts(processes=[pa]))
-    assert f.evidence["common_frame"] == "sync (ws.py)"
-    assert (f.evidence["common_frame_windows"], f.evidence["windows"]) == (2, 4)
+    ev = _hot_ev(f)
+    assert ev.common_frame == "sync (ws.py)"
+    assert (ev.common_frame_windows, ev.windows) == (2, 4)
+    assert list(ev.as_dict())[-2:] == ["common_frame", "common_frame_windows"]
     # A tie goes to the first name in order.
     tie = rule_kit.process(
         hot_frames=_hot(("probe (sync.py:10)", TOTAL)),
         windows=(_window("zz (b.py)"), _window("aa (a.py)")),
     )
     (g,) = frames.HotFrame().match(rule_kit.facts(processes=[tie]))
-    assert g.evidence["common_frame"] == "aa (a.py)"
+    assert _hot_ev(g).common_frame == "aa (a.py)"
 
 
 def test_no_hot_frame_without_samples() -> None:
@@ -121,9 +141,11 @@ def test_a_frame_that_takes_most_samples_is_a_warning() -> None:
     (f,) = EarlyLateShift().match(rule_kit.facts(processes=[rule_kit.process(shift=sh)]))
     assert (f.kind, f.severity, f.where) == ("frame_shift", "warning", "probe (sync.py)")
     ev = f.evidence
-    assert ev["change"] == pytest.approx(FRAME_SHIFT_WARN_LATE_SHARE - 0.25)
-    assert (ev["k_windows"], ev["windows"]) == (3, 9)
-    assert ev["lost"] == [{"frame": "train (t.py)", "early_share": 0.75, "late_share": 0.25}]
+    assert isinstance(ev, FrameShiftEvidence)
+    assert ev.change == pytest.approx(FRAME_SHIFT_WARN_LATE_SHARE - 0.25)
+    assert (ev.k_windows, ev.windows) == (3, 9)
+    assert ev.lost == [{"frame": "train (t.py)", "early_share": 0.75, "late_share": 0.25}]
+    assert ev.as_dict()["lost"] == ev.lost and ev.process_named() == "rank 0"
     assert "the first 3 windows" in f.title and "train (t.py) lost most" in f.title
     # Gaining as much but still under half of the samples: information.
     late = FRAME_SHIFT_WARN_LATE_SHARE - 0.01

@@ -9,14 +9,16 @@ from dataclasses import replace
 import pytest
 import rule_kit
 
-from wsprof.analysis.model import GpuUtil
+from wsprof.analysis.model import Finding, GpuUtil
 from wsprof.analysis.rules.base import MATERIAL_STEP_SHARE
 from wsprof.analysis.rules.gaps import (
     GAP_SHARE,
     GPU_IDLE_MIN_SYNC_SHARE,
     GPU_IDLE_PCT,
     Gaps,
+    GapsEvidence,
     GpuIdleDuringSync,
+    GpuIdleEvidence,
 )
 from wsprof.contracts.series import STEP_S, SYNC_GAP_S, WEIGHT_SYNC_S, Series
 from wsprof.contracts.units import Unit
@@ -27,6 +29,16 @@ GAPS = Gaps()
 IDLE = GpuIdleDuringSync()
 N = 10
 SITE = "push_weights (trainer.py:88)"
+
+
+def _gaps(f: Finding) -> GapsEvidence:
+    assert isinstance(f.evidence, GapsEvidence)
+    return f.evidence
+
+
+def _idle(f: Finding) -> GpuIdleEvidence:
+    assert isinstance(f.evidence, GpuIdleEvidence)
+    return f.evidence
 
 
 def _linear(first: float, slope: float, n: int = N) -> list[float]:
@@ -44,9 +56,9 @@ def test_a_flat_gap_share_at_the_threshold_is_information_and_below_it_nothing()
     assert f.kind == "gaps"
     assert f.severity == "info"
     assert f.where == SITE
-    assert f.evidence["median_gap_share"] == pytest.approx(GAP_SHARE)
-    assert f.evidence["accumulating"] is False
-    assert f.evidence["caller"] == SITE
+    assert _gaps(f).median_gap_share == pytest.approx(GAP_SHARE)
+    assert _gaps(f).accumulating is False
+    assert _gaps(f).caller == SITE
     assert GAPS.match(rule_kit.facts([below, sync])) == []
 
 
@@ -58,11 +70,11 @@ def test_a_material_growing_gap_is_a_warning_without_a_caller_named_by_phase() -
     [f] = GAPS.match(rule_kit.facts([gap, sync]))
     assert f.severity == "warning"
     assert f.where == "weight_sync phase"
-    assert f.evidence["accumulating"] is True
-    assert f.evidence["first_s"] == pytest.approx(0.01)
-    assert f.evidence["last_s"] == pytest.approx(0.1)
-    assert f.evidence["caller"] is None
-    assert f.evidence["median_gap_share"] < GAP_SHARE  # reported for its growth alone
+    assert _gaps(f).accumulating is True
+    assert _gaps(f).first_s == pytest.approx(0.01)
+    assert _gaps(f).last_s == pytest.approx(0.1)
+    assert _gaps(f).caller is None
+    assert _gaps(f).median_gap_share < GAP_SHARE  # reported for its growth alone
 
 
 def test_growth_small_against_the_sync_is_no_finding_and_small_against_a_step_is_info() -> None:
@@ -115,10 +127,10 @@ def test_gpus_idle_at_the_threshold_during_a_long_sync_are_a_warning_per_process
     assert f.kind == "gpu_idle_during_sync"
     assert f.severity == "warning"
     assert f.where == "rank 0"
-    assert f.evidence["sync_util_pct"] == pytest.approx(GPU_IDLE_PCT)
-    assert f.evidence["other_util_pct"] == pytest.approx(80.0)
-    assert f.evidence["samples"] == 50
-    assert f.evidence["sync_share"] == pytest.approx(0.5)
+    assert _idle(f).sync_util_pct == pytest.approx(GPU_IDLE_PCT)
+    assert _idle(f).other_util_pct == pytest.approx(80.0)
+    assert _idle(f).samples == 50
+    assert _idle(f).sync_share == pytest.approx(0.5)
 
 
 def test_idle_gpus_during_a_short_sync_or_without_samples_or_steps_are_no_finding() -> None:
@@ -138,5 +150,5 @@ def test_idle_gpus_during_a_short_sync_or_without_samples_or_steps_are_no_findin
         assert IDLE.match(rule_kit.facts(processes=[pa_])) == []
     assert IDLE.match(rule_kit.facts()) == []
     [f] = IDLE.match(rule_kit.facts(processes=[just_long]))
-    assert f.evidence["other_util_pct"] is None
+    assert _idle(f).other_util_pct is None
     assert "outside it" not in f.title

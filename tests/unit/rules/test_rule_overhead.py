@@ -7,12 +7,19 @@ from __future__ import annotations
 import pytest
 import rule_kit
 
+from wsprof.analysis.model import Finding
 from wsprof.analysis.rules.overhead import SelfOverhead as SelfOverheadRule
+from wsprof.analysis.rules.overhead import SelfOverheadEvidence
 from wsprof.contracts.overhead import ProbeBudget, SelfOverhead
 
 pytestmark = pytest.mark.pure
 
 RULE = SelfOverheadRule()
+
+
+def _ev(f: Finding) -> SelfOverheadEvidence:
+    assert isinstance(f.evidence, SelfOverheadEvidence)
+    return f.evidence
 
 
 def test_no_process_is_no_finding() -> None:
@@ -27,10 +34,10 @@ def test_a_clean_process_is_information_with_its_writer_time() -> None:
     assert f.severity == "info"
     assert f.where is None
     assert f.next_step == "nothing to do"
-    assert f.evidence["flush_s"] == pytest.approx(1.5)
-    assert f.evidence["hooks_s"] == 0.0
-    assert f.evidence["hook_ns_per_call"] == []
-    assert f.evidence["probe_share"] is None
+    assert _ev(f).flush_s == pytest.approx(1.5)
+    assert _ev(f).hooks_s == 0.0
+    assert _ev(f).hook_ns_per_call == []
+    assert _ev(f).probe_share is None
     assert "1.50 s" in f.title
 
 
@@ -47,11 +54,11 @@ def test_losses_and_errors_are_summed_over_processes_into_a_warning() -> None:
     )
     [f] = RULE.match(f_)
     assert f.severity == "warning"
-    ev = f.evidence
-    assert (ev["dropped_calls"], ev["lost_calls"]) == (3, 1)
-    assert (ev["internal_errors"], ev["write_errors"]) == (2, 4)
-    assert ev["flush_s"] == pytest.approx(3.0)
-    assert ev["first_errors"] == errors[:5]
+    ev = _ev(f)
+    assert (ev.dropped_calls, ev.lost_calls) == (3, 1)
+    assert (ev.internal_errors, ev.write_errors) == (2, 4)
+    assert ev.flush_s == pytest.approx(3.0)
+    assert ev.first_errors == errors[:5]
     assert "dropped 3 calls" in f.title
     assert f.next_step != "nothing to do"
 
@@ -74,7 +81,7 @@ def test_forgotten_async_calls_alone_are_counted_but_stay_information() -> None:
     own = SelfOverhead(forgotten_async=5)
     [f] = RULE.match(rule_kit.facts(processes=[rule_kit.process(self_overhead=own)]))
     assert f.severity == "info"
-    assert f.evidence["forgotten_async"] == 5
+    assert _ev(f).forgotten_async == 5
 
 
 def test_hook_and_probe_costs_are_measured_against_steps_and_wall_time() -> None:
@@ -90,11 +97,11 @@ def test_hook_and_probe_costs_are_measured_against_steps_and_wall_time() -> None
         self_overhead=SelfOverhead(hook_ns_per_call=500, probes=ProbeBudget(spent_ns=9e9)),
     )
     [f] = RULE.match(rule_kit.facts(processes=[pa, unbudgeted]))
-    ev = f.evidence
-    assert ev["hooks_s"] == pytest.approx(2.0)  # the second process recorded no calls
-    assert ev["hook_ns_per_call"] == [2000, 500]
-    assert ev["probe_s"] == pytest.approx(0.5)  # a probe record without a share is left out
-    assert ev["probe_share"] == pytest.approx(0.01)
+    ev = _ev(f)
+    assert ev.hooks_s == pytest.approx(2.0)  # the second process recorded no calls
+    assert ev.hook_ns_per_call == [2000, 500]
+    assert ev.probe_s == pytest.approx(0.5)  # a probe record without a share is left out
+    assert ev.probe_share == pytest.approx(0.01)
     assert "1.00% of step time" in f.title
     assert "2.0 µs per call" in f.title
     assert f.severity == "info"

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import rule_kit
 
-from wsprof.analysis.model import ProcessAnalysis, WindowSummary
+from wsprof.analysis.model import Finding, ProcessAnalysis, WindowSummary
 from wsprof.analysis.rules.phases import (
     HIGH_ROLLOUT_SHARE,
     LOW_ROLLOUT_SHARE,
@@ -17,7 +17,9 @@ from wsprof.analysis.rules.phases import (
     SAMPLED_SHARE_MIN_SHIFT,
     SAMPLED_SHARE_MIN_WINDOWS,
     RolloutShare,
+    RolloutShareEvidence,
     SampledPhaseShare,
+    SampledShareEvidence,
 )
 from wsprof.contracts.series import WEIGHT_SYNC_S, WINDOW_WEIGHT_SYNC_SHARE
 from wsprof.contracts.units import Unit
@@ -26,6 +28,18 @@ pytestmark = pytest.mark.pure
 
 N = 8  # steps
 STEP_S = 10.0
+
+
+def _rollout_ev(f: Finding) -> RolloutShareEvidence:
+    """A rollout_share finding's evidence, typed."""
+    assert isinstance(f.evidence, RolloutShareEvidence)
+    return f.evidence
+
+
+def _sampled_ev(f: Finding) -> SampledShareEvidence:
+    """A sampled_phase_share finding's evidence, typed."""
+    assert isinstance(f.evidence, SampledShareEvidence)
+    return f.evidence
 
 
 # ----------------------------------------------------------------------------- rollout share
@@ -45,14 +59,22 @@ def _stepped(rollout_s: float | None, sync_s: float | None) -> ProcessAnalysis:
 def test_rollout_share_gives_the_two_headline_numbers_at_info() -> None:
     found = RolloutShare().match(rule_kit.facts(processes=[_stepped(2.0, 1.0)]))
     assert [(f.kind, f.severity, f.where) for f in found] == [("rollout_share", "info", "rank 0")]
-    ev = found[0].evidence
-    assert ev["steps"] == N
-    assert ev["median_step_s"] == pytest.approx(STEP_S)
-    assert ev["median_rollout_share"] == pytest.approx(0.2)
-    assert ev["median_weight_sync_s"] == pytest.approx(1.0)
-    assert ev["last_weight_sync_s"] == pytest.approx(1.0)
-    assert ev["median_weight_sync_share"] == pytest.approx(0.1)
-    assert "median_sync_wait_s" not in ev
+    ev = _rollout_ev(found[0])
+    assert ev.steps == N
+    assert ev.median_step_s == pytest.approx(STEP_S)
+    assert ev.median_rollout_share == pytest.approx(0.2)
+    assert ev.median_weight_sync_s == pytest.approx(1.0)
+    assert ev.last_weight_sync_s == pytest.approx(1.0)
+    assert ev.median_weight_sync_share == pytest.approx(0.1)
+    assert ev.median_sync_wait_s is None
+    assert list(ev.as_dict()) == [
+        "steps",
+        "median_step_s",
+        "median_rollout_share",
+        "median_weight_sync_s",
+        "last_weight_sync_s",
+        "median_weight_sync_share",
+    ]
     assert "rollout 20% of each step" in found[0].title
 
 
@@ -72,8 +94,10 @@ def test_rollout_share_reports_the_wait_for_slower_ranks_apart_from_the_own_sync
     pa = _stepped(2.0, 1.5)
     rows = tuple(dataclasses.replace(r, sync_wait_s=0.5) for r in pa.steps)
     (f,) = RolloutShare().match(rule_kit.facts(processes=[dataclasses.replace(pa, steps=rows)]))
-    assert f.evidence["median_weight_sync_s"] == pytest.approx(1.0)  # 1.5 s less 0.5 s waiting
-    assert f.evidence["median_sync_wait_s"] == pytest.approx(0.5)
+    ev = _rollout_ev(f)
+    assert ev.median_weight_sync_s == pytest.approx(1.0)  # 1.5 s less 0.5 s waiting
+    assert ev.median_sync_wait_s == pytest.approx(0.5)
+    assert list(ev.as_dict())[-1] == "median_sync_wait_s"
     assert "waiting for slower ranks" in f.title
 
 
@@ -120,15 +144,24 @@ def test_a_weight_sync_share_that_rises_by_the_minimum_shift_is_a_warning() -> N
     at = [low, low, 0.3, 0.4, low + SAMPLED_SHARE_MIN_SHIFT, low + SAMPLED_SHARE_MIN_SHIFT]
     (f,) = rule.match(rule_kit.facts(processes=[_sampled(at)]))
     assert (f.kind, f.severity, f.where) == ("sampled_phase_share", "warning", "rank 0")
-    ev = f.evidence
-    assert (ev["windows"], ev["k_windows"], ev["phase_source"]) == (6, 2, "verl")
-    assert ev["early_weight_sync_share"] == pytest.approx(low)
-    assert ev["late_weight_sync_share"] == pytest.approx(low + SAMPLED_SHARE_MIN_SHIFT)
-    assert ev["grows"] is True
+    ev = _sampled_ev(f)
+    assert (ev.windows, ev.k_windows, ev.phase_source) == (6, 2, "verl")
+    assert ev.early_weight_sync_share == pytest.approx(low)
+    assert ev.late_weight_sync_share == pytest.approx(low + SAMPLED_SHARE_MIN_SHIFT)
+    assert ev.grows is True
+    # No judged share series: its keys are left out, and ``grows`` comes last.
+    assert ev.shape is None and "shape" not in ev.as_dict()
+    assert list(ev.as_dict())[-4:] == [
+        "k_windows",
+        "early_weight_sync_share",
+        "late_weight_sync_share",
+        "grows",
+    ]
+    assert dict(rule.symptom_rows(f))["phase patterns"] == "verl"
     assert "rises per window" in f.title
     below = [*at[:4], at[4] - 0.01, at[5] - 0.01]
     (g,) = rule.match(rule_kit.facts(processes=[_sampled(below)]))
-    assert (g.severity, g.evidence["grows"]) == ("info", False)
+    assert (g.severity, _sampled_ev(g).grows) == ("info", False)
 
 
 def test_too_few_windows_or_none_active_are_not_judged() -> None:
@@ -136,7 +169,7 @@ def test_too_few_windows_or_none_active_are_not_judged() -> None:
     # 0 -> 90 % in the last window: judged from SAMPLED_SHARE_MIN_WINDOWS windows, not before.
     enough = [0.0] * (SAMPLED_SHARE_MIN_WINDOWS - 1) + [0.9]
     (f,) = rule.match(rule_kit.facts(processes=[_sampled(enough[1:])]))
-    assert f.severity == "info" and f.evidence["grows"] is False
+    assert f.severity == "info" and _sampled_ev(f).grows is False
     (g,) = rule.match(rule_kit.facts(processes=[_sampled(enough)]))
     assert g.severity == "warning"
     assert rule.match(rule_kit.facts(processes=[_sampled([0.1, 0.9], active=0)])) == []
@@ -159,6 +192,8 @@ def test_a_share_series_that_grows_by_the_minimum_rise_is_a_warning() -> None:
         assert series[0].verdict.accumulating
         f = rule_kit.facts(series if with_series else [], [_sampled(shares)])
         (found,) = SampledPhaseShare().match(f)
+        keys = list(found.evidence.as_dict())
+        assert ("fitted_rise" in keys) == with_series and keys[-1] == "grows"
         return found.severity
 
     rises_enough = SAMPLED_SHARE_MIN_RISE / 11 + 0.001  # fitted rise over 11 windows
@@ -175,7 +210,7 @@ def test_a_rising_share_is_information_where_the_timed_weight_sync_is_flat() -> 
     flat = rule_kit.judged(WEIGHT_SYNC_S, [1.0] * N)
     (f,) = SampledPhaseShare().match(rule_kit.facts([flat], [pa]))
     assert f.severity == "info"
-    assert f.evidence["grows"] is False
+    assert _sampled_ev(f).grows is False
     assert "the per-step weight-sync time does not grow" in f.title
     growing = rule_kit.judged(WEIGHT_SYNC_S, [1.0 + 0.1 * i for i in range(N)])
     assert [x.severity for x in SampledPhaseShare().match(rule_kit.facts([growing], [pa]))] == [

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import rule_kit
 
-from wsprof.analysis.model import RankSeries
+from wsprof.analysis.model import Finding, RankSeries
 from wsprof.analysis.rules.ranks import (
     OUTLIER_MAX_FINDINGS,
     OUTLIER_MAX_SHARE,
@@ -17,6 +17,7 @@ from wsprof.analysis.rules.ranks import (
     OUTLIER_MIN_RANKS,
     OUTLIER_OWN_GROWTH_SHARE,
     OUTLIER_Z,
+    OutlierEvidence,
     OutlierRank,
 )
 from wsprof.contracts.series import BETWEEN_LAYERS_S, WEIGHT_SYNC_S
@@ -24,6 +25,12 @@ from wsprof.contracts.series import BETWEEN_LAYERS_S, WEIGHT_SYNC_S
 pytestmark = pytest.mark.pure
 
 N = 10  # steps per rank
+
+
+def _ev(f: Finding) -> OutlierEvidence:
+    """An outlier_rank finding's evidence, typed."""
+    assert isinstance(f.evidence, OutlierEvidence)
+    return f.evidence
 
 
 def _rank(
@@ -70,21 +77,25 @@ def _ranks(
 def _match(ranks: Sequence[RankSeries]) -> list[tuple[str | None, list[str], str]]:
     found = OutlierRank().match(rule_kit.facts(ranks=ranks))
     assert all(f.kind == "outlier_rank" for f in found)
-    return [(f.where, f.evidence["reasons"], f.severity) for f in found]
+    return [(f.where, _ev(f).reasons, f.severity) for f in found]
 
 
 def test_a_rank_far_slower_than_the_others_is_an_outlier() -> None:
     ranks = _ranks(8, {5: _flat(2.0)})
     found = OutlierRank().match(rule_kit.facts(ranks=ranks))
     assert [(f.where, f.severity) for f in found] == [("rank 5 (host node-a, pid 4005)", "warning")]
-    ev = found[0].evidence
-    assert ev["reasons"] == ["level"]
-    assert ev["robust_z"] > OUTLIER_Z
-    assert ev["added_s"] == pytest.approx(
-        ev["median_weight_sync_s"] - ev["ranks_median_weight_sync_s"]
-    )
-    assert ev["added_s"] == pytest.approx(1.0, abs=0.01)
-    assert (ev["ranks"], ev["outlier_ranks"], ev["others_flat"]) == (8, 1, 7)
+    ev = _ev(found[0])
+    assert ev.reasons == ["level"]
+    assert ev.robust_z > OUTLIER_Z
+    assert ev.median_weight_sync_s is not None
+    assert ev.added_s == pytest.approx(ev.median_weight_sync_s - ev.ranks_median_weight_sync_s)
+    assert ev.added_s == pytest.approx(1.0, abs=0.01)
+    assert (ev.ranks, ev.outlier_ranks, ev.others_flat) == (8, 1, 7)
+    assert ev.process_named() == "rank 5"
+    # Without the own growth there is no wrapper key; outlier_ranks comes last.
+    keys = list(ev.as_dict())
+    assert "wrapper" not in keys and "own_growth_s" not in keys
+    assert keys[-2:] == ["added_s", "outlier_ranks"]
     assert "wsprof attach 4005" in found[0].next_step
 
 
@@ -126,10 +137,15 @@ def test_a_rank_whose_own_time_in_the_collectives_grows_is_named_with_the_wrappe
     own = [0.001 + per_step * i for i in range(N)]
     ranks[4] = _rank(4, sync, between=own)
     found = OutlierRank().match(rule_kit.facts(ranks=ranks))
-    assert [f.evidence["reasons"] for f in found] == [["own_growth"]]
-    ev = found[0].evidence
-    assert ev["own_growth_s"] == pytest.approx(growth + 0.01)
-    assert ev["wrapper"] is None
+    assert [_ev(f).reasons for f in found] == [["own_growth"]]
+    ev = _ev(found[0])
+    assert ev.own_growth_s == pytest.approx(growth + 0.01)
+    assert ev.wrapper is None
+    # With the own growth the wrapper is in the JSON, null when none was found, after added_s.
+    keys = list(ev.as_dict())
+    assert ev.as_dict()["wrapper"] is None
+    assert keys[-3:] == ["added_s", "wrapper", "outlier_ranks"]
+    assert keys.index("others_median_between_layers_s") < keys.index("added_s")
     assert "around the collectives" in found[0].next_step
     # A rise short of the share of its weight-sync time is not the rank's own.
     per_step = (growth - 0.01) / (N - 1)
@@ -155,9 +171,11 @@ def test_at_most_the_worst_outliers_are_listed_and_the_rest_counted() -> None:
     odd = {i: _flat(2.0 + 0.1 * i) for i in range(OUTLIER_MAX_FINDINGS + 1)}
     found = OutlierRank().match(rule_kit.facts(ranks=_ranks(n, odd)))
     assert len(found) == OUTLIER_MAX_FINDINGS
-    added = [f.evidence["added_s"] for f in found]
+    added = [_ev(f).added_s for f in found]
     assert added == sorted(added, reverse=True)  # worst first
-    assert [f.evidence["rank"] for f in found] == list(range(OUTLIER_MAX_FINDINGS, 0, -1))
-    assert all(f.evidence["outlier_ranks"] == OUTLIER_MAX_FINDINGS + 1 for f in found)
-    assert found[-1].evidence["more_outlier_ranks"] == ["rank 0 (host node-a, pid 4000)"]
+    assert [_ev(f).rank for f in found] == list(range(OUTLIER_MAX_FINDINGS, 0, -1))
+    assert all(_ev(f).outlier_ranks == OUTLIER_MAX_FINDINGS + 1 for f in found)
+    assert _ev(found[-1]).more_outlier_ranks == ["rank 0 (host node-a, pid 4000)"]
+    assert list(found[-1].evidence.as_dict())[-2:] == ["more_outlier_ranks", "outlier_ranks"]
+    assert all("more_outlier_ranks" not in f.evidence.as_dict() for f in found[:-1])
     assert "; 1 more outlier rank (the rank table" in found[-1].title

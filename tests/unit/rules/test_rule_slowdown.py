@@ -7,15 +7,20 @@ from __future__ import annotations
 import pytest
 import rule_kit
 
-from wsprof.analysis.model import WrapperFact
+from wsprof.analysis.model import Finding, WrapperFact
 from wsprof.analysis.rules.base import CRITICAL_GROWTH_RATIO, SLOWDOWN_MATERIAL_SHARE
-from wsprof.analysis.rules.slowdown import AccumulatingSlowdown
+from wsprof.analysis.rules.slowdown import AccumulatingSlowdown, SlowdownEvidence
 from wsprof.contracts.series import STEP_S, WEIGHT_SYNC_S
 
 pytestmark = pytest.mark.pure
 
 RULE = AccumulatingSlowdown()
 SITE = "sync_weights (trainer.py:42)"
+
+
+def _ev(f: Finding) -> SlowdownEvidence:
+    assert isinstance(f.evidence, SlowdownEvidence)
+    return f.evidence
 
 
 def _wrapper(api: str = "dist.broadcast") -> WrapperFact:
@@ -43,14 +48,15 @@ def test_a_weight_sync_that_more_than_doubles_is_critical_at_the_sync_site() -> 
     assert finding.kind == "accumulating_slowdown"
     assert finding.severity == "critical"
     assert finding.where == SITE
-    ev = finding.evidence
-    assert ev["series"] == WEIGHT_SYNC_S
-    assert ev["first"] == pytest.approx(1.0)
-    assert ev["last"] == pytest.approx(5.5)
-    assert ev["growth_ratio"] == pytest.approx(5.5)
-    assert ev["slope_per_step"] == pytest.approx(0.5)
-    assert ev["added_s"] == pytest.approx(0.5 * 9)
-    assert "projection" in ev
+    ev = _ev(finding)
+    assert ev.series == WEIGHT_SYNC_S
+    assert ev.first == pytest.approx(1.0)
+    assert ev.last == pytest.approx(5.5)
+    assert ev.growth_ratio == pytest.approx(5.5)
+    assert ev.slope_per_step == pytest.approx(0.5)
+    assert ev.added_s == pytest.approx(0.5 * 9)
+    assert ev.projection is not None
+    assert "projection" in ev.as_dict()
 
 
 def test_growth_just_below_the_critical_ratio_is_a_warning_and_at_it_critical() -> None:
@@ -59,9 +65,9 @@ def test_growth_just_below_the_critical_ratio_is_a_warning_and_at_it_critical() 
     [warn] = RULE.match(rule_kit.facts([below]))
     [crit] = RULE.match(rule_kit.facts([at]))
     assert warn.severity == "warning"
-    assert warn.evidence["growth_ratio"] < CRITICAL_GROWTH_RATIO
+    assert _ev(warn).growth_ratio < CRITICAL_GROWTH_RATIO
     assert crit.severity == "critical"
-    assert crit.evidence["growth_ratio"] == pytest.approx(CRITICAL_GROWTH_RATIO)
+    assert _ev(crit).growth_ratio == pytest.approx(CRITICAL_GROWTH_RATIO)
 
 
 def test_growth_small_against_the_step_is_information_and_material_growth_is_not() -> None:
@@ -81,8 +87,8 @@ def test_a_slow_first_step_is_left_out_of_the_growth() -> None:
     sync = rule_kit.judged(WEIGHT_SYNC_S, vals)
     assert sync.verdict.judged_from == 1
     [finding] = RULE.match(rule_kit.facts([sync]))
-    assert finding.evidence["first"] == pytest.approx(1.0)  # not the slow 3.0
-    assert finding.evidence["growth_ratio"] == pytest.approx(2.0)
+    assert _ev(finding).first == pytest.approx(1.0)  # not the slow 3.0
+    assert _ev(finding).growth_ratio == pytest.approx(2.0)
     assert "after a slow first" in finding.title
 
 
@@ -98,12 +104,16 @@ def test_a_step_time_names_the_wrapper_not_the_sync_site_and_workload_makes_it_i
     assert wrapped.where == _wrapper().label()
     [worked] = RULE.match(rule_kit.facts([step, work], [pa]))
     assert worked.severity == "info"
-    assert worked.evidence["workload"]["series"] == "num_tokens"
+    workload = _ev(worked).workload
+    assert workload is not None
+    assert workload.series == "num_tokens"
+    assert worked.evidence.as_dict()["workload"]["series"] == "num_tokens"
     # The weight sync is never explained away by the workload.
     sync = rule_kit.judged(WEIGHT_SYNC_S, [t / 1000.0 for t in tokens])
     [kept] = RULE.match(rule_kit.facts([sync, work], [pa]))
     assert kept.severity == "warning"
-    assert "workload" not in kept.evidence
+    assert _ev(kept).workload is None
+    assert "workload" not in kept.evidence.as_dict()
 
 
 def test_flat_missing_and_non_duration_series_give_no_finding() -> None:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import pytest
 import rule_kit
 
-from wsprof.analysis.model import WrapperFact
+from wsprof.analysis.model import Finding, WrapperFact
 from wsprof.analysis.rules.base import MATERIAL_STEP_SHARE
 from wsprof.analysis.rules.wrapper import (
     BETWEEN_LAYERS_MATERIAL,
     BETWEEN_LAYERS_SHARE,
     BetweenLayers,
+    BetweenLayersEvidence,
 )
 from wsprof.contracts.series import (
     BETWEEN_LAYERS_S,
@@ -24,6 +25,11 @@ pytestmark = pytest.mark.pure
 
 BL = BetweenLayers()
 N = 10
+
+
+def _ev(f: Finding) -> BetweenLayersEvidence:
+    assert isinstance(f.evidence, BetweenLayersEvidence)
+    return f.evidence
 
 
 def _linear(first: float, slope: float, n: int = N) -> list[float]:
@@ -59,11 +65,11 @@ def test_between_layers_growth_explaining_the_sync_growth_is_critical_at_the_wra
     assert f.kind == "between_layers"
     assert f.severity == "critical"
     assert f.where == wrappers[0].label()
-    assert f.evidence["share_of_sync_growth"] == pytest.approx(0.5)
-    assert f.evidence["slope_s_per_step"] == pytest.approx(0.05)
-    assert f.evidence["first_s"] == pytest.approx(0.05)
-    assert f.evidence["last_s"] == pytest.approx(0.5)
-    assert f.evidence["wrapped_names"] == "dist.all_reduce, dist.broadcast"
+    assert _ev(f).share_of_sync_growth == pytest.approx(0.5)
+    assert _ev(f).slope_s_per_step == pytest.approx(0.05)
+    assert _ev(f).first_s == pytest.approx(0.05)
+    assert _ev(f).last_s == pytest.approx(0.5)
+    assert _ev(f).wrapped_names == "dist.all_reduce, dist.broadcast"
 
 
 def test_between_layers_share_below_the_threshold_is_a_warning() -> None:
@@ -72,7 +78,7 @@ def test_between_layers_share_below_the_threshold_is_a_warning() -> None:
     sync = rule_kit.judged(WEIGHT_SYNC_S, _linear(1.0, sync_slope))
     [f] = BL.match(rule_kit.facts([bl, sync]))
     assert f.severity == "warning"
-    assert f.evidence["share_of_sync_growth"] == pytest.approx(0.8 * BETWEEN_LAYERS_SHARE)
+    assert _ev(f).share_of_sync_growth == pytest.approx(0.8 * BETWEEN_LAYERS_SHARE)
     assert f.where is None
 
 
@@ -84,7 +90,7 @@ def test_between_layers_growth_below_the_material_share_of_the_sync_is_no_findin
     assert BL.match(rule_kit.facts([bl, big])) == []
     [f] = BL.match(rule_kit.facts([bl, small]))
     # A flat sync has no growth to share: a warning (the sync it sits in does not grow).
-    assert f.evidence["share_of_sync_growth"] is None
+    assert _ev(f).share_of_sync_growth is None
     assert f.severity == "warning" and "does not grow" in f.title
 
 

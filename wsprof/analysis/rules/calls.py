@@ -3,7 +3,8 @@ the chains of more calls every step and of each call slower in the backend."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from wsprof.analysis.chain import (
     wrapper_names,
     wrapper_who,
 )
+from wsprof.analysis.evidence import Evidence, unit
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import Finding, Link, SeriesResult
 from wsprof.analysis.rules.base import SLOWDOWN_MATERIAL_SHARE, Rule
@@ -25,13 +27,54 @@ from wsprof.contracts.series import BETWEEN_LAYERS_S, COLLECTIVE_CALLS, STEP_S, 
 from wsprof.contracts.units import Unit, fmt_duration
 
 
-def _per_op(f: Finding) -> list[tuple[str, dict[str, float]]]:
+@dataclass(frozen=True, kw_only=True)
+class CallCountEvidence(Evidence):
+    """More collective calls every step: the Theil-Sen slope of the calls per step, the cost
+    model's fixed cost of a call (None without a model), and what bucketing would save
+    (:func:`bucketing_estimate`: ``buckets``, ``calls``, ``saved_s``; None when nothing)."""
+
+    slope_per_step: float = field(metadata=unit("count"))
+    fixed_us_per_call: float | None = field(metadata=unit("us"))
+    bucketing: dict[str, float] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpGrowth(Evidence):
+    """One collective's median time per call that grows: first and last step, and its slope."""
+
+    first_us: float = field(metadata=unit("us"))
+    last_us: float = field(metadata=unit("us"))
+    slope_us_per_step: float = field(metadata=unit("us"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PerCallEvidence(Evidence):
+    """Each collective call gets slower: each op's growth (steepest first) and what bucketing
+    the calls would save. Its JSON is keyed by op name, ``bucketing`` last."""
+
+    ops: dict[str, OpGrowth] = field(default_factory=dict)
+    bucketing: dict[str, float] | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **{op: growth.as_dict() for op, growth in self.ops.items()},
+            "bucketing": self.bucketing,
+        }
+
+
+def _per_op(f: Finding) -> list[tuple[str, OpGrowth]]:
     """``(op, its first and last median per call)`` of a per-call finding's evidence."""
-    return [(op, d) for op, d in f.evidence.items() if isinstance(d, dict) and "first_us" in d]
+    return list(f.evidence.ops.items()) if isinstance(f.evidence, PerCallEvidence) else []
 
 
-def _first_last(d: dict[str, float]) -> str:
-    return f"{fmt_call(d.get('first_us'))} -> {fmt_call(d.get('last_us'))}"
+def _first_last(d: OpGrowth) -> str:
+    return f"{fmt_call(d.first_us)} -> {fmt_call(d.last_us)}"
+
+
+def _bucketing(f: Finding) -> dict[str, float] | None:
+    """What bucketing would save, by a call-count or per-call finding's evidence."""
+    ev = f.evidence
+    return ev.bucketing if isinstance(ev, (CallCountEvidence, PerCallEvidence)) else None
 
 
 class CallCountCause(Cause):
@@ -43,22 +86,22 @@ class CallCountCause(Cause):
     order = 20
 
     def draft(self, f: Finding, ctx: ChainContext, drafts: list[Draft]) -> Draft | None:
-        ev = f.evidence
+        ev = f.evidence if isinstance(f.evidence, CallCountEvidence) else None
         count = ctx.facts.series.get(COLLECTIVE_CALLS)
-        slope = float(ev.get("slope_per_step", 0.0))
+        slope = float(ev.slope_per_step) if ev is not None else 0.0
         rows: list[tuple[str, str]] = [("calls per step, slope", f"{slope:+.1f}/step")]
         text = f"collective calls per step grow {slope:+.1f}/step"
         if count is not None and count.series.values:
             v = count.series.values
             text += f" ({v[0]:.0f} -> {v[-1]:.0f})"
             rows.append(("calls per step", f"{v[0]:.0f} -> {v[-1]:.0f}"))
-        fixed = ev.get("fixed_us_per_call")
+        fixed = ev.fixed_us_per_call if ev is not None else None
         per_call_s = 0.0
         if isinstance(fixed, (int, float)):
             text += f", each paying about {fmt_call(fixed)} whatever its size"
             rows.append(("fixed cost per call", fmt_call(fixed)))
             per_call_s = float(fixed) / 1e6
-        bucket = ev.get("bucketing")
+        bucket = ev.bucketing if ev is not None else None
         if isinstance(bucket, dict):
             rows.append(
                 (
@@ -86,7 +129,8 @@ class CallCountCause(Cause):
         )
 
     def next_step(self, d: Draft, ctx: ChainContext) -> str:
-        bucket = d.findings[-1].evidence.get("bucketing")
+        own = self.own(d)
+        bucket = _bucketing(own) if own is not None else None
         text = "more tensors are sent one collective each, every step"
         if d.culprit_frame is not None:
             text += f" (the added time goes into `{function_of(d.culprit_frame)}`)"
@@ -101,7 +145,7 @@ class CallCountCause(Cause):
 
 
 def _with_per_call(
-    where: Link, f: Finding, parts: list[tuple[str, dict[str, float]]], ctx: ChainContext
+    where: Link, f: Finding, parts: list[tuple[str, OpGrowth]], ctx: ChainContext
 ) -> Link:
     """A wrapper's where link with each call's latency and the flat call count."""
     text, rows = where.text, list(where.rows)
@@ -231,11 +275,11 @@ class PerCallVsCallCount(Rule):
                         else ""
                     )
                     + bucketing_text(est),
-                    {
-                        "slope_per_step": count.verdict.slope_per_step,
-                        "fixed_us_per_call": model.fixed_us if model is not None else None,
-                        "bucketing": est,
-                    },
+                    CallCountEvidence(
+                        slope_per_step=count.verdict.slope_per_step,
+                        fixed_us_per_call=model.fixed_us if model is not None else None,
+                        bucketing=est,
+                    ),
                     None,
                     "more calls each step: look for per-tensor sync of a growing set of tensors; "
                     "bucket tensors into fewer, larger collectives",
@@ -295,17 +339,17 @@ class PerCallVsCallCount(Rule):
                     self.kind,
                     "warning" if step_grows else "info",
                     title,
-                    {
-                        **{
-                            op: {
-                                "first_us": res.series.values[0],
-                                "last_us": res.series.values[-1],
-                                "slope_us_per_step": res.verdict.slope_per_step,
-                            }
+                    PerCallEvidence(
+                        ops={
+                            op: OpGrowth(
+                                first_us=res.series.values[0],
+                                last_us=res.series.values[-1],
+                                slope_us_per_step=res.verdict.slope_per_step,
+                            )
                             for op, res in grown
                         },
-                        "bucketing": est,
-                    },
+                        bucketing=est,
+                    ),
                     ", ".join(op for op, _ in grown),
                     "per-call cost grows, not the number of calls: compare the time between "
                     "layers (wrappers) with the backend time to see whether communication or "

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from scipy import stats
 
 from wsprof.analysis.chain import Role
+from wsprof.analysis.evidence import Evidence, optional, unit
 from wsprof.analysis.facts import LABELS, Facts
 from wsprof.analysis.kinds import HELD_KINDS, series_kind
 from wsprof.analysis.model import Finding
@@ -62,6 +64,33 @@ def gpu_total_bytes(facts: Facts, counter: str) -> float | None:
         names = [n for n in facts.series if is_nvml_gpu(counter_of(n) or "", NVML_MEM_TOTAL_BYTES)]
     totals = [max(facts.series[n].series.values) for n in names if n in facts.series]
     return max(totals) if totals else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CounterCorrelationEvidence(Evidence):
+    """A counter that tracks a growing time (``counter_correlation``).
+
+    Attributes:
+        counter: the counter's name.
+        series: the key of the time series it tracks.
+        spearman_rho: Spearman's rank correlation of the counter with the series.
+        slope_per_unit: least-squares cost, series unit per ``unit`` counter units.
+        unit: the counter units the slope is per (``GiB``, ``1,000``).
+        r_squared: the least-squares fit's r squared.
+    """
+
+    counter: str
+    series: str
+    spearman_rho: float
+    slope_per_unit: float = field(metadata=unit("series"))
+    unit: str
+    r_squared: float
+
+    def series_named(self) -> str | None:
+        return self.series
+
+    def counter_named(self) -> str | None:
+        return self.counter
 
 
 class CounterCorrelation(Rule):
@@ -126,14 +155,14 @@ class CounterCorrelation(Rule):
                     "warning",
                     f"{what} tracks {cname} (Spearman rho {rho:.2f}): +{added} per "
                     f"{per_label} {cname}",
-                    {
-                        "counter": cname,
-                        "series": tname,
-                        "spearman_rho": rho,
-                        "slope_per_unit": float(fit.slope),
-                        "unit": per_label,
-                        "r_squared": float(fit.rvalue**2),
-                    },
+                    CounterCorrelationEvidence(
+                        counter=cname,
+                        series=tname,
+                        spearman_rho=rho,
+                        slope_per_unit=float(fit.slope),
+                        unit=per_label,
+                        r_squared=float(fit.rvalue**2),
+                    ),
                     cname,
                     f"find what walks or scales with {cname} on the sync path (probes, snapshots, "
                     "memory statistics) and take it off the per-call path",
@@ -149,6 +178,38 @@ MEMORY_HORIZON = 100
 #: Memory (bytes, no device total known) that grew by less than this share of its first level
 #: over the run is shown at info: not yet material (a host process's RSS filling its caches).
 MEMORY_MATERIAL_SHARE = 0.10
+
+
+@dataclass(frozen=True, kw_only=True)
+class CounterGrowthEvidence(Evidence):
+    """A held counter that grows (``memory_growth``).
+
+    Attributes:
+        counter: the counter's name.
+        slope_per_step: Theil-Sen slope, counter unit per step.
+        first: its first judged value, counter unit.
+        last: its last value, counter unit.
+        kind: what it counts (:class:`~wsprof.contracts.series.SeriesKind` value).
+        host_total_bytes: the host's memory (a process's RSS only).
+        steps_to_host: steps until the RSS fills the host's memory at this rate.
+        gpu_total_bytes: the GPU's memory (GPU memory counters with a known total only).
+        steps_to_oom: steps until it fills the GPU's memory at this rate.
+        oom_step: the step number at which it does.
+    """
+
+    counter: str
+    slope_per_step: float = field(metadata=unit("series"))
+    first: float = field(metadata=unit("series"))
+    last: float = field(metadata=unit("series"))
+    kind: str
+    host_total_bytes: float | None = optional("bytes")
+    steps_to_host: float | None = optional("count")
+    gpu_total_bytes: float | None = optional("bytes")
+    steps_to_oom: float | None = optional("count")
+    oom_step: float | None = optional()
+
+    def counter_named(self) -> str | None:
+        return self.counter
 
 
 class CounterGrowth(Rule):
@@ -187,13 +248,10 @@ class CounterGrowth(Rule):
                 f"({s.fmt(vals[0])} -> {s.fmt(vals[-1])}, "
                 f"{res.verdict.shape})"
             )
-            evidence: dict[str, Any] = {
-                "counter": cname,
-                "slope_per_step": slope,
-                "first": vals[0],
-                "last": vals[-1],
-                "kind": kind.kind.value,
-            }
+            host_total: float | None = None
+            steps_to_host: float | None = None
+            steps_to_oom: float | None = None
+            oom_step: float | None = None
             total = gpu_total_bytes(facts, cname)
             severity = "warning"
             host = facts.series.get(counter_key(proc_counter("host_total_bytes")))
@@ -206,7 +264,7 @@ class CounterGrowth(Rule):
                     f"; at this rate the host's {fmt_bytes(max(host.series.values))} lasts "
                     f"{steps_left:,.0f} more steps"
                 )
-                evidence.update(host_total_bytes=max(host.series.values), steps_to_host=steps_left)
+                host_total, steps_to_host = max(host.series.values), steps_left
                 if steps_left > MEMORY_HORIZON * len(vals):
                     severity = "info"
                     title += ": watch it, not yet material"
@@ -229,12 +287,12 @@ class CounterGrowth(Rule):
                 )
             if total is not None and slope > 0:
                 steps_left = max((total - vals[-1]) / slope, 0.0)
+                steps_to_oom = steps_left
                 oom_step = res.series.steps[-1] + steps_left
                 title += (
                     f"; at this rate it reaches the GPU's {fmt_bytes(total)} in "
                     f"{steps_left:.0f} steps (step {oom_step:.0f})"
                 )
-                evidence.update(gpu_total_bytes=total, steps_to_oom=steps_left, oom_step=oom_step)
                 if steps_left <= len(vals):
                     severity = "critical"
                 elif steps_left > MEMORY_HORIZON * len(vals):
@@ -245,7 +303,18 @@ class CounterGrowth(Rule):
                     self.kind,
                     severity,
                     title,
-                    evidence,
+                    CounterGrowthEvidence(
+                        counter=cname,
+                        slope_per_step=slope,
+                        first=vals[0],
+                        last=vals[-1],
+                        kind=kind.kind.value,
+                        host_total_bytes=host_total,
+                        steps_to_host=steps_to_host,
+                        gpu_total_bytes=total if steps_to_oom is not None else None,
+                        steps_to_oom=steps_to_oom,
+                        oom_step=oom_step,
+                    ),
                     cname,
                     "something is kept each step: find who allocates it "
                     "(wsprof.memory_snapshot(), torch.cuda.memory_snapshot(), gc referrers) "

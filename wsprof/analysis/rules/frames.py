@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from wsprof.analysis.chain import Role
+from wsprof.analysis.evidence import Evidence, optional, unit
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import Finding
 from wsprof.analysis.model import HotFrame as HotFrameModel
@@ -21,6 +23,34 @@ FRAME_SHIFT_MIN_SAMPLES = 50
 #: Late share at or above which a gaining frame is a warning: it now holds most of the active
 #: samples, where it held at least 20 points less: the time added went there.
 FRAME_SHIFT_WARN_LATE_SHARE = 0.5
+
+
+@dataclass(frozen=True, kw_only=True)
+class HotFrameEvidence(Evidence):
+    """The function holding most of a process's samples (``hot_frame``).
+
+    Attributes:
+        process: label of the sampled process.
+        samples: the function's samples.
+        total: the process's active samples.
+        share: ``samples / total``.
+        windows: the process's sampling windows.
+        hottest_line: the function's line with the most samples, ``fn (file:line)``.
+        common_frame: the frame common to most windows (only when some window has one).
+        common_frame_windows: the windows it is common to.
+    """
+
+    process: str
+    samples: int = field(metadata=unit("count"))
+    total: int = field(metadata=unit("count"))
+    share: float = field(metadata=unit("share"))
+    windows: int = field(metadata=unit("count"))
+    hottest_line: str
+    common_frame: str | None = optional()
+    common_frame_windows: int | None = optional("count")
+
+    def process_named(self) -> str | None:
+        return self.process
 
 
 class HotFrame(Rule):
@@ -51,19 +81,15 @@ class HotFrame(Rule):
             title = f"{samples} of {total} samples in {name} ({pa.label})"
             if len(lines) > 1:
                 title += f", most at {top.frame}"
-            evidence: dict[str, Any] = {
-                "process": pa.label,
-                "samples": samples,
-                "total": total,
-                "share": samples / total,
-                "windows": len(pa.windows),
-                "hottest_line": top.frame,
-            }
             common = Counter(w.common_frame for w in pa.windows if w.common_frame)
+            common_frame: str | None = None
+            common_windows: int | None = None
             if common:
-                frame, n = min(common.items(), key=lambda kv: (-kv[1], kv[0]))
-                title += f"; common frame {frame} in {n} of {len(pa.windows)} windows"
-                evidence.update(common_frame=frame, common_frame_windows=n)
+                common_frame, common_windows = min(common.items(), key=lambda kv: (-kv[1], kv[0]))
+                title += (
+                    f"; common frame {common_frame} in {common_windows} of "
+                    f"{len(pa.windows)} windows"
+                )
             elif pa.windows:
                 title += f"; {len(pa.windows)} windows, none with a frame in half its samples"
             out.append(
@@ -71,12 +97,56 @@ class HotFrame(Rule):
                     self.kind,
                     "info",
                     title,
-                    evidence,
+                    HotFrameEvidence(
+                        process=pa.label,
+                        samples=samples,
+                        total=total,
+                        share=samples / total,
+                        windows=len(pa.windows),
+                        hottest_line=top.frame,
+                        common_frame=common_frame,
+                        common_frame_windows=common_windows,
+                    ),
                     top.frame,
                     "this is where the process spends its time; after fixing it, sample again",
                 )
             )
         return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrameShiftEvidence(Evidence):
+    """A frame that gained share of the samples, first windows to last (``frame_shift``).
+
+    Attributes:
+        process: label of the sampled process.
+        frame: the frame that gained most.
+        early_share: its share of the active samples in the first ``k_windows`` windows.
+        late_share: its share in the last ``k_windows``.
+        change: ``late_share - early_share``.
+        k_windows: windows on each side.
+        windows: the process's sampling windows.
+        early_samples: active samples of the first windows.
+        late_samples: active samples of the last windows.
+        gained: the frames that gained most (at most 5): ``frame``, ``early_share``,
+            ``late_share``.
+        lost: the frames that lost most (at most 5), the same items.
+    """
+
+    process: str
+    frame: str
+    early_share: float = field(metadata=unit("share"))
+    late_share: float = field(metadata=unit("share"))
+    change: float = field(metadata=unit("share"))
+    k_windows: int = field(metadata=unit("count"))
+    windows: int = field(metadata=unit("count"))
+    early_samples: int = field(metadata=unit("count"))
+    late_samples: int = field(metadata=unit("count"))
+    gained: list[dict[str, Any]]
+    lost: list[dict[str, Any]]
+
+    def process_named(self) -> str | None:
+        return self.process
 
 
 class EarlyLateShift(Rule):
@@ -109,25 +179,25 @@ class EarlyLateShift(Rule):
                     f"; {lost.frame} lost most ({lost.early_share:.0%} -> {lost.late_share:.0%})"
                 )
             severity = "warning" if top.late_share >= FRAME_SHIFT_WARN_LATE_SHARE else "info"
-            evidence: dict[str, Any] = {
-                "process": pa.label,
-                "frame": top.frame,
-                "early_share": top.early_share,
-                "late_share": top.late_share,
-                "change": top.change,
-                "k_windows": sh.k,
-                "windows": sh.n_windows,
-                "early_samples": sh.early_total,
-                "late_samples": sh.late_total,
-                "gained": [
+            evidence = FrameShiftEvidence(
+                process=pa.label,
+                frame=top.frame,
+                early_share=top.early_share,
+                late_share=top.late_share,
+                change=top.change,
+                k_windows=sh.k,
+                windows=sh.n_windows,
+                early_samples=sh.early_total,
+                late_samples=sh.late_total,
+                gained=[
                     {"frame": g.frame, "early_share": g.early_share, "late_share": g.late_share}
                     for g in sh.gained[:5]
                 ],
-                "lost": [
+                lost=[
                     {"frame": g.frame, "early_share": g.early_share, "late_share": g.late_share}
                     for g in sh.lost[:5]
                 ],
-            }
+            )
             out.append(
                 Finding(
                     self.kind,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from wsprof.analysis.chain import (
@@ -14,6 +16,7 @@ from wsprof.analysis.chain import (
     wrapper_names,
     wrapper_who,
 )
+from wsprof.analysis.evidence import Evidence, unit
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import Finding, Link
 from wsprof.analysis.rules.base import MATERIAL_STEP_SHARE, Rule, immaterial
@@ -32,6 +35,36 @@ GPU_IDLE_PCT = 20.0
 GPU_IDLE_MIN_SYNC_SHARE = 0.1
 
 
+@dataclass(frozen=True, kw_only=True)
+class GapsEvidence(Evidence):
+    """Time in the weight sync outside any collective: its median share of the sync, its first
+    and last time per step, whether and how it grows, and the caller of the collectives (None
+    when unknown)."""
+
+    median_gap_share: float = field(metadata=unit("share"))
+    first_s: float = field(metadata=unit("s"))
+    last_s: float = field(metadata=unit("s"))
+    accumulating: bool
+    shape: str
+    caller: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuIdleEvidence(Evidence):
+    """GPUs idle during the weight sync of one process: its label, the mean utilization inside
+    and outside the sync (None without samples outside), the samples inside, and the sync's
+    median share of a step."""
+
+    process: str
+    sync_util_pct: float = field(metadata=unit("pct"))
+    other_util_pct: float | None = field(metadata=unit("pct"))
+    samples: int = field(metadata=unit("count"))
+    sync_share: float = field(metadata=unit("share"))
+
+    def process_named(self) -> str | None:
+        return self.process
+
+
 class GapsCause(Cause):
     """Time in the weight sync outside any collective grows: where is the caller of the
     collectives. A wrapper's chain with the same place takes it in: one wrapper, one cause (its
@@ -45,12 +78,16 @@ class GapsCause(Cause):
     def draft(self, f: Finding, ctx: ChainContext, drafts: list[Draft]) -> Draft | None:
         if f.severity == "info":
             return None
-        ev = f.evidence
-        caller = ev.get("caller")
-        first, last = ev.get("first_s"), ev.get("last_s")
+        ev = f.evidence if isinstance(f.evidence, GapsEvidence) else None
+        caller = ev.caller if ev is not None else None
+        first = ev.first_s if ev is not None else None
+        last = ev.last_s if ev is not None else None
         grows = f"{fmt_duration(first)} -> {fmt_duration(last)} per step"
         rows: list[tuple[str, str]] = [
-            ("share of the sync outside collectives", fmt_pct(ev.get("median_gap_share"))),
+            (
+                "share of the sync outside collectives",
+                fmt_pct(ev.median_gap_share if ev is not None else None),
+            ),
             ("per step", grows),
         ]
         if caller:
@@ -98,7 +135,9 @@ class GapsCause(Cause):
         )
 
     def next_step(self, d: Draft, ctx: ChainContext) -> str:
-        caller = d.findings[-1].evidence.get("caller")
+        own = self.own(d)
+        ev = own.evidence if own is not None else None
+        caller = ev.caller if isinstance(ev, GapsEvidence) else None
         where = f"`{function_of(str(caller))}`" if caller else "the weight-sync code"
         culprit = (
             f": the added time is in `{function_of(d.culprit_frame)}`" if d.culprit_frame else ""
@@ -168,14 +207,14 @@ class Gaps(Rule):
                 self.kind,
                 severity,
                 title,
-                {
-                    "median_gap_share": median_share,
-                    "first_s": vals[0],
-                    "last_s": vals[-1],
-                    "accumulating": gap.verdict.accumulating,
-                    "shape": gap.verdict.shape,
-                    "caller": facts.primary.sync_site if facts.primary else None,
-                },
+                GapsEvidence(
+                    median_gap_share=median_share,
+                    first_s=vals[0],
+                    last_s=vals[-1],
+                    accumulating=gap.verdict.accumulating,
+                    shape=gap.verdict.shape,
+                    caller=facts.primary.sync_site if facts.primary else None,
+                ),
                 (facts.primary.sync_site if facts.primary else None) or "weight_sync phase",
                 "sample the weight sync (`wsprof attach PID` or py-spy) to see what runs between "
                 "the collectives (state_dict gathering, serialization, RPC to the engines, "
@@ -211,13 +250,13 @@ class GpuIdleDuringSync(Rule):
                     "warning",
                     f"{pa.label}: the GPUs sit idle during weight sync: {u.sync_pct:.0f}% "
                     f"utilization{other}, while weight sync takes {share:.0%} of each step",
-                    {
-                        "process": pa.label,
-                        "sync_util_pct": u.sync_pct,
-                        "other_util_pct": u.other_pct,
-                        "samples": u.n_sync,
-                        "sync_share": share,
-                    },
+                    GpuIdleEvidence(
+                        process=pa.label,
+                        sync_util_pct=u.sync_pct,
+                        other_util_pct=u.other_pct,
+                        samples=u.n_sync,
+                        sync_share=share,
+                    ),
                     pa.label,
                     "the sync is bound by the host, not the GPUs: overlap it with generation "
                     "(async weight update), bucket parameters into fewer collectives, and keep "

@@ -2,10 +2,33 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from wsprof.analysis.evidence import Evidence, unit
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import Finding
 from wsprof.analysis.rules.base import Rule
 from wsprof.contracts.units import fmt_duration
+
+
+@dataclass(frozen=True, kw_only=True)
+class SelfOverheadEvidence(Evidence):
+    """wsprof's own cost summed over the processes: the writer's background time, the hooks'
+    time (hook cost per call, measured at patch, times the calls), each process's hook cost per
+    call, the counter probes' time and share of wall time (None without a budgeted probe),
+    what was dropped, lost, failed or forgotten, and the first internal errors."""
+
+    flush_s: float = field(metadata=unit("s"))
+    hooks_s: float = field(metadata=unit("s"))
+    hook_ns_per_call: list[int] = field(metadata=unit("ns"))
+    probe_s: float = field(metadata=unit("s"))
+    probe_share: float | None = field(metadata=unit("share"))
+    dropped_calls: int = field(metadata=unit("count"))
+    internal_errors: int = field(metadata=unit("count"))
+    write_errors: int = field(metadata=unit("count"))
+    forgotten_async: int = field(metadata=unit("count"))
+    lost_calls: int = field(metadata=unit("count"))
+    first_errors: list[str]
 
 
 class SelfOverhead(Rule):
@@ -60,19 +83,19 @@ class SelfOverhead(Rule):
                 self.kind,
                 "warning" if bad else "info",
                 title,
-                {
-                    "flush_s": flush_s,
-                    "hooks_s": hooks_s,
-                    "hook_ns_per_call": hook_ns,
-                    "probe_s": probe_s,
-                    "probe_share": probe_s / wall_s if wall_s else None,
-                    "dropped_calls": dropped,
-                    "internal_errors": internal,
-                    "write_errors": write,
-                    "forgotten_async": forgotten,
-                    "lost_calls": lost,
-                    "first_errors": facts.internal_errors[:5],
-                },
+                SelfOverheadEvidence(
+                    flush_s=flush_s,
+                    hooks_s=hooks_s,
+                    hook_ns_per_call=hook_ns,
+                    probe_s=probe_s,
+                    probe_share=probe_s / wall_s if wall_s else None,
+                    dropped_calls=dropped,
+                    internal_errors=internal,
+                    write_errors=write,
+                    forgotten_async=forgotten,
+                    lost_calls=lost,
+                    first_errors=facts.internal_errors[:5],
+                ),
                 None,
                 "report internal errors to wsprof; training was not affected"
                 if bad

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from wsprof.analysis.chain import Role, fmt_pct
+from wsprof.analysis.evidence import Evidence, optional, unit
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import ROLLOUT_SHARE_KIND, Finding
@@ -29,6 +31,37 @@ SAMPLED_SHARE_MIN_SHIFT = FRAME_SHIFT_MIN_CHANGE
 SAMPLED_SHARE_MIN_WINDOWS = 3
 
 
+@dataclass(frozen=True, kw_only=True)
+class RolloutShareEvidence(Evidence):
+    """The headline's numbers (``rollout_share``).
+
+    Attributes:
+        steps: the steps they are read from.
+        median_step_s: median step time.
+        median_rollout_share: median rollout share of a step (only when rollout is marked).
+        median_weight_sync_s: median own weight-sync time (only when the steps give one).
+        last_weight_sync_s: the last step's own weight-sync time: with
+            ``median_weight_sync_s`` only, and then always in the JSON (``null`` when the last
+            step has none).
+        median_weight_sync_share: median weight-sync share of a step.
+        median_sync_wait_s: median wait for slower ranks to join the sync (only when > 0).
+    """
+
+    steps: int = field(metadata=unit("count"))
+    median_step_s: float | None = field(metadata=unit("s"))
+    median_rollout_share: float | None = optional("share")
+    median_weight_sync_s: float | None = optional("s")
+    last_weight_sync_s: float | None = field(default=None, metadata=unit("s"))
+    median_weight_sync_share: float | None = optional("share")
+    median_sync_wait_s: float | None = optional("s")
+
+    def as_dict(self) -> dict[str, Any]:
+        out = super().as_dict()
+        if self.median_weight_sync_s is None:
+            del out["last_weight_sync_s"]  # said with the median only (null there when unknown)
+        return out
+
+
 class RolloutShare(Rule):
     """The two numbers a user wants first: rollout share and weight-sync time."""
 
@@ -42,33 +75,37 @@ class RolloutShare(Rule):
         # The numbers are the analysis's headline (computed once, wsprof.analysis.headline).
         h = facts.headline or headline_of(pa, list(facts.series.values()), "")
         parts = []
-        ev: dict[str, Any] = {"steps": h.n_steps, "median_step_s": h.step_median_s}
         if h.rollout_share_median is not None:
-            ev["median_rollout_share"] = h.rollout_share_median
             parts.append(f"rollout {h.rollout_share_median:.0%} of each step")
+        wait_s: float | None = None  # said only when the own sync is, and then when > 0
         if h.own_sync_median_s is not None:
-            ev["median_weight_sync_s"] = h.own_sync_median_s
-            ev["last_weight_sync_s"] = h.own_sync_last_step_s
-            if h.weight_sync_share_median is not None:
-                ev["median_weight_sync_share"] = h.weight_sync_share_median
             parts.append(
                 f"weight sync {fmt_duration(h.own_sync_median_s)} median "
                 f"({fmt_duration(h.own_sync_last_s)} last step)"
             )
             if h.sync_wait_median_s is not None and h.sync_wait_median_s > 0:
-                ev["median_sync_wait_s"] = h.sync_wait_median_s
+                wait_s = h.sync_wait_median_s
                 parts.append(
                     f"plus {fmt_duration(h.sync_wait_median_s)} median waiting "
                     "for slower ranks to join it"
                 )
         if not parts:
             return []
+        synced = h.own_sync_median_s is not None
         return [
             Finding(
                 self.kind,
                 "info",
                 "; ".join(parts) + f" ({pa.label}, steps from {pa.step_source})",
-                ev,
+                RolloutShareEvidence(  # the sync's numbers only with its median
+                    steps=h.n_steps,
+                    median_step_s=h.step_median_s,
+                    median_rollout_share=h.rollout_share_median,
+                    median_weight_sync_s=h.own_sync_median_s,
+                    last_weight_sync_s=h.own_sync_last_step_s if synced else None,
+                    median_weight_sync_share=h.weight_sync_share_median if synced else None,
+                    median_sync_wait_s=wait_s,
+                ),
                 pa.label,
                 _share_advice(h.rollout_share_median, h.weight_sync_share_median),
             )
@@ -114,6 +151,46 @@ def _pct_span(values: Sequence[float]) -> str:
     return f"{np.median(values):.0%} median ({values[0]:.0%} first -> {values[-1]:.0%} last)"
 
 
+@dataclass(frozen=True, kw_only=True)
+class SampledShareEvidence(Evidence):
+    """Weight-sync and rollout shares of the sampled windows of a process
+    (``sampled_phase_share``).
+
+    Attributes:
+        windows: windows with active samples.
+        phase_source: the phase patterns the samples were classified by.
+        median_weight_sync_share, first_weight_sync_share, last_weight_sync_share: weight
+            sync's share of a window's active samples: median, first window, last window.
+        median_rollout_share, first_rollout_share, last_rollout_share: the same for rollout.
+        k_windows: windows on each side of the early/late means.
+        early_weight_sync_share: mean weight-sync share of the first ``k_windows``.
+        late_weight_sync_share: the same of the last ``k_windows``.
+        shape: the judged share series' shape (the primary process with one only).
+        accumulating: whether its verdict says it grows (with ``shape``).
+        slope_per_window: its Theil-Sen slope, share per window (with ``shape``).
+        fitted_rise: its fitted curve's rise, first window to last (with ``shape``).
+        grows: whether the weight-sync share grows (and the per-step sync time does not say
+            otherwise).
+    """
+
+    windows: int = field(metadata=unit("count"))
+    phase_source: str
+    median_weight_sync_share: float = field(metadata=unit("share"))
+    first_weight_sync_share: float = field(metadata=unit("share"))
+    last_weight_sync_share: float = field(metadata=unit("share"))
+    median_rollout_share: float = field(metadata=unit("share"))
+    first_rollout_share: float = field(metadata=unit("share"))
+    last_rollout_share: float = field(metadata=unit("share"))
+    k_windows: int = field(metadata=unit("count"))
+    early_weight_sync_share: float = field(metadata=unit("share"))
+    late_weight_sync_share: float = field(metadata=unit("share"))
+    shape: str | None = optional()
+    accumulating: bool | None = optional()
+    slope_per_window: float | None = optional("share")
+    fitted_rise: float | None = optional("share")
+    grows: bool
+
+
 class SampledPhaseShare(Rule):
     """Rollout share and weight-sync share per sampling window, from py-spy samples classified
     by frame patterns (:mod:`wsprof.analysis.phases`): the two numbers without step markers."""
@@ -123,21 +200,22 @@ class SampledPhaseShare(Rule):
     description = "rollout and weight-sync share of samples per window, and whether sync grows"
 
     def symptom_rows(self, f: Finding) -> tuple[tuple[str, str], ...]:
-        """The share of the weight sync, first window to last and early to late mean."""
+        """The share of the weight sync, first window to last and early to late mean (another
+        rule's evidence: its rows in their units)."""
         ev = f.evidence
+        if not isinstance(ev, SampledShareEvidence):
+            return super().symptom_rows(f)
         return (
-            ("windows", str(ev.get("windows"))),
+            ("windows", str(ev.windows)),
             (
                 "weight-sync share, first -> last",
-                f"{fmt_pct(ev.get('first_weight_sync_share'))} "
-                f"-> {fmt_pct(ev.get('last_weight_sync_share'))}",
+                f"{fmt_pct(ev.first_weight_sync_share)} -> {fmt_pct(ev.last_weight_sync_share)}",
             ),
             (
                 "mean, early -> late",
-                f"{fmt_pct(ev.get('early_weight_sync_share'))} -> "
-                f"{fmt_pct(ev.get('late_weight_sync_share'))}",
+                f"{fmt_pct(ev.early_weight_sync_share)} -> {fmt_pct(ev.late_weight_sync_share)}",
             ),
-            ("phase patterns", str(ev.get("phase_source"))),
+            ("phase patterns", str(ev.phase_source)),
         )
 
     def match(self, facts: Facts) -> list[Finding]:
@@ -149,16 +227,6 @@ class SampledPhaseShare(Rule):
             sync = [w.weight_sync_share or 0.0 for w in active]
             roll = [w.rollout_share or 0.0 for w in active]
             src = pa.phase_source or "generic"
-            ev: dict[str, Any] = {
-                "windows": len(active),
-                "phase_source": src,
-                "median_weight_sync_share": float(np.median(sync)),
-                "first_weight_sync_share": sync[0],
-                "last_weight_sync_share": sync[-1],
-                "median_rollout_share": float(np.median(roll)),
-                "first_rollout_share": roll[0],
-                "last_rollout_share": roll[-1],
-            }
             where = f"{pa.label}, {_windows_word(len(active))}, {src} patterns"
             severity = "info"
             if not any(sync) and not any(roll):
@@ -180,21 +248,15 @@ class SampledPhaseShare(Rule):
                 )
             k = max(1, len(sync) // 3)
             early, late = float(np.mean(sync[:k])), float(np.mean(sync[-k:]))
-            ev.update(k_windows=k, early_weight_sync_share=early, late_weight_sync_share=late)
             grows = len(sync) >= SAMPLED_SHARE_MIN_WINDOWS and late - early >= (
                 SAMPLED_SHARE_MIN_SHIFT
             )
             res = facts.series.get(WINDOW_WEIGHT_SYNC_SHARE) if i == 0 else None
+            v = res.verdict if res is not None else None  # the judged series of the shares
             shape = ""
-            if res is not None:
-                v = res.verdict
+            rise: float | None = None
+            if v is not None:
                 rise = v.fitted[-1] - v.fitted[0] if v.fitted else 0.0
-                ev.update(
-                    shape=v.shape,
-                    accumulating=v.accumulating,
-                    slope_per_window=v.slope_per_step,
-                    fitted_rise=rise,
-                )
                 shape = f"{v.shape}, {v.slope_per_step * 100:+.1f} points per window; "
                 grows = grows or (v.accumulating and rise >= SAMPLED_SHARE_MIN_RISE)
             # Per-step times outrank sampled shares: where this process's steps give a weight
@@ -205,7 +267,6 @@ class SampledPhaseShare(Rule):
             if judged is None:  # another rank: its own per-step verdict
                 judged = next((r.sync for r in facts.ranks if r.label == pa.label), None)
             timed_flat = bool(pa.steps) and judged is not None and not judged.accumulating
-            ev["grows"] = grows and not timed_flat
             if grows and timed_flat:
                 title += "; the per-step weight-sync time does not grow"
             if grows and not timed_flat:
@@ -223,5 +284,23 @@ class SampledPhaseShare(Rule):
                     "frame_shift finding for where the time goes, fix it, then sample "
                     "again"
                 )
+            ev = SampledShareEvidence(
+                windows=len(active),
+                phase_source=src,
+                median_weight_sync_share=float(np.median(sync)),
+                first_weight_sync_share=sync[0],
+                last_weight_sync_share=sync[-1],
+                median_rollout_share=float(np.median(roll)),
+                first_rollout_share=roll[0],
+                last_rollout_share=roll[-1],
+                k_windows=k,
+                early_weight_sync_share=early,
+                late_weight_sync_share=late,
+                shape=v.shape if v is not None else None,
+                accumulating=v.accumulating if v is not None else None,
+                slope_per_window=v.slope_per_step if v is not None else None,
+                fitted_rise=rise,
+                grows=grows and not timed_flat,
+            )
             out.append(Finding(self.kind, severity, title, ev, pa.label, next_step))
         return out

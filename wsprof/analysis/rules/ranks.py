@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from wsprof.analysis.chain import Cause, ChainContext, Draft
+from wsprof.analysis.evidence import Evidence, optional, unit
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import (
     OUTLIER_RANK,
@@ -86,6 +89,83 @@ OUTLIER_REASONS = {
 }
 
 
+@dataclass(frozen=True, kw_only=True)
+class OutlierEvidence(Evidence):
+    """One rank apart from the others of its world (``outlier_rank``).
+
+    Attributes:
+        label: the rank's label (``rank N``).
+        rank, host, pid: the rank, its host and process id (None when unknown).
+        reasons: why it is apart (keys of :data:`OUTLIER_REASONS`).
+        steps: its steps.
+        first_weight_sync_s, last_weight_sync_s: its first and last weight-sync times.
+        median_weight_sync_s: its median weight-sync time.
+        others_median_weight_sync_s: the median of the other ranks' medians.
+        ranks: the ranks compared.
+        others_flat: the other ranks whose weight sync does not grow.
+        robust_z: its median's modified z-score over the ranks' medians.
+        ranks_median_weight_sync_s, ranks_mad_s: median and MAD of the ranks' medians.
+        sync_lag_s: how long after the earliest rank it starts its weight sync (median).
+        shape, slope_s_per_step: its weight sync's shape and slope (when judged).
+        first_between_layers_s, last_between_layers_s, between_slope_s_per_step,
+        own_growth_s, others_median_between_layers_s: its own time in the collectives
+            (reason ``own_growth`` only).
+        first_sync_gap_s, last_sync_gap_s, gap_growth_s, gap_slope_s_per_step: its own work
+            between its collectives (reason ``gap_growth`` only).
+        added_s: what it adds: the most of its growths and its excess over the ranks' median.
+        wrapper: the wrapper found on its collective names: with reason ``own_growth`` only,
+            and then always in the JSON (``null`` when none was found).
+        more_outlier_ranks: the outlier ranks past the listed ones (the last listed only).
+        outlier_ranks: every outlier rank of its world.
+    """
+
+    label: str
+    rank: int | None
+    host: str | None
+    pid: int | None
+    reasons: list[str]
+    steps: int = field(metadata=unit("count"))
+    first_weight_sync_s: float = field(metadata=unit("s"))
+    last_weight_sync_s: float = field(metadata=unit("s"))
+    median_weight_sync_s: float | None = field(metadata=unit("s"))
+    others_median_weight_sync_s: float = field(metadata=unit("s"))
+    ranks: int = field(metadata=unit("count"))
+    others_flat: int = field(metadata=unit("count"))
+    robust_z: float
+    ranks_median_weight_sync_s: float = field(metadata=unit("s"))
+    ranks_mad_s: float = field(metadata=unit("s"))
+    sync_lag_s: float | None = field(metadata=unit("s"))
+    shape: str | None = optional()
+    slope_s_per_step: float | None = optional("s")
+    first_between_layers_s: float | None = optional("s")
+    last_between_layers_s: float | None = optional("s")
+    between_slope_s_per_step: float | None = optional("s")
+    own_growth_s: float | None = optional("s")
+    others_median_between_layers_s: float | None = optional("s")
+    first_sync_gap_s: float | None = optional("s")
+    last_sync_gap_s: float | None = optional("s")
+    gap_growth_s: float | None = optional("s")
+    gap_slope_s_per_step: float | None = optional("s")
+    added_s: float = field(metadata=unit("s"))
+    wrapper: str | None = None
+    more_outlier_ranks: list[str | None] | None = optional()
+    outlier_ranks: int = field(metadata=unit("count"))
+
+    def as_dict(self) -> dict[str, Any]:
+        out = super().as_dict()
+        if "own_growth" not in self.reasons:
+            del out["wrapper"]  # said with the own growth only (null there when none was found)
+        return out
+
+    def process_named(self) -> str | None:
+        return self.label
+
+
+def _added_s(f: Finding) -> float:
+    """What an outlier finding's rank adds, s (0 for evidence of another kind)."""
+    return f.evidence.added_s if isinstance(f.evidence, OutlierEvidence) else 0.0
+
+
 class OutlierCause(Cause):
     """One rank apart from the others: its own symptom (the finding) and where (the rank)."""
 
@@ -95,23 +175,26 @@ class OutlierCause(Cause):
     own_symptom = True
 
     def draft(self, f: Finding, ctx: ChainContext, drafts: list[Draft]) -> Draft | None:
+        """The rank's own chain (None for evidence that is not an :class:`OutlierEvidence`)."""
         ev = f.evidence
+        if not isinstance(ev, OutlierEvidence):
+            return None
         rows = (
-            ("rank", str(ev.get("label"))),
-            ("median weight sync", fmt_duration(ev.get("median_weight_sync_s"))),
-            ("other ranks' median", fmt_duration(ev.get("others_median_weight_sync_s"))),
-            ("robust z", fmt_num(ev.get("robust_z"))),
+            ("rank", str(ev.label)),
+            ("median weight sync", fmt_duration(ev.median_weight_sync_s)),
+            ("other ranks' median", fmt_duration(ev.others_median_weight_sync_s)),
+            ("robust z", fmt_num(ev.robust_z)),
         )
-        why = [str(r) for r in ev.get("reasons", ())]
+        why = [str(r) for r in ev.reasons]
         said = [OUTLIER_REASONS[r] for r in why if r in OUTLIER_REASONS] or ["differs from them"]
         return Draft(
             self.cause,
-            f"{ev.get('label')} alone among {ev.get('ranks')} ranks: " + " and ".join(said),
+            f"{ev.label} alone among {ev.ranks} ranks: " + " and ".join(said),
             [f],
             symptom=Link("symptom", f.title, (f.id,), rows),
             where=Link("where", str(f.where), (f.id,), (("process", str(f.where)),)),
             next_step=f.next_step,
-            process=str(ev.get("label")),
+            process=str(ev.label),
         )
 
 
@@ -131,7 +214,7 @@ class OutlierRank(Rule):
         for world in dict.fromkeys(r.world for r in facts.ranks):
             found += self._match_rows([r for r in facts.ranks if r.world == world])
         order = {s: k for k, s in enumerate(SEVERITIES)}
-        found.sort(key=lambda f: (-order[f.severity], -float(f.evidence["added_s"])))
+        found.sort(key=lambda f: (-order[f.severity], -_added_s(f)))
         return found
 
     def _match_rows(self, ranks: Sequence[RankSeries]) -> list[Finding]:
@@ -198,58 +281,55 @@ class OutlierRank(Rule):
         if not reasons:
             return []
         mad = float(np.median(np.abs(np.array(medians) - med)))
-        found = [self._finding(rows, i, why, z[i], med, mad) for i, why in reasons.items()]
+        found = [
+            self._finding(rows, i, why, z[i], med, mad, len(reasons)) for i, why in reasons.items()
+        ]
         order = {s: k for k, s in enumerate(SEVERITIES)}
-        found.sort(key=lambda f: (-order[f.severity], -float(f.evidence["added_s"])))
+        found.sort(key=lambda f: (-order[f.severity], -_added_s(f)))
         if len(found) > OUTLIER_MAX_FINDINGS:
             rest = len(found) - OUTLIER_MAX_FINDINGS + 1
             last = found[OUTLIER_MAX_FINDINGS - 1]
-            found[OUTLIER_MAX_FINDINGS - 1] = Finding(
-                last.kind,
-                last.severity,
-                f"{last.title}; {rest - 1} more outlier rank{'s' if rest > 2 else ''} "
+            assert isinstance(last.evidence, OutlierEvidence)  # made by _finding
+            found[OUTLIER_MAX_FINDINGS - 1] = dataclasses.replace(
+                last,
+                title=f"{last.title}; {rest - 1} more outlier rank{'s' if rest > 2 else ''} "
                 "(the rank table lists them)",
-                {
-                    **last.evidence,
-                    "more_outlier_ranks": [f.where for f in found[OUTLIER_MAX_FINDINGS:]],
-                },
-                last.where,
-                last.next_step,
+                evidence=dataclasses.replace(
+                    last.evidence,
+                    more_outlier_ranks=[f.where for f in found[OUTLIER_MAX_FINDINGS:]],
+                ),
             )
             found = found[:OUTLIER_MAX_FINDINGS]
-        for f in found:
-            f.evidence["outlier_ranks"] = len(reasons)
         return found
 
     def _finding(
-        self, rows: Sequence[RankSeries], i: int, why: list[str], z: float, med: float, mad: float
+        self,
+        rows: Sequence[RankSeries],
+        i: int,
+        why: list[str],
+        z: float,
+        med: float,
+        mad: float,
+        outliers: int,
     ) -> Finding:
+        """The finding of rank ``rows[i]``, one of ``outliers`` outlier ranks of its world."""
         r = rows[i]
         others = [o for k, o in enumerate(rows) if k != i]
         sync = finite(r.weight_sync_s)
         other_meds = [float(o.median_weight_sync_s or 0.0) for o in others]
         others_med = float(np.median(other_meds))
         n_flat = sum(1 for o in others if o.sync is None or not o.sync.accumulating)
-        ev: dict[str, Any] = {
-            "label": r.label,
-            "rank": r.rank,
-            "host": r.host,
-            "pid": r.pid,
-            "reasons": why,
-            "steps": len(r.steps),
-            "first_weight_sync_s": sync[0],
-            "last_weight_sync_s": sync[-1],
-            "median_weight_sync_s": r.median_weight_sync_s,
-            "others_median_weight_sync_s": others_med,
-            "ranks": len(rows),
-            "others_flat": n_flat,
-            "robust_z": z,
-            "ranks_median_weight_sync_s": med,
-            "ranks_mad_s": mad,
-            "sync_lag_s": r.sync_lag_s,
-        }
-        if r.sync is not None:
-            ev.update(shape=r.sync.shape, slope_s_per_step=r.sync.slope_per_step)
+        # Its own time in the collectives (own_growth) and its own work between them
+        # (gap_growth): in the evidence with their reason only.
+        own_first: float | None = None
+        own_last: float | None = None
+        own_slope: float | None = None
+        own_growth: float | None = None
+        others_own_median: float | None = None
+        gap_first: float | None = None
+        gap_last: float | None = None
+        gap_growth: float | None = None
+        gap_slope: float | None = None
         parts: list[str] = []
         severity = "warning"
         added = 0.0
@@ -269,13 +349,9 @@ class OutlierRank(Rule):
             own = r.between_layers_s
             growth = _fitted_rise(r.between)
             others_own = [float(np.median(o.between_layers_s)) for o in others]
-            ev.update(
-                first_between_layers_s=own[0],
-                last_between_layers_s=own[-1],
-                between_slope_s_per_step=r.between.slope_per_step,
-                own_growth_s=growth,
-                others_median_between_layers_s=float(np.median(others_own)),
-            )
+            own_first, own_last = own[0], own[-1]
+            own_slope, own_growth = r.between.slope_per_step, growth
+            others_own_median = float(np.median(others_own))
             if parts:  # after the sync growth: the short form
                 text = (
                     f"its own time in the collectives grows {fmt_duration(own[0])} -> "
@@ -297,12 +373,8 @@ class OutlierRank(Rule):
         if "gap_growth" in why and r.gap is not None:
             gaps = finite(r.sync_gap_s)
             growth = _fitted_rise(r.gap)
-            ev.update(
-                first_sync_gap_s=gaps[0],
-                last_sync_gap_s=gaps[-1],
-                gap_growth_s=growth,
-                gap_slope_s_per_step=r.gap.slope_per_step,
-            )
+            gap_first, gap_last = gaps[0], gaps[-1]
+            gap_growth, gap_slope = growth, r.gap.slope_per_step
             text = (
                 f"its own work between its collectives in the weight sync grows "
                 f"{fmt_duration(gaps[0])} -> {fmt_duration(gaps[-1])} per step "
@@ -323,7 +395,6 @@ class OutlierRank(Rule):
                 else f"median {times:.1f}x the ranks' (robust z {z:.1f})"
             )
             added = max(added, float(r.median_weight_sync_s or 0.0) - med)
-        ev["added_s"] = added
         title = f"{r.where()}: " + "; ".join(parts)
         pid = r.pid if r.pid is not None else "PID"
         on = f" on {r.host}" if r.host else ""
@@ -344,5 +415,36 @@ class OutlierRank(Rule):
                 f"(a wrapper or probe that runs on it: {found_wrapper}): take it off the "
                 "per-call path, then measure again"
             )
-            ev["wrapper"] = r.wrapper
+        ev = OutlierEvidence(
+            label=r.label,
+            rank=r.rank,
+            host=r.host,
+            pid=r.pid,
+            reasons=why,
+            steps=len(r.steps),
+            first_weight_sync_s=sync[0],
+            last_weight_sync_s=sync[-1],
+            median_weight_sync_s=r.median_weight_sync_s,
+            others_median_weight_sync_s=others_med,
+            ranks=len(rows),
+            others_flat=n_flat,
+            robust_z=z,
+            ranks_median_weight_sync_s=med,
+            ranks_mad_s=mad,
+            sync_lag_s=r.sync_lag_s,
+            shape=r.sync.shape if r.sync is not None else None,
+            slope_s_per_step=r.sync.slope_per_step if r.sync is not None else None,
+            first_between_layers_s=own_first,
+            last_between_layers_s=own_last,
+            between_slope_s_per_step=own_slope,
+            own_growth_s=own_growth,
+            others_median_between_layers_s=others_own_median,
+            first_sync_gap_s=gap_first,
+            last_sync_gap_s=gap_last,
+            gap_growth_s=gap_growth,
+            gap_slope_s_per_step=gap_slope,
+            added_s=added,
+            wrapper=r.wrapper if "own_growth" in why else None,
+            outlier_ranks=outliers,
+        )
         return Finding(self.kind, severity, title, ev, r.where(), next_step)

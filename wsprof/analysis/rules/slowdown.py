@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from wsprof.analysis.chain import Role
+from wsprof.analysis.evidence import Evidence, optional, unit
 from wsprof.analysis.facts import LABELS, Facts
 from wsprof.analysis.kinds import series_kind
 from wsprof.analysis.model import Finding
@@ -18,6 +19,55 @@ from wsprof.analysis.rules.base import (
 )
 from wsprof.analysis.workload import explained_by_workload
 from wsprof.contracts.series import STEP_S, WEIGHT_SYNC_S, SeriesKind
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkloadEvidence(Evidence):
+    """The workload series a step or rollout time grows with (:class:`~wsprof.analysis.
+    workload.Workload`): its change over the run (0.2 = +20%), Spearman's rho of the time with
+    it, and the change of the time the work does not explain, as a share of the mean time."""
+
+    series: str
+    growth: float = field(metadata=unit("share"))
+    spearman: float
+    rate_change: float = field(metadata=unit("share"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectionEvidence(Evidence):
+    """Where the fitted growth goes (:class:`~wsprof.analysis.model.Projection`): the series'
+    value at step ``step`` by ``model`` fitted to steps ``fit_first_step``-``fit_last_step``."""
+
+    step: int
+    value: float = field(metadata=unit("series"))
+    model: str
+    fit_first_step: int | None
+    fit_last_step: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlowdownEvidence(Evidence):
+    """A per-step time that grows: its series, the time the fitted growth added over the
+    steps seen, the curve's shape, its first (judged) and last values, their ratio, the
+    Theil-Sen slope and the exponential fit's factor per step, the verdict's confidence; the
+    workload that explains it, the projection and the step the fit reaches the budget at, when
+    there are. Read by the chain builder as :class:`~wsprof.analysis.chain.SlowdownLike`."""
+
+    series: str
+    added_s: float = field(metadata=unit("s"))
+    shape: str
+    first: float = field(metadata=unit("series"))
+    last: float = field(metadata=unit("series"))
+    growth_ratio: float
+    slope_per_step: float = field(metadata=unit("series"))
+    growth_factor_per_step: float | None
+    confidence: float
+    workload: WorkloadEvidence | None = optional()
+    projection: ProjectionEvidence | None = optional()
+    budget_step: int | None = optional()
+
+    def series_named(self) -> str | None:
+        return self.series
 
 
 def _sync_where(facts: Facts) -> str | None:
@@ -87,37 +137,40 @@ class AccumulatingSlowdown(Rule):
             if work is not None:
                 severity = "info"
                 title += "; " + work.text()
-            evidence: dict[str, Any] = {
-                "series": name,
-                "added_s": added,
-                "shape": v.shape,
-                "first": first,
-                "last": last,
-                "growth_ratio": ratio,
-                "slope_per_step": v.slope_per_step,
-                "growth_factor_per_step": v.growth_factor_per_step,
-                "confidence": v.confidence,
-            }
-            if work is not None:
-                evidence["workload"] = {
-                    "series": work.name,
-                    "growth": work.growth,
-                    "spearman": work.rho,
-                    "rate_change": work.rate_change,
-                }
-            if proj:
-                evidence["projection"] = {
-                    "step": proj.step,
-                    "value": proj.value,
-                    "model": proj.model,
-                    "fit_first_step": proj.fit_first_step,
-                    "fit_last_step": proj.fit_last_step,
-                }
+            budget_step: int | None = None
             if v.budget_step is not None and s.steps:
-                at = v.budget_step  # a step number, as logged
+                budget_step = v.budget_step  # a step number, as logged
                 budget = s.fmt(facts.budgets.get(name))
-                title += f"; by the same fit it reaches {budget} at step {at}"
-                evidence["budget_step"] = at
+                title += f"; by the same fit it reaches {budget} at step {budget_step}"
+            evidence = SlowdownEvidence(
+                series=name,
+                added_s=added,
+                shape=v.shape,
+                first=first,
+                last=last,
+                growth_ratio=ratio,
+                slope_per_step=v.slope_per_step,
+                growth_factor_per_step=v.growth_factor_per_step,
+                confidence=v.confidence,
+                workload=WorkloadEvidence(
+                    series=work.name,
+                    growth=work.growth,
+                    spearman=work.rho,
+                    rate_change=work.rate_change,
+                )
+                if work is not None
+                else None,
+                projection=ProjectionEvidence(
+                    step=proj.step,
+                    value=proj.value,
+                    model=proj.model,
+                    fit_first_step=proj.fit_first_step,
+                    fit_last_step=proj.fit_last_step,
+                )
+                if proj
+                else None,
+                budget_step=budget_step,
+            )
             out.append(
                 Finding(
                     self.kind,

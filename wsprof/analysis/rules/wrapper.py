@@ -3,6 +3,8 @@ chain a wrapper on the collective names starts."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from wsprof.analysis.chain import (
@@ -15,6 +17,7 @@ from wsprof.analysis.chain import (
     wrapper_names,
     wrapper_who,
 )
+from wsprof.analysis.evidence import Evidence, unit
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import Finding, Link
 from wsprof.analysis.rules.base import Rule, _top_wrapper, _wrapper_where, immaterial
@@ -30,6 +33,19 @@ BETWEEN_LAYERS_SHARE = 0.25
 #: (of the median step time when there is no sync), below which a growing trend is noise that
 #: no one would act on: a healthy wrapper's few ms drifting on a loaded machine.
 BETWEEN_LAYERS_MATERIAL = 0.05
+
+
+@dataclass(frozen=True, kw_only=True)
+class BetweenLayersEvidence(Evidence):
+    """Time between the collective API and the backend that grows: its Theil-Sen slope, the
+    share of the weight-sync growth it explains (None without a growing sync), every name the
+    top wrapper sits on, and its first (judged) and last time per step."""
+
+    slope_s_per_step: float = field(metadata=unit("s"))
+    share_of_sync_growth: float | None = field(metadata=unit("share"))
+    wrapped_names: str
+    first_s: float = field(metadata=unit("s"))
+    last_s: float = field(metadata=unit("s"))
 
 
 def _wrapped_names(facts: Facts) -> str:
@@ -53,12 +69,13 @@ class WrapperCause(Cause):
     def draft(self, f: Finding, ctx: ChainContext, drafts: list[Draft]) -> Draft | None:
         if f.severity == "info":
             return None
-        ev = f.evidence
+        ev = f.evidence if isinstance(f.evidence, BetweenLayersEvidence) else None
         top = ctx.top_wrapper
-        share = ev.get("share_of_sync_growth")
-        slope = float(ev.get("slope_s_per_step", 0.0))
+        share = ev.share_of_sync_growth if ev is not None else None
+        slope = float(ev.slope_s_per_step) if ev is not None else 0.0
         slope_txt = Unit.SECONDS.fmt_slope(slope)
-        first, last = fmt_duration(ev.get("first_s")), fmt_duration(ev.get("last_s"))
+        first = fmt_duration(ev.first_s if ev is not None else None)
+        last = fmt_duration(ev.last_s if ev is not None else None)
         rows: list[tuple[str, str]] = []
         places: tuple[str, ...] = ()
         if top is not None:
@@ -173,13 +190,13 @@ class BetweenLayers(Rule):
                 self.kind,
                 severity,
                 title,
-                {
-                    "slope_s_per_step": bl.verdict.slope_per_step,
-                    "share_of_sync_growth": share,
-                    "wrapped_names": wrapped,
-                    "first_s": vals[0],
-                    "last_s": vals[-1],
-                },
+                BetweenLayersEvidence(
+                    slope_s_per_step=bl.verdict.slope_per_step,
+                    share_of_sync_growth=share,
+                    wrapped_names=wrapped,
+                    first_s=vals[0],
+                    last_s=vals[-1],
+                ),
                 where,
                 "the wrapper does work per collective whose cost grows (in the motivating case a "
                 "free-memory probe walking allocator segments): remove it from the per-call path "
