@@ -66,6 +66,7 @@ from wsprof.analysis.model import (
     Link,
     ProcessAnalysis,
     SeriesResult,
+    Severity,
 )
 from wsprof.analysis.rules import RULES
 from wsprof.analysis.rules.base import Rule
@@ -673,7 +674,7 @@ def _finish(d: Draft, findings: Sequence[Finding]) -> Diagnosis:
     held = {f.id for f in d.findings}
     ordered = [f for f in findings if f.id in held]
     own = [f for f in ordered if f.id not in d.shared] or ordered
-    severity = max(own, key=_severity_index).severity if own else "info"
+    severity = max(own, key=_severity_index).severity if own else Severity.INFO
     symptom = d.symptom
     if symptom is None:  # a chain that starts at its place (diagnose drops those without)
         assert d.where is not None

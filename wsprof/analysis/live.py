@@ -50,11 +50,13 @@ from wsprof.analysis.growth import classify, hold_newest
 from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import (
     Analysis,
+    AnalysisKind,
     GrowthVerdict,
     ProcessAnalysis,
     RankSeries,
     SeriesResult,
     StepRow,
+    StepSource,
     WrapperFact,
 )
 from wsprof.analysis.per_step import counter_series, op_median_series, op_medians, row_series
@@ -90,7 +92,7 @@ from wsprof.trace.model import (
     Span,
     process_label,
 )
-from wsprof.trace.salvage import end_of
+from wsprof.trace.salvage import TraceState, end_of
 
 #: Most points a series is judged on; longer series are judged on means of consecutive steps.
 #: growth's classifier costs about 50 ms at 100 points and 550 ms at 1,000 (Theil-Sen and
@@ -459,7 +461,7 @@ class LiveProcess:
             label=self.label,
             rank=self.rank,
             pid=self.pid,
-            step_source="markers" if self.rows else "none",
+            step_source=StepSource.MARKERS if self.rows else StepSource.NONE,
             steps=self.rows,
             ops=op_stats_of_sums(self.ops, self.op_apis, self.op_bytes),
             calls=counted_calls(self.n_calls),
@@ -737,7 +739,7 @@ class LiveRun:
             facts,
             Analysis(
                 source=self.folder,
-                kind="run",
+                kind=AnalysisKind.RUN,
                 processes=tuple(analyses),
                 series=tuple(results),
                 findings=(),
@@ -774,7 +776,7 @@ class LiveRun:
             host=p.host,
             pid=p.pid,
             path=p.path,
-            state="removed" if removed else end_of(p.meta),
+            state=TraceState.REMOVED if removed else end_of(p.meta),
             started_unix_ns=anchor[1] if anchor else None,
             steps=len(p.rows),
             last=p.rows[-1] if p.rows else None,

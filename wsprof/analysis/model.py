@@ -13,6 +13,7 @@ from wsprof.analysis.evidence import Evidence
 from wsprof.contracts.overhead import SelfOverhead
 from wsprof.contracts.series import Series
 from wsprof.contracts.units import Unit, fmt_duration
+from wsprof.contracts.words import Words
 
 #: Every shape a per-step series can get (see :mod:`wsprof.analysis.growth`).
 SHAPES = (
@@ -28,8 +29,17 @@ SHAPES = (
 #: Shapes that mean "grows step after step".
 GROWING_SHAPES = frozenset({"linear", "superlinear", "exponential"})
 
+
 #: Finding severities, lowest first.
-SEVERITIES = ("info", "warning", "critical")
+class Severity(Words):
+    """How much a finding or a diagnosis matters, least first."""
+
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+SEVERITIES = tuple(Severity)
 #: The kinds of finding a renderer singles out (the rules' own ``kind``; a renderer imports no
 #: rule module): a rank named as an outlier, and the rollout share the headline already shows.
 OUTLIER_RANK = "outlier_rank"
@@ -165,7 +175,7 @@ class Finding:
     """
 
     kind: str
-    severity: str
+    severity: Severity
     title: str
     evidence: Evidence
     where: str | None
@@ -402,7 +412,7 @@ class ProcessAnalysis:
     label: str
     rank: int | None
     pid: int | None
-    step_source: str  # 'markers' | 'updates' | 'rhythm' | 'bursts' | 'sampled' | 'none'
+    step_source: StepSource
     steps: tuple[StepRow, ...]
     ops: tuple[OpStats, ...]
     calls: CallPoints
@@ -514,7 +524,7 @@ class RankSeries:
     rank: int | None
     host: str | None
     pid: int | None
-    step_source: str
+    step_source: StepSource
     steps: tuple[int, ...]
     weight_sync_s: tuple[float | None, ...]
     step_s: tuple[float, ...]
@@ -636,7 +646,7 @@ class Diagnosis:
 
     id: str
     cause: str
-    severity: str
+    severity: Severity
     confidence: float
     title: str
     symptom: Link
@@ -664,7 +674,33 @@ class Diagnosis:
 
 
 #: Verdict statuses: problems found, none while the data supports a verdict, or not enough data.
-VERDICT_STATUSES = ("problems", "no_problem", "inconclusive")
+class VerdictStatus(Words):
+    """The answer of an analysis."""
+
+    PROBLEMS = "problems"
+    NO_PROBLEM = "no_problem"
+    INCONCLUSIVE = "inconclusive"
+
+
+VERDICT_STATUSES = tuple(VerdictStatus)
+
+
+class StepSource(Words):
+    """Where a process's steps came from, strongest evidence first."""
+
+    MARKERS = "markers"  # wsprof.step() / phase markers, or a framework preset's
+    UPDATES = "updates"  # weight updates on its push group
+    RHYTHM = "rhythm"  # the job's rhythm of collectives
+    BURSTS = "bursts"  # bursts of collectives
+    SAMPLED = "sampled"  # py-spy windows of the weight-sync phase
+    NONE = "none"
+
+
+class AnalysisKind(Words):
+    """What an analysis read: a run's traces or a log's or CSV's series."""
+
+    RUN = "run"
+    SERIES = "series"
 
 
 @dataclass(frozen=True)
@@ -679,7 +715,7 @@ class Verdict:
             ``problems`` verdict; each ends with what to do.
     """
 
-    status: str
+    status: VerdictStatus
     n_problems: int = 0
     reasons: tuple[str, ...] = ()
     #: Findings at warning or above (the evidence behind the ``n_problems`` diagnoses).
@@ -728,7 +764,7 @@ class Headline:
 
     source: str
     process: str | None = None
-    step_source: str | None = None
+    step_source: StepSource | None = None
     n_steps: int = 0
     step_median_s: float | None = None
     rollout_share_median: float | None = None
@@ -780,7 +816,7 @@ class Analysis:
     """
 
     source: str
-    kind: str  # 'run' | 'series'
+    kind: AnalysisKind
     processes: tuple[ProcessAnalysis, ...]
     series: tuple[SeriesResult, ...]
     findings: tuple[Finding, ...]
@@ -795,7 +831,7 @@ class Analysis:
     #: (None for a series file).
     coverage: Coverage | None = None
     #: The answer (see :class:`Verdict`); set by :func:`wsprof.analysis.verdict.with_verdict`.
-    verdict: Verdict = Verdict("no_problem")
+    verdict: Verdict = Verdict(VerdictStatus.NO_PROBLEM)
     #: Rollout share and weight-sync time, computed once
     #: (:func:`wsprof.analysis.headline.headline_of`); None on an analysis made by hand.
     headline: Headline | None = None

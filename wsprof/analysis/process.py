@@ -20,6 +20,7 @@ from wsprof.analysis.model import (
     OpStats,
     ProcessAnalysis,
     StepRow,
+    StepSource,
 )
 from wsprof.analysis.phases import patterns_from_meta, window_summaries
 from wsprof.analysis.rhythm import steps_from_rhythm
@@ -384,7 +385,7 @@ def process_analysis(
     label: str,
     rank: int | None,
     pid: int | None,
-    step_source: str,
+    step_source: StepSource,
     steps: Sequence[StepRow],
     ops: Sequence[OpStats],
     calls: CallPoints,
@@ -448,7 +449,7 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
     steps = steps_from_markers(calls, trace.spans, totals)
     if totals is not None:
         steps = without_thinned_gaps(steps, trace.meta)
-    source = "markers"
+    source = StepSource.MARKERS
     left_out: list[str] = []
     evidence = "weight-sync phases" if steps and sync_spans(trace.spans) else None
     if not steps:
@@ -474,7 +475,9 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
     return join_samples(pa, trace.meta, [*samples, *trace.samples])
 
 
-def unmarked_steps(trace: ProcessTrace) -> tuple[list[StepRow], str, str | None, list[str]]:
+def unmarked_steps(
+    trace: ProcessTrace,
+) -> tuple[list[StepRow], StepSource, str | None, list[str]]:
     """Steps of a process without step markers, from evidence, strongest first: the weight
     updates on its push group (:func:`~wsprof.analysis.pushes.steps_from_updates`: an engine's
     steps, and the sending trainer's), the job's rhythm, bursts of collectives. A truncated
@@ -488,12 +491,12 @@ def unmarked_steps(trace: ProcessTrace) -> tuple[list[StepRow], str, str | None,
     up = updates(calls, trace.meta)
     if up is not None:
         rows = steps_from_updates(calls, up, first_record_ns(trace))
-        return rows, "updates", evidence_line(up, rows), []
+        return rows, StepSource.UPDATES, evidence_line(up, rows), []
     rows = steps_from_rhythm(calls, last_record_ns(trace), first_record_ns(trace))
-    source = "rhythm"
+    source = StepSource.RHYTHM
     if not rows:
         rows = steps_from_bursts(calls, last_record_ns(trace))
-        source = "bursts" if rows else "none"
+        source = StepSource.BURSTS if rows else StepSource.NONE
     rows, left_out = drop_truncated_edges(rows)
     return rows, source, evidence_line(None, rows), left_out
 
@@ -518,7 +521,7 @@ def join_samples(
     if not pa.steps:
         sampled = steps_from_windows(summaries)
         if sampled:
-            pa = replace(pa, steps=tuple(sampled), step_source="sampled")
+            pa = replace(pa, steps=tuple(sampled), step_source=StepSource.SAMPLED)
     return replace(
         pa,
         hot_frames=tuple(hot_frames(windows)),

@@ -15,6 +15,7 @@ from wsprof.analysis.growth import classify, hold_newest
 from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import (
     Analysis,
+    AnalysisKind,
     GrowthVerdict,
     ProcessAnalysis,
     RankSeries,
@@ -589,7 +590,7 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
         facts,
         Analysis(
             source=source,
-            kind="run",
+            kind=AnalysisKind.RUN,
             processes=tuple(analyses),
             series=tuple(results),
             findings=(),
@@ -716,7 +717,7 @@ def analyze_series(series: Sequence[Series], source: str) -> Analysis:
         facts,
         Analysis(
             source=source,
-            kind="series",
+            kind=AnalysisKind.SERIES,
             processes=(),
             series=tuple(results),
             findings=(),

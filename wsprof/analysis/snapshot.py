@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from wsprof.analysis.model import Analysis, GrowthVerdict, StepRow
+from wsprof.trace.salvage import TraceState
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class LiveRank:
     host: str | None
     pid: int | None
     path: str
-    state: str
+    state: TraceState
     steps: int
     last: StepRow | None
     started_unix_ns: int | None = None

@@ -27,7 +27,7 @@ from dataclasses import replace
 
 from wsprof.analysis.ending import end_limits
 from wsprof.analysis.facts import TIME_SERIES
-from wsprof.analysis.model import Analysis, SeriesResult, Verdict
+from wsprof.analysis.model import Analysis, SeriesResult, Verdict, VerdictStatus
 from wsprof.analysis.rules.base import SLOWDOWN_MATERIAL_SHARE
 from wsprof.analysis.workload import explained_by_workload
 from wsprof.contracts.series import STEP_S
@@ -156,8 +156,9 @@ def judge(a: Analysis) -> Verdict:
     n = sum(1 for d in a.diagnoses if d.severity != "info") if a.diagnoses else n_findings
     reasons = tuple(_reasons(a))
     if n_findings:
-        return Verdict("problems", max(n, 1), reasons, n_findings)
-    return Verdict("inconclusive" if reasons else "no_problem", 0, reasons)
+        return Verdict(VerdictStatus.PROBLEMS, max(n, 1), reasons, n_findings)
+    status = VerdictStatus.INCONCLUSIVE if reasons else VerdictStatus.NO_PROBLEM
+    return Verdict(status, 0, reasons)
 
 
 def with_verdict(a: Analysis) -> Analysis:

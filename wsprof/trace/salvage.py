@@ -22,13 +22,26 @@ from typing import Any
 
 import numpy as np
 
+from wsprof.contracts.words import Words
 from wsprof.trace import journal as jfmt
 from wsprof.trace import ring as fmt
 from wsprof.trace import untrusted
 from wsprof.trace.writer import TraceWriter
 
-#: How a trace ended (``meta['end']['state']``).
-END_STATES = ("closed", "live", "killed", "unknown")
+
+class TraceState(Words):
+    """How a trace ended (``meta['end']['state']``); ``removed`` is watch's word for a trace
+    whose file went away while it followed it."""
+
+    CLOSED = "closed"
+    LIVE = "live"
+    KILLED = "killed"
+    UNKNOWN = "unknown"
+    REMOVED = "removed"
+
+
+#: The states :func:`end_of` can give.
+END_STATES = (TraceState.CLOSED, TraceState.LIVE, TraceState.KILLED, TraceState.UNKNOWN)
 
 
 def _alive(meta: dict[str, Any]) -> bool:
@@ -48,13 +61,13 @@ def _alive(meta: dict[str, Any]) -> bool:
     return not isinstance(unix_ns, int) or started_s <= unix_ns / 1e9 + 1.0
 
 
-def end_of(meta: dict[str, Any]) -> str:
+def end_of(meta: dict[str, Any]) -> TraceState:
     """How the trace with ``meta`` ended: one of :data:`END_STATES`."""
     if isinstance(meta.get("closed"), dict):
-        return "closed"
+        return TraceState.CLOSED
     if not isinstance(meta.get("ring"), dict):
-        return "unknown"
-    return "live" if _alive(meta) else "killed"
+        return TraceState.UNKNOWN
+    return TraceState.LIVE if _alive(meta) else TraceState.KILLED
 
 
 def salvage(

@@ -21,7 +21,7 @@ from wsprof.analysis.chain import (
 )
 from wsprof.analysis.evidence import Evidence, unit
 from wsprof.analysis.facts import Facts
-from wsprof.analysis.model import Finding, Link, SeriesResult
+from wsprof.analysis.model import Finding, Link, SeriesResult, Severity
 from wsprof.analysis.rules.base import SLOWDOWN_MATERIAL_SHARE, Rule
 from wsprof.contracts.series import BETWEEN_LAYERS_S, COLLECTIVE_CALLS, STEP_S, WEIGHT_SYNC_S, op_of
 from wsprof.contracts.units import Unit, fmt_duration
@@ -172,7 +172,7 @@ class PerCallCause(Cause):
     order = 30
 
     def draft(self, f: Finding, ctx: ChainContext, drafts: list[Draft]) -> Draft | None:
-        if f.severity == "info":
+        if f.severity == Severity.INFO:
             return None
         parts = _per_op(f)
         wrapper = next((d for d in drafts if d.cause == "wrapper" and d.where), None)
@@ -266,7 +266,7 @@ class PerCallVsCallCount(Rule):
             out.append(
                 Finding(
                     "call_count_growth",
-                    "warning",
+                    Severity.WARNING,
                     f"collective calls per step grow {count.verdict.slope_per_step:.1f}/step "
                     f"({count.series.values[0]:.0f} -> {count.series.values[-1]:.0f})"
                     + (
@@ -337,7 +337,7 @@ class PerCallVsCallCount(Rule):
             out.append(
                 Finding(
                     self.kind,
-                    "warning" if step_grows else "info",
+                    Severity.WARNING if step_grows else Severity.INFO,
                     title,
                     PerCallEvidence(
                         ops={

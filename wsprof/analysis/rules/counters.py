@@ -12,7 +12,7 @@ from wsprof.analysis.chain import Role
 from wsprof.analysis.evidence import Evidence, optional, unit
 from wsprof.analysis.facts import LABELS, Facts
 from wsprof.analysis.kinds import HELD_KINDS, series_kind
-from wsprof.analysis.model import Finding
+from wsprof.analysis.model import Finding, Severity
 from wsprof.analysis.rules.base import Rule
 from wsprof.contracts.counters import (
     NVML_MEM_TOTAL_BYTES,
@@ -152,7 +152,7 @@ class CounterCorrelation(Rule):
             out.append(
                 Finding(
                     self.kind,
-                    "warning",
+                    Severity.WARNING,
                     f"{what} tracks {cname} (Spearman rho {rho:.2f}): +{added} per "
                     f"{per_label} {cname}",
                     CounterCorrelationEvidence(
@@ -253,7 +253,7 @@ class CounterGrowth(Rule):
             steps_to_oom: float | None = None
             oom_step: float | None = None
             total = gpu_total_bytes(facts, cname)
-            severity = "warning"
+            severity = Severity.WARNING
             host = facts.series.get(counter_key(proc_counter("host_total_bytes")))
             if cname == proc_counter("rss_bytes") and host is not None and slope > 0:
                 # How long the host's memory lasts at this rate: a few MiB a step in a 12-step
@@ -266,21 +266,21 @@ class CounterGrowth(Rule):
                 )
                 host_total, steps_to_host = max(host.series.values), steps_left
                 if steps_left > MEMORY_HORIZON * len(vals):
-                    severity = "info"
+                    severity = Severity.INFO
                     title += ": watch it, not yet material"
                 elif steps_left <= len(vals):
-                    severity = "critical"
+                    severity = Severity.CRITICAL
             grown = vals[-1] - vals[0]
             if (
                 kind.kind is SeriesKind.BYTES
                 and total is None
-                and severity == "warning"
+                and severity == Severity.WARNING
                 and vals[0] > 0
                 and grown < MEMORY_MATERIAL_SHARE * vals[0]
             ):
                 # A process's memory that grew a few % over the run (warm-up, caches filling):
                 # shown, not yet a leak; a GPU's memory has its own test (steps to its total).
-                severity = "info"
+                severity = Severity.INFO
                 title += (
                     f"; so far {s.fmt(grown)}, {grown / vals[0]:.0%} of its level: "
                     "watch it, not yet material"
@@ -294,9 +294,9 @@ class CounterGrowth(Rule):
                     f"{steps_left:.0f} steps (step {oom_step:.0f})"
                 )
                 if steps_left <= len(vals):
-                    severity = "critical"
+                    severity = Severity.CRITICAL
                 elif steps_left > MEMORY_HORIZON * len(vals):
-                    severity = "info"
+                    severity = Severity.INFO
                     title += ": watch it, not yet material"
             out.append(
                 Finding(

@@ -9,7 +9,7 @@ from typing import Any
 from wsprof.analysis.chain import Role
 from wsprof.analysis.evidence import Evidence, optional, unit
 from wsprof.analysis.facts import Facts
-from wsprof.analysis.model import Finding
+from wsprof.analysis.model import Finding, Severity
 from wsprof.analysis.model import HotFrame as HotFrameModel
 from wsprof.analysis.rules.base import FRAME_SHIFT_MIN_CHANGE, Rule, _first_last
 from wsprof.analysis.samples import split_frame
@@ -95,7 +95,7 @@ class HotFrame(Rule):
             out.append(
                 Finding(
                     self.kind,
-                    "info",
+                    Severity.INFO,
                     title,
                     HotFrameEvidence(
                         process=pa.label,
@@ -178,7 +178,9 @@ class EarlyLateShift(Rule):
                 title += (
                     f"; {lost.frame} lost most ({lost.early_share:.0%} -> {lost.late_share:.0%})"
                 )
-            severity = "warning" if top.late_share >= FRAME_SHIFT_WARN_LATE_SHARE else "info"
+            severity = (
+                Severity.WARNING if top.late_share >= FRAME_SHIFT_WARN_LATE_SHARE else Severity.INFO
+            )
             evidence = FrameShiftEvidence(
                 process=pa.label,
                 frame=top.frame,

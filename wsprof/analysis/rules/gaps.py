@@ -18,7 +18,7 @@ from wsprof.analysis.chain import (
 )
 from wsprof.analysis.evidence import Evidence, unit
 from wsprof.analysis.facts import Facts
-from wsprof.analysis.model import Finding, Link
+from wsprof.analysis.model import Finding, Link, Severity
 from wsprof.analysis.rules.base import MATERIAL_STEP_SHARE, Rule, immaterial
 from wsprof.contracts.series import STEP_S, SYNC_GAP_S, WEIGHT_SYNC_S
 from wsprof.contracts.units import fmt_duration
@@ -76,7 +76,7 @@ class GapsCause(Cause):
     order = 40
 
     def draft(self, f: Finding, ctx: ChainContext, drafts: list[Draft]) -> Draft | None:
-        if f.severity == "info":
+        if f.severity == Severity.INFO:
             return None
         ev = f.evidence if isinstance(f.evidence, GapsEvidence) else None
         caller = ev.caller if ev is not None else None
@@ -185,7 +185,7 @@ class Gaps(Rule):
         )
         if caller:
             title += f", between the calls that {caller.split(' (')[0]} makes"
-        severity = "warning" if grows else "info"
+        severity = Severity.WARNING if grows else Severity.INFO
         if grows:
             title += (
                 f", and it grows ({gap.verdict.shape}): {fmt_duration(vals[0])} -> "
@@ -200,7 +200,7 @@ class Gaps(Rule):
             # between layers.
             quiet = immaterial(grown, step_ref)
             if quiet is not None:
-                severity = "info"
+                severity = Severity.INFO
                 title += quiet
         return [
             Finding(
@@ -247,7 +247,7 @@ class GpuIdleDuringSync(Rule):
             out.append(
                 Finding(
                     self.kind,
-                    "warning",
+                    Severity.WARNING,
                     f"{pa.label}: the GPUs sit idle during weight sync: {u.sync_pct:.0f}% "
                     f"utilization{other}, while weight sync takes {share:.0%} of each step",
                     GpuIdleEvidence(

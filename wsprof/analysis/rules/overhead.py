@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from wsprof.analysis.evidence import Evidence, unit
 from wsprof.analysis.facts import Facts
-from wsprof.analysis.model import Finding
+from wsprof.analysis.model import Finding, Severity
 from wsprof.analysis.rules.base import Rule
 from wsprof.contracts.units import fmt_duration
 
@@ -81,7 +81,7 @@ class SelfOverhead(Rule):
         return [
             Finding(
                 self.kind,
-                "warning" if bad else "info",
+                Severity.WARNING if bad else Severity.INFO,
                 title,
                 SelfOverheadEvidence(
                     flush_s=flush_s,

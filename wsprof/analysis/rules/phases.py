@@ -12,7 +12,7 @@ from wsprof.analysis.chain import Role, fmt_pct
 from wsprof.analysis.evidence import Evidence, optional, unit
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.headline import headline_of
-from wsprof.analysis.model import ROLLOUT_SHARE_KIND, Finding
+from wsprof.analysis.model import ROLLOUT_SHARE_KIND, Finding, Severity
 from wsprof.analysis.rules.base import FRAME_SHIFT_MIN_CHANGE, Rule, _first_last
 from wsprof.contracts.series import WEIGHT_SYNC_S, WINDOW_WEIGHT_SYNC_SHARE
 from wsprof.contracts.units import fmt_duration
@@ -95,7 +95,7 @@ class RolloutShare(Rule):
         return [
             Finding(
                 self.kind,
-                "info",
+                Severity.INFO,
                 "; ".join(parts) + f" ({pa.label}, steps from {pa.step_source})",
                 RolloutShareEvidence(  # the sync's numbers only with its median
                     steps=h.n_steps,
@@ -228,7 +228,7 @@ class SampledPhaseShare(Rule):
             roll = [w.rollout_share or 0.0 for w in active]
             src = pa.phase_source or "generic"
             where = f"{pa.label}, {_windows_word(len(active))}, {src} patterns"
-            severity = "info"
+            severity = Severity.INFO
             if not any(sync) and not any(roll):
                 title = (
                     f"sampled phases ({where}): no sample matched a rollout or weight-sync pattern"
@@ -270,7 +270,7 @@ class SampledPhaseShare(Rule):
             if grows and timed_flat:
                 title += "; the per-step weight-sync time does not grow"
             if grows and not timed_flat:
-                severity = "warning"
+                severity = Severity.WARNING
                 first, last = _first_last(k)
                 title = (
                     f"weight-sync share of samples rises per window: {sync[0]:.0%} -> "

@@ -19,6 +19,7 @@ from wsprof.analysis.model import (
     GrowthVerdict,
     Link,
     RankSeries,
+    Severity,
 )
 from wsprof.analysis.robust import above_the_others, finite, robust_z
 from wsprof.analysis.rules.base import CRITICAL_GROWTH_RATIO, Rule
@@ -331,7 +332,7 @@ class OutlierRank(Rule):
         gap_growth: float | None = None
         gap_slope: float | None = None
         parts: list[str] = []
-        severity = "warning"
+        severity = Severity.WARNING
         added = 0.0
         if "sync_growth" in why and r.sync is not None:
             v: GrowthVerdict = r.sync
@@ -344,7 +345,7 @@ class OutlierRank(Rule):
             )
             added = max(added, sync[-1] - sync[0])
             if _ratio(sync[0], sync[-1]) >= CRITICAL_GROWTH_RATIO:
-                severity = "critical"
+                severity = Severity.CRITICAL
         if "own_growth" in why and r.between is not None:
             own = r.between_layers_s
             growth = _fitted_rise(r.between)
@@ -369,7 +370,7 @@ class OutlierRank(Rule):
             parts.append(text)
             added = max(added, growth)
             if _ratio(own[0], own[-1]) >= CRITICAL_GROWTH_RATIO:
-                severity = "critical"
+                severity = Severity.CRITICAL
         if "gap_growth" in why and r.gap is not None:
             gaps = finite(r.sync_gap_s)
             growth = _fitted_rise(r.gap)
@@ -384,7 +385,7 @@ class OutlierRank(Rule):
             parts.append(text)
             added = max(added, growth)
             if _ratio(gaps[0], gaps[-1]) >= CRITICAL_GROWTH_RATIO:
-                severity = "critical"
+                severity = Severity.CRITICAL
         if "level" in why:
             times = float(r.median_weight_sync_s or 0.0) / med if med > 0 else float("inf")
             parts.append(

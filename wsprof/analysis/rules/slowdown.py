@@ -10,7 +10,7 @@ from wsprof.analysis.chain import Role
 from wsprof.analysis.evidence import Evidence, optional, unit
 from wsprof.analysis.facts import LABELS, Facts
 from wsprof.analysis.kinds import series_kind
-from wsprof.analysis.model import Finding
+from wsprof.analysis.model import Finding, Severity
 from wsprof.analysis.rules.base import (
     CRITICAL_GROWTH_RATIO,
     SLOWDOWN_MATERIAL_SHARE,
@@ -118,7 +118,7 @@ class AccumulatingSlowdown(Rule):
                 f"{s.fmt(last)} over {len(s.values) - k} steps{after} "
                 f"({s.fmt_slope(v.slope_per_step)}){proj_txt}"
             )
-            severity = "critical" if ratio >= CRITICAL_GROWTH_RATIO else "warning"
+            severity = Severity.CRITICAL if ratio >= CRITICAL_GROWTH_RATIO else Severity.WARNING
             # Material: what the fitted growth added over the steps seen, against a step.
             step_res = facts.series.get(STEP_S)
             step_ref = (
@@ -128,14 +128,14 @@ class AccumulatingSlowdown(Rule):
             )
             added = v.slope_per_step * (s.steps[-1] - s.steps[k]) if len(s.steps) > k + 1 else 0.0
             if step_ref and step_ref > 0 and added < SLOWDOWN_MATERIAL_SHARE * step_ref:
-                severity = "info"
+                severity = Severity.INFO
                 title += (
                     f"; so far {s.fmt(added)} added, "
                     f"{added / step_ref:.0%} of a step: watch it, not yet material"
                 )
             work = explained_by_workload(res, facts.series) if name != WEIGHT_SYNC_S else None
             if work is not None:
-                severity = "info"
+                severity = Severity.INFO
                 title += "; " + work.text()
             budget_step: int | None = None
             if v.budget_step is not None and s.steps:

@@ -19,7 +19,7 @@ from wsprof.analysis.chain import (
 )
 from wsprof.analysis.evidence import Evidence, unit
 from wsprof.analysis.facts import Facts
-from wsprof.analysis.model import Finding, Link
+from wsprof.analysis.model import Finding, Link, Severity
 from wsprof.analysis.rules.base import Rule, _top_wrapper, _wrapper_where, immaterial
 from wsprof.contracts.series import BETWEEN_LAYERS_S, STEP_S, WEIGHT_SYNC_S, op_of
 from wsprof.contracts.units import Unit, fmt_duration
@@ -67,7 +67,7 @@ class WrapperCause(Cause):
     order = 10
 
     def draft(self, f: Finding, ctx: ChainContext, drafts: list[Draft]) -> Draft | None:
-        if f.severity == "info":
+        if f.severity == Severity.INFO:
             return None
         ev = f.evidence if isinstance(f.evidence, BetweenLayersEvidence) else None
         top = ctx.top_wrapper
@@ -162,9 +162,9 @@ class BetweenLayers(Rule):
         # a wrapper whose time grows inside a sync that does not grow is a warning.
         flat_sync = sync is not None and share is None
         severity = (
-            "warning"
+            Severity.WARNING
             if flat_sync or (share is not None and share < BETWEEN_LAYERS_SHARE)
-            else "critical"
+            else Severity.CRITICAL
         )
         vals = judged
         wrapped = _wrapped_names(facts)
@@ -183,7 +183,7 @@ class BetweenLayers(Rule):
         # A wrapper drifting by a millisecond on a loaded machine, in a step of a second.
         quiet = immaterial(grown, step_ref)
         if quiet is not None:
-            severity = "info"
+            severity = Severity.INFO
             title += quiet
         return [
             Finding(
