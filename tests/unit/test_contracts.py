@@ -27,7 +27,7 @@ from wsprof.contracts.events import (
     WrapperFound,
     parse_event,
 )
-from wsprof.contracts.overhead import SelfOverhead, self_overhead_from_meta
+from wsprof.contracts.overhead import ProbeBudget, SelfOverhead, self_overhead_from_meta
 from wsprof.contracts.series import (
     COUNTER_PREFIX,
     OP_MEDIAN_PREFIX,
@@ -283,3 +283,37 @@ def test_old_or_edited_self_records_still_read(record: object) -> None:
     own = self_overhead_from_meta({} if record is None else {"self": record})
     assert own.dropped_calls == 0 and own.hook_ns_per_call is None and own.probes is None
     assert own == SelfOverhead(recorded=isinstance(record, dict))
+
+
+def test_the_self_record_written_is_the_one_read_back() -> None:
+    """The recorder writes ``meta['self']`` through the typed record (SelfOverhead.to_meta):
+    reading it back gives the same record, on-disk names and JSON-safe values."""
+    probes = ProbeBudget(
+        spent_ns=2e6,
+        share=0.004,
+        by_probe={"nvml": {"runs": 3, "off": False}},
+        budget_fraction=0.02,
+    )
+    own = SelfOverhead(
+        dropped_calls=5,
+        dropped_records=6,
+        dropped_by_step={3: 2, 1: 3},
+        lost_calls=1,
+        forgotten_async=2,
+        internal_errors=3,
+        write_errors=4,
+        journal_write_errors=5,
+        flush_ns_total=7_000,
+        flush_cpu_ns_total=6_000,
+        hook_ns_per_call=1100,
+        ring_records=65536,
+        native_hooks=True,
+        probes=probes,
+        recorded=True,
+    )
+    meta = json.loads(json.dumps({"self": own.to_meta()}))
+    assert list(meta["self"]["dropped_by_step"]) == ["1", "3"]
+    assert self_overhead_from_meta(meta) == own
+    assert self_overhead_from_meta({"self": SelfOverhead().to_meta()}) == SelfOverhead(
+        recorded=True
+    )

@@ -33,6 +33,7 @@ from wsprof.capture import buffer
 from wsprof.capture import settings as cfg
 from wsprof.capture.world import WorldProbe
 from wsprof.contracts.events import EventKind
+from wsprof.contracts.overhead import ProbeBudget, SelfOverhead
 from wsprof.trace import journal as jfmt
 from wsprof.trace import outputs
 from wsprof.trace import ring as fmt
@@ -502,26 +503,31 @@ class Recorder:
                     break
             self._hooks_stored = hooks_now
             fmt.write_header_counts(self._mm, drained=hi, dropped=int(ring.dropped))
-            meta["self"] = {
-                "dropped_calls": int(sum(ring.dropped_by_step.values())),
-                "dropped_records": int(ring.dropped),
-                "dropped_by_step": {
-                    str(k): int(v) for k, v in sorted(ring.dropped_by_step.items())
-                },
-                "lost_calls": self.lost_calls,
-                "forgotten_async": self.forgotten_async,
-                "internal_errors": self.internal_errors,
-                "write_errors": self.write_errors,
-                "journal_write_errors": self.journal.write_errors,
+            stats = self.sampler.stats() if self.sampler is not None else None
+            meta["self"] = SelfOverhead(
+                dropped_calls=int(sum(ring.dropped_by_step.values())),
+                dropped_records=int(ring.dropped),
+                dropped_by_step={int(k): int(v) for k, v in ring.dropped_by_step.items()},
+                lost_calls=self.lost_calls,
+                forgotten_async=self.forgotten_async,
+                internal_errors=self.internal_errors,
+                write_errors=self.write_errors,
+                journal_write_errors=self.journal.write_errors,
                 # this flush included, up to its last write
-                "flush_ns_total": self.flush_ns_total + (_now() - t0),
-                "flush_cpu_ns_total": self.flush_cpu_ns_total + (time.thread_time_ns() - c0),
-                "hook_ns_per_call": self.hook_ns_per_call,
-                "ring_records": self.capacity,
-                "native_hooks": bool(getattr(ring, "native", False)),
-            }
-            if self.sampler is not None:
-                meta["self"]["probes"] = self.sampler.stats()
+                flush_ns_total=self.flush_ns_total + (_now() - t0),
+                flush_cpu_ns_total=self.flush_cpu_ns_total + (time.thread_time_ns() - c0),
+                hook_ns_per_call=self.hook_ns_per_call,
+                ring_records=self.capacity,
+                native_hooks=bool(getattr(ring, "native", False)),
+                probes=None
+                if stats is None
+                else ProbeBudget(
+                    spent_ns=stats["spent_ns"],
+                    share=stats["share"],
+                    by_probe=stats["by_probe"],
+                    budget_fraction=stats["budget_fraction"],
+                ),
+            ).to_meta()
             self._writer.set_meta(meta)
             self._last_write_ok = True
         except Exception as e:  # noqa: BLE001 - never raise into training

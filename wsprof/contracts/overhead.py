@@ -22,11 +22,13 @@ class ProbeBudget:
         spent_ns: CPU time the probes spent, ns.
         share: the budget, a share of wall time (0..1); 0 when not recorded.
         by_probe: per probe, its statistics as recorded (``runs``, ``off``, ...).
+        budget_fraction: the share of wall time the probes were allowed (0..1).
     """
 
     spent_ns: float = 0.0
     share: float = 0.0
     by_probe: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
+    budget_fraction: float = 0.0
 
     @property
     def spent_s(self) -> float:
@@ -83,6 +85,34 @@ class SelfOverhead:
         """Wall time spent flushing to the trace, s."""
         return self.flush_ns_total / 1e9
 
+    def to_meta(self) -> dict[str, Any]:
+        """The on-disk ``meta['self']`` record the recorder writes at every flush (what
+        :func:`self_overhead_from_meta` reads back; ``recorded`` is not written)."""
+        out: dict[str, Any] = {
+            "dropped_calls": self.dropped_calls,
+            "dropped_records": self.dropped_records,
+            "dropped_by_step": {str(k): v for k, v in sorted(self.dropped_by_step.items())},
+            "lost_calls": self.lost_calls,
+            "forgotten_async": self.forgotten_async,
+            "internal_errors": self.internal_errors,
+            "write_errors": self.write_errors,
+            "journal_write_errors": self.journal_write_errors,
+            "flush_ns_total": self.flush_ns_total,
+            "flush_cpu_ns_total": self.flush_cpu_ns_total,
+            "hook_ns_per_call": self.hook_ns_per_call,
+            "ring_records": self.ring_records,
+            "native_hooks": self.native_hooks,
+        }
+        if self.probes is not None:
+            p = self.probes
+            out["probes"] = {
+                "budget_fraction": p.budget_fraction,
+                "share": p.share,
+                "spent_ns": p.spent_ns,
+                "by_probe": p.by_probe,
+            }
+        return out
+
 
 def _num(v: Any, default: float = 0.0) -> float:
     """A finite number from an untrusted record (bools and text are not numbers)."""
@@ -117,7 +147,10 @@ def _probes(raw: Any) -> ProbeBudget | None:
         {str(k): v for k, v in by.items() if isinstance(v, dict)} if isinstance(by, dict) else {}
     )
     return ProbeBudget(
-        spent_ns=_num(raw.get("spent_ns")), share=_num(raw.get("share")), by_probe=by_probe
+        spent_ns=_num(raw.get("spent_ns")),
+        share=_num(raw.get("share")),
+        by_probe=by_probe,
+        budget_fraction=_num(raw.get("budget_fraction")),
     )
 
 
