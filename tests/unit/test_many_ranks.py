@@ -20,7 +20,7 @@ from wsprof.analysis.align import (
 )
 from wsprof.analysis.model import Analysis, Finding
 from wsprof.analysis.robust import robust_z
-from wsprof.analysis.rules.ranks import OUTLIER_Z
+from wsprof.analysis.rules.ranks.rule import OUTLIER_Z
 from wsprof.analysis.run import analyze_path, analyze_run
 from wsprof.report.jsonout import to_dict
 from wsprof.report.text import render_text

@@ -1,4 +1,4 @@
-"""PerCallVsCallCount (rules/calls.py) on hand-built facts: more calls per step and slower
+"""PerCallVsCallCount (rules/calls/) on hand-built facts: more calls per step and slower
 calls, each against the thresholds that make them a warning, information or nothing."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import rule_kit
 from wsprof.analysis.bucketing import BUCKET_BYTES
 from wsprof.analysis.model import CallCostModel, Finding, OpStats, ProcessAnalysis, WrapperFact
 from wsprof.analysis.rules.base import SLOWDOWN_MATERIAL_SHARE
-from wsprof.analysis.rules.calls import CallCountEvidence, PerCallEvidence, PerCallVsCallCount
+from wsprof.analysis.rules.calls.record import CallCountEvidence, PerCallEvidence
+from wsprof.analysis.rules.calls.rule import PerCallVsCallCount
 from wsprof.contracts.series import (
     COLLECTIVE_CALLS,
     STEP_S,

@@ -10,14 +10,14 @@ import pytest
 import rule_kit
 
 from wsprof.analysis.model import Finding, RankSeries
-from wsprof.analysis.rules.ranks import (
+from wsprof.analysis.rules.ranks.record import OutlierEvidence
+from wsprof.analysis.rules.ranks.rule import (
     OUTLIER_MAX_FINDINGS,
     OUTLIER_MAX_SHARE,
     OUTLIER_MIN_EXCESS,
     OUTLIER_MIN_RANKS,
     OUTLIER_OWN_GROWTH_SHARE,
     OUTLIER_Z,
-    OutlierEvidence,
     OutlierRank,
 )
 from wsprof.contracts.series import BETWEEN_LAYERS_S, WEIGHT_SYNC_S

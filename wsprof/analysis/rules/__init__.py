@@ -10,13 +10,13 @@ from dataclasses import replace
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import SEVERITIES, Finding
 from wsprof.analysis.rules.base import Rule
-from wsprof.analysis.rules.calls import PerCallVsCallCount
+from wsprof.analysis.rules.calls.rule import PerCallVsCallCount
 from wsprof.analysis.rules.counters import CounterCorrelation, CounterGrowth
 from wsprof.analysis.rules.frames import EarlyLateShift, HotFrame
 from wsprof.analysis.rules.gaps import Gaps, GpuIdleDuringSync
 from wsprof.analysis.rules.overhead import SelfOverhead
 from wsprof.analysis.rules.phases import RolloutShare, SampledPhaseShare
-from wsprof.analysis.rules.ranks import OutlierRank
+from wsprof.analysis.rules.ranks.rule import OutlierRank
 from wsprof.analysis.rules.slowdown import AccumulatingSlowdown
 from wsprof.analysis.rules.wrapper import BetweenLayers
 

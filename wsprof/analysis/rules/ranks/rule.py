@@ -1,29 +1,26 @@
-"""A rank whose weight sync or own time stands out from its world's."""
+"""The rule: a rank whose weight sync or own time stands out from its world's."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from wsprof.analysis.chain import Cause, ChainContext, Draft
-from wsprof.analysis.evidence import Evidence, optional, unit
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import (
     OUTLIER_RANK,
     SEVERITIES,
     Finding,
     GrowthVerdict,
-    Link,
     RankSeries,
     Severity,
 )
 from wsprof.analysis.robust import above_the_others, finite, robust_z
 from wsprof.analysis.rules.base import CRITICAL_GROWTH_RATIO, Rule
-from wsprof.contracts.units import Unit, fmt_duration, fmt_num
+from wsprof.analysis.rules.ranks.cause import OutlierCause
+from wsprof.analysis.rules.ranks.record import OutlierEvidence, _added_s
+from wsprof.contracts.units import Unit, fmt_duration
 
 #: Fewest ranks with a weight-sync time for ranks to be compared: with two, neither is "the
 #: outlier" (each is as far from the other), so one or two ranks never give an outlier_rank.
@@ -79,124 +76,6 @@ def _waiters(r: RankSeries, others: Sequence[RankSeries]) -> str:
         f"; the weight sync of {grown} other ranks grows with it: they wait for {r.label} "
         "in the collectives"
     )
-
-
-#: What each reason of an outlier_rank finding says in its diagnosis's title.
-OUTLIER_REASONS = {
-    "sync_growth": "its weight sync grows while the other ranks' stays flat",
-    "own_growth": "its own time in the collectives grows",
-    "gap_growth": "its own work between its collectives grows",
-    "level": "its weight sync is far slower than the other ranks'",
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class OutlierEvidence(Evidence):
-    """One rank apart from the others of its world (``outlier_rank``).
-
-    Attributes:
-        label: the rank's label (``rank N``).
-        rank, host, pid: the rank, its host and process id (None when unknown).
-        reasons: why it is apart (keys of :data:`OUTLIER_REASONS`).
-        steps: its steps.
-        first_weight_sync_s, last_weight_sync_s: its first and last weight-sync times.
-        median_weight_sync_s: its median weight-sync time.
-        others_median_weight_sync_s: the median of the other ranks' medians.
-        ranks: the ranks compared.
-        others_flat: the other ranks whose weight sync does not grow.
-        robust_z: its median's modified z-score over the ranks' medians.
-        ranks_median_weight_sync_s, ranks_mad_s: median and MAD of the ranks' medians.
-        sync_lag_s: how long after the earliest rank it starts its weight sync (median).
-        shape, slope_s_per_step: its weight sync's shape and slope (when judged).
-        first_between_layers_s, last_between_layers_s, between_slope_s_per_step,
-        own_growth_s, others_median_between_layers_s: its own time in the collectives
-            (reason ``own_growth`` only).
-        first_sync_gap_s, last_sync_gap_s, gap_growth_s, gap_slope_s_per_step: its own work
-            between its collectives (reason ``gap_growth`` only).
-        added_s: what it adds: the most of its growths and its excess over the ranks' median.
-        wrapper: the wrapper found on its collective names: with reason ``own_growth`` only,
-            and then always in the JSON (``null`` when none was found).
-        more_outlier_ranks: the outlier ranks past the listed ones (the last listed only).
-        outlier_ranks: every outlier rank of its world.
-    """
-
-    label: str
-    rank: int | None
-    host: str | None
-    pid: int | None
-    reasons: list[str]
-    steps: int = field(metadata=unit("count"))
-    first_weight_sync_s: float = field(metadata=unit("s"))
-    last_weight_sync_s: float = field(metadata=unit("s"))
-    median_weight_sync_s: float | None = field(metadata=unit("s"))
-    others_median_weight_sync_s: float = field(metadata=unit("s"))
-    ranks: int = field(metadata=unit("count"))
-    others_flat: int = field(metadata=unit("count"))
-    robust_z: float
-    ranks_median_weight_sync_s: float = field(metadata=unit("s"))
-    ranks_mad_s: float = field(metadata=unit("s"))
-    sync_lag_s: float | None = field(metadata=unit("s"))
-    shape: str | None = optional()
-    slope_s_per_step: float | None = optional("s")
-    first_between_layers_s: float | None = optional("s")
-    last_between_layers_s: float | None = optional("s")
-    between_slope_s_per_step: float | None = optional("s")
-    own_growth_s: float | None = optional("s")
-    others_median_between_layers_s: float | None = optional("s")
-    first_sync_gap_s: float | None = optional("s")
-    last_sync_gap_s: float | None = optional("s")
-    gap_growth_s: float | None = optional("s")
-    gap_slope_s_per_step: float | None = optional("s")
-    added_s: float = field(metadata=unit("s"))
-    wrapper: str | None = None
-    more_outlier_ranks: list[str | None] | None = optional()
-    outlier_ranks: int = field(metadata=unit("count"))
-
-    def as_dict(self) -> dict[str, Any]:
-        out = super().as_dict()
-        if "own_growth" not in self.reasons:
-            del out["wrapper"]  # said with the own growth only (null there when none was found)
-        return out
-
-    def process_named(self) -> str | None:
-        return self.label
-
-
-def _added_s(f: Finding) -> float:
-    """What an outlier finding's rank adds, s (0 for evidence of another kind)."""
-    return f.evidence.added_s if isinstance(f.evidence, OutlierEvidence) else 0.0
-
-
-class OutlierCause(Cause):
-    """One rank apart from the others: its own symptom (the finding) and where (the rank)."""
-
-    kind = OUTLIER_RANK
-    cause = "outlier_rank"
-    order = 90
-    own_symptom = True
-
-    def draft(self, f: Finding, ctx: ChainContext, drafts: list[Draft]) -> Draft | None:
-        """The rank's own chain (None for evidence that is not an :class:`OutlierEvidence`)."""
-        ev = f.evidence
-        if not isinstance(ev, OutlierEvidence):
-            return None
-        rows = (
-            ("rank", str(ev.label)),
-            ("median weight sync", fmt_duration(ev.median_weight_sync_s)),
-            ("other ranks' median", fmt_duration(ev.others_median_weight_sync_s)),
-            ("robust z", fmt_num(ev.robust_z)),
-        )
-        why = [str(r) for r in ev.reasons]
-        said = [OUTLIER_REASONS[r] for r in why if r in OUTLIER_REASONS] or ["differs from them"]
-        return Draft(
-            self.cause,
-            f"{ev.label} alone among {ev.ranks} ranks: " + " and ".join(said),
-            [f],
-            symptom=Link("symptom", f.title, (f.id,), rows),
-            where=Link("where", str(f.where), (f.id,), (("process", str(f.where)),)),
-            next_step=f.next_step,
-            process=str(ev.label),
-        )
 
 
 class OutlierRank(Rule):
