@@ -107,3 +107,23 @@ def test_the_chain_builder_names_no_rule_kind() -> None:
     kinds |= {k for r in RULES for k, _ in r.roles}
     named = sorted(k for k in kinds if f'"{k}"' in source or f"'{k}'" in source)
     assert not named, named
+
+
+def test_a_plug_in_slowdown_without_a_typed_record_is_still_the_symptom(tmp_path: Path) -> None:
+    """A rule of a plug-in that gives its evidence as plain keys (FreeEvidence) takes the
+    slowdown role when it has the role's keys: its finding is the chain's symptom."""
+    from wsprof.analysis.evidence import FreeEvidence
+    from wsprof.analysis.model import Finding, Severity
+
+    facts = _slowing_sync()
+    plain = Finding(
+        "accumulating_slowdown",
+        Severity.WARNING,
+        "weight sync grows",
+        FreeEvidence({"series": WEIGHT_SYNC_S, "slope_per_step": 0.4, "confidence": 0.9}),
+        None,
+        "",
+        id="F1",
+    )
+    got = diagnose([plain], facts)
+    assert got and got[0].cause == "unexplained" and got[0].symptom_series == WEIGHT_SYNC_S

@@ -5,8 +5,10 @@ retention rewriting old steps under the reader, binning, and the OpenMetrics pag
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -149,6 +151,85 @@ def test_watch_and_analyze_say_the_same_words_with_the_same_numbers(tmp_path: Pa
     assert [f.evidence for f in live] == [f.evidence for f in whole]
     own = next(f for f in whole if f.kind == "self_overhead")
     assert own.evidence.as_dict()["hooks_s"] == pytest.approx(4 * 3_000 * 1100 / 1e9, rel=0.01)
+
+
+#: What the unit tests below compare of each process, beyond its findings: what watch reads of
+#: the samples, the NVML readings against the sync phases and the calls' sites.
+JOINED = ("hot_frames", "hot_stacks", "n_samples", "windows", "phase_source", "shift")
+JOINED += ("early_stacks", "late_stacks", "gpu_util", "sync_site")
+
+
+def test_samples_gpu_use_and_sync_site_followed_as_they_grow_end_where_analyze_ends(
+    tmp_path: Path,
+) -> None:
+    # Three steps a flush, refreshed after each: a py-spy sampler's windows of rank 0 (in their
+    # own trace), NVML readings that run ahead of the steps (some land in the open step, some
+    # after the last one) and a caller site of the sync calls.
+    run = tmp_path / "run"
+    steps, calls = 12, 30
+    schedule = MANY.step_schedule(steps, calls, 0)
+    writers = _writers(run, 2, outlier=None)
+    sampler = TraceWriter(str(run / "node-a-pyspy.wsprof"))
+    sampler.set_meta({"host": "node-a", "pid": 7, "targets": [writers[0].pid]})
+    stacks = {
+        1: ["main (train.py:1)", "rollout (train.py:20)"],
+        2: ["main (train.py:1)", "sync_weights (trainer/sync.py:80)"],
+        3: ["main (train.py:1)", "sync_weights (trainer/sync.py:80)", "push (sync.py:88)"],
+    }
+    sampler.write({"stacks": [(i, json.dumps(f)) for i, f in stacks.items()]})
+    for w in writers:
+        w.w.write({"sites": [(0, "trainer/sync.py", 88, "push_weights")]})
+    live = LiveRun(str(run))
+    rng = np.random.default_rng(3)
+    for k0 in range(0, steps, 3):
+        for w in writers:
+            w.write(schedule, k0, k0 + 3, calls)
+            lo, hi = w.t0_mono + schedule[k0], w.t0_mono + schedule[min(k0 + 4, steps)]
+            with sqlite3.connect(f"file:{w.path}?mode=ro", uri=True) as db:
+                syncs = db.execute(
+                    "SELECT t_start_ns, t_end_ns FROM spans WHERE name = 'weight_sync' "
+                    "AND step >= ?",
+                    (k0,),
+                ).fetchall()
+            inside = [a + (b - a) * j // 3 for a, b in syncs for j in range(3)]  # its start too
+            ends = [b for _, b in syncs]  # a sync's end is outside it
+            t = np.sort([*rng.integers(lo, hi + 5 * 10**9, 40), *inside, *ends])
+            w.w.write(
+                {
+                    "counters": [
+                        (int(x), "nvml.gpu0.util_pct", float(rng.integers(0, 100))) for x in t
+                    ]
+                }
+            )
+        t0 = writers[0].t0_mono
+        rows = [
+            (
+                t0 + schedule[k] + j * 10**9,
+                t0 + schedule[k] + (j + 1) * 10**9,
+                writers[0].pid,
+                1,
+                s,
+                c,
+            )
+            for k in range(k0, k0 + 3)
+            for j in range(3)
+            for s, c in ((1, 20 - 5 * j - k), (2 + k % 2, 5 + 4 * k))
+        ]
+        sampler.write({"samples": rows})
+        live.refresh()
+    for w in writers:
+        w.close()
+    sampler.close()
+    got = live.refresh().analysis
+    whole = analyze_path(str(run))
+    assert [p.label for p in got.processes] == [p.label for p in whole.processes]
+    assert got.processes[0].n_samples > 0 and got.processes[0].gpu_util is not None
+    assert got.processes[0].sync_site == "push_weights (trainer/sync.py:88)"
+    for a, b in zip(got.processes, whole.processes):
+        for name in JOINED:
+            assert getattr(a, name) == getattr(b, name), (a.label, name)
+    assert [(f.kind, f.title) for f in got.findings] == [(f.kind, f.title) for f in whole.findings]
+    assert [f.evidence for f in got.findings] == [f.evidence for f in whole.findings]
 
 
 def test_refreshes_as_the_run_grows_end_where_analyze_ends(tmp_path: Path) -> None:

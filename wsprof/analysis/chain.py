@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import Finding, Link, WrapperFact
 from wsprof.analysis.samples import split_frame
 from wsprof.contracts.units import fmt_duration
+from wsprof.contracts.words import Words
 
 
-class Role(str, Enum):
+class Role(Words):
     """What a finding that is not a cause is to a chain (``Rule.roles``: kind -> role)."""
 
     #: A per-step time that grows (weight sync, step, rollout): the chain's symptom.
@@ -109,16 +109,6 @@ ROLE_EVIDENCE: dict[Role, type] = {
 }
 
 
-E = TypeVar("E")
-
-
-def evidence_as(f: Finding, kind: type[E]) -> E | None:
-    """``f``'s evidence when it has the fields of ``kind`` (a protocol above or a rule's own
-    record), else None."""
-    ev = f.evidence
-    return ev if isinstance(ev, kind) else None
-
-
 def _wrong(f: Finding, role: str) -> TypeError:
     return TypeError(f"{f.kind} evidence lacks the fields of the {role} role")
 
@@ -192,7 +182,6 @@ class Draft:
         counter_cost: the why counter's fitted cost in words.
         shared: ids of findings it shares with the chain before it (the run's slowdown), left
             out of its severity.
-        owner: the :class:`Cause` that drafted it (None for the builder's own chains).
         detail: the cause's own where text before any other link joined it (a cause that is
             re-read as another rebuilds its where from it).
     """
@@ -214,7 +203,6 @@ class Draft:
     explains: float = 0.0
     counter_cost: str = ""
     shared: set[str] = field(default_factory=set)
-    owner: Cause | None = None
     detail: str = ""
 
 
@@ -261,8 +249,11 @@ class Cause:
         own_symptom: True for a chain whose finding is its own symptom (one rank apart): it
             takes no part in the run's slowdown, frame or counter links, and has no missing
             links.
-        tracks: series keys whose counter links go to this cause's chain (its own where's
-            series: time between the layers, per-call latencies); a callable for families.
+
+    A draft's ``cause`` names the :class:`Cause` whose :meth:`next_step` and :meth:`tracks`
+    the builder calls for it, so a chain re-read as another cause (a per-call slowdown under
+    a wrapper, :meth:`on_culprit_under`) takes that cause's next step. A cause whose finding
+    joins an earlier draft (the wrapper's) edits that draft in :meth:`draft` and returns None.
     """
 
     kind = ""

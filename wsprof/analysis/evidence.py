@@ -66,6 +66,14 @@ class FreeEvidence(Evidence):
     def as_dict(self) -> dict[str, Any]:
         return dict(self.values)
 
+    def __getattr__(self, name: str) -> Any:
+        """A key of ``values`` read as a field (a plug-in rule's evidence can take a role in a
+        chain when it has the role's keys); AttributeError for any other name."""
+        values = self.__dict__.get("values", {})
+        if name in values:
+            return values[name]
+        raise AttributeError(name)
+
     def series_named(self) -> str | None:
         return _text(self.values, "series")
 

@@ -6,7 +6,9 @@ same code as ``wsprof analyze`` (:func:`~wsprof.analysis.steps.steps_from_marker
 complete when its ``step`` span is in the trace: the recorder writes a step's span after every
 call and phase of it (one ordered capture buffer), so its rows never change afterwards. What a
 refresh keeps in memory is one row per step per process, running totals, and the calls and
-spans of each process's open step; raw calls of completed steps are released.
+spans of each process's open step; raw calls of completed steps are released. py-spy's
+sampling windows (already one row per stack per window) are kept as read and joined to the
+process whose pid they sampled, as in ``wsprof analyze`` (:meth:`LiveProcess.analysis`).
 
 Judging stays bounded as the run grows:
 
@@ -35,8 +37,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -51,6 +54,7 @@ from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import (
     Analysis,
     AnalysisKind,
+    GpuUtil,
     GrowthVerdict,
     ProcessAnalysis,
     RankSeries,
@@ -61,10 +65,16 @@ from wsprof.analysis.model import (
 )
 from wsprof.analysis.per_step import counter_series, op_median_series, op_medians, row_series
 from wsprof.analysis.process import (
+    GPU_UTIL_MIN_SAMPLES,
     counted_calls,
+    in_spans,
+    join_samples,
     op_stats_of_sums,
     primary_key,
     process_analysis,
+    site_text,
+    sites_in_windows,
+    sync_windows,
     with_sync_starts,
     without_thinned_gaps,
 )
@@ -72,6 +82,7 @@ from wsprof.analysis.ranks import RankInput, judged_series, rank_series, sync_la
 from wsprof.analysis.run import facts_of_wrappers, with_unread
 from wsprof.analysis.snapshot import LiveRank, OpTotal, WatchSnapshot
 from wsprof.analysis.steps import assign_calls, steps_from_markers, sync_spans
+from wsprof.contracts.counters import NVML_UTIL_PCT, is_nvml_gpu
 from wsprof.contracts.events import Event, EventKind, Patched, WrapperFound
 from wsprof.contracts.overhead import SelfOverhead
 from wsprof.contracts.series import (
@@ -89,6 +100,8 @@ from wsprof.trace.model import (
     IssuedReading,
     ProcessTrace,
     RecordedIssued,
+    SampleWindow,
+    Site,
     Span,
     process_label,
 )
@@ -241,6 +254,59 @@ def _add_readings(
             kept.append(r)
 
 
+def _overlapping(windows: Sequence[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    """The ``(start, end)`` windows (ends included) that share a time with ``[lo, hi]``."""
+    if not windows:
+        return []
+    w = np.asarray(windows, dtype=np.int64)
+    keep = (w[:, 0] <= hi) & (w[:, 1] >= lo)
+    return [(int(a), int(b)) for a, b in w[keep].tolist()]
+
+
+def _count_sites(
+    counts: dict[int, int], calls: CallTable, windows: Sequence[tuple[int, int]]
+) -> None:
+    """Add to ``counts`` (site id -> calls) the known sites of the calls (sorted by start) that
+    start inside ``windows`` (:func:`~wsprof.analysis.process.sites_in_windows`)."""
+    if not len(calls) or not windows:
+        return
+    near = _overlapping(windows, int(calls.t_start_ns[0]), int(calls.t_start_ns[-1]))
+    if not near:
+        return
+    ids, n = np.unique(sites_in_windows(calls, near), return_counts=True)
+    for i, k in zip(ids.tolist(), n.tolist()):
+        counts[i] = counts.get(i, 0) + k
+
+
+def _by_start(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` sorted by start, ties in the order read (as
+    :func:`~wsprof.analysis.steps.sync_spans` sorts a whole trace's)."""
+    return sorted(spans, key=lambda sp: sp[0])
+
+
+@dataclass
+class _Mean:
+    """An exact running sum (every reading as the fraction its float is) and its count."""
+
+    total: Fraction = Fraction(0)
+    n: int = 0
+
+    def add(self, values: Sequence[float]) -> None:
+        for v in values:
+            self.total += Fraction(v)
+        self.n += len(values)
+
+    def plus(self, values: Sequence[float]) -> _Mean:
+        out = _Mean(self.total, self.n)
+        out.add(values)
+        return out
+
+    def mean(self) -> float:
+        # The float of the exact sum, divided once: what numpy's mean gives for readings whose
+        # sum is exact in a float (NVML's whole percentages).
+        return float(self.total) / self.n
+
+
 @dataclass
 class LiveProcess:
     """One trace being followed: its completed steps and running totals.
@@ -259,6 +325,9 @@ class LiveProcess:
         between_by_api: API name -> summed time between layers, s (for the wrapper audit).
         repeated: step spans whose number was already a completed step (counted once).
         sync_phases: whether a completed step had a weight-sync phase span.
+        samples: the py-spy sampling windows its own trace holds (each a stack's sample count
+            in one window, as ``wsprof analyze`` reads them), by start.
+        sites: the caller sites of its calls (read whole each time).
     """
 
     path: str
@@ -279,8 +348,26 @@ class LiveProcess:
     repeated: int = 0
     sync_phases: bool = False
     self_overhead: SelfOverhead = field(default_factory=SelfOverhead)
+    samples: list[SampleWindow] = field(default_factory=list)
+    sites: dict[int, Site] = field(default_factory=dict)
     #: Highest step number made into a row (-1: none yet).
     last_step: int = -1
+    #: Rows read so far that changed it (the key of :attr:`_joined`).
+    _version: int = 0
+    #: (version, the sampling windows joined) -> the analysis made of them.
+    _joined: tuple[tuple[Any, ...], ProcessAnalysis] | None = None
+    #: Every weight-sync phase span read, ``(start, end)`` ns in the order read; and each
+    #: row's sync (``sync_start_ns`` + ``weight_sync_s``): one pair per sync, as the rows.
+    _sync_spans: list[tuple[int, int]] = field(default_factory=list)
+    _row_syncs: list[tuple[int, int]] = field(default_factory=list)
+    #: Calls of completed steps per caller site inside a sync phase span / a row's sync.
+    _sites_in_spans: dict[int, int] = field(default_factory=dict)
+    _sites_in_rows: dict[int, int] = field(default_factory=dict)
+    #: NVML utilization readings (finite) not yet before a row's end, and the sums of those
+    #: before it, inside and outside the sync phases.
+    _util_tail: list[tuple[int, float]] = field(default_factory=list)
+    _util_in: _Mean = field(default_factory=_Mean)
+    _util_out: _Mean = field(default_factory=_Mean)
     _calls: list[CallTable] = field(default_factory=list)
     _spans: list[Span] = field(default_factory=list)
     _totals: list[CallTotals] = field(default_factory=list)
@@ -322,8 +409,14 @@ class LiveProcess:
         Args:
             delta: the rows added since the previous call (:func:`read_since`).
         """
+        if _rows_in(delta) or delta.meta != self.meta:
+            self._version += 1
         self.meta = delta.meta
         self.self_overhead = delta.self_overhead
+        if delta.sites:
+            self.sites = dict(delta.sites)
+        self._take_samples(delta.samples)
+        self._sync_spans += [(s.t_start_ns, s.t_end_ns) for s in sync_spans(delta.spans)]
         self._take_totals(delta.totals)
         self._take_events(delta.events)
         if delta.issued is not None:
@@ -348,7 +441,27 @@ class LiveProcess:
         self._spans += delta.spans
         for name, (t, v) in delta.counters.items():
             self._tail.setdefault(name, []).extend(zip(t.tolist(), v.tolist()))
+            if is_nvml_gpu(name, NVML_UTIL_PCT):
+                ok = np.isfinite(v)
+                self._util_tail += zip(t[ok].tolist(), v[ok].tolist())
         return self._complete()
+
+    def _take_samples(self, windows: Sequence[SampleWindow]) -> None:
+        """Keep the sampling windows read, by start as a whole read orders them (py-spy's
+        windows are already one row per stack per window: they are what ``wsprof analyze``
+        holds of them too)."""
+        if not windows:
+            return
+        later = not self.samples or windows[0].t_start_ns >= self.samples[-1].t_start_ns
+        self.samples += windows
+        if not later:
+            self.samples.sort(key=lambda w: w.t_start_ns)
+
+    @property
+    def sampler_only(self) -> bool:
+        """A py-spy sampler's trace (as ``wsprof analyze`` tells it): it names the pids it
+        sampled and recorded no call and no span of its own."""
+        return bool(self.meta.get("targets")) and self.first_ns is None
 
     def _take_totals(self, totals: CallTotals | None) -> None:
         if totals is None or not len(totals):
@@ -402,6 +515,8 @@ class LiveProcess:
         self.sync_phases = self.sync_phases or bool(rows and sync_spans(spans))
         self._add_counters(rows)
         self._add_medians(rows, step_calls)
+        self._add_sites(rows, step_calls)
+        self._add_util(max((r.t_end_ns for r in rows), default=0))
         self.rows += rows
         self.last_step = top
         # Release what the rows were made from.
@@ -440,6 +555,61 @@ class LiveProcess:
             vals = self.op_medians.setdefault(op, [None] * n_before)
             vals += per_op.get(op, [None] * len(rows))
 
+    def _add_sites(self, rows: Sequence[StepRow], calls: CallTable) -> None:
+        """Count the caller sites of the new rows' calls inside the syncs (both ways
+        :func:`~wsprof.analysis.process.sync_windows` tells a sync)."""
+        self._row_syncs += sync_windows(rows, [])
+        _count_sites(self._sites_in_spans, calls, _by_start(self._sync_spans))
+        _count_sites(self._sites_in_rows, calls, self._row_syncs)
+
+    def _add_util(self, end_ns: int) -> None:
+        """Sum the NVML utilization readings before ``end_ns`` (a new row's end), inside and
+        outside the sync phases read: every phase that starts before a step's end is written
+        before its step span."""
+        done = [x for x in self._util_tail if x[0] < end_ns]
+        if not done:
+            return
+        self._util_tail = [x for x in self._util_tail if x[0] >= end_ns]
+        inside, outside = self._split_util(done)
+        self._util_in.add(inside)
+        self._util_out.add(outside)
+
+    def _split_util(self, readings: Sequence[tuple[int, float]]) -> tuple[list[float], list[float]]:
+        """The values of ``readings`` inside and outside the sync phases read (as
+        :func:`~wsprof.analysis.process.gpu_util` tells them)."""
+        if not self._sync_spans:
+            return [], [v for _, v in readings]
+        t = np.array([x[0] for x in readings], dtype=np.int64)
+        inside = in_spans(t, _by_start(self._sync_spans)).tolist()
+        return (
+            [v for (_, v), i in zip(readings, inside) if i],
+            [v for (_, v), i in zip(readings, inside) if not i],
+        )
+
+    def gpu_util(self) -> GpuUtil | None:
+        """:func:`~wsprof.analysis.process.gpu_util` of what was read: the running sums of the
+        readings before the last row's end and the readings after it."""
+        if not self._sync_spans:
+            return None
+        inside, outside = self._split_util(self._util_tail)
+        sync, other = self._util_in.plus(inside), self._util_out.plus(outside)
+        if sync.n < GPU_UTIL_MIN_SAMPLES:
+            return None
+        return GpuUtil(
+            sync_pct=sync.mean(), other_pct=other.mean() if other.n else None, n_sync=sync.n
+        )
+
+    def sync_site(self) -> str | None:
+        """:func:`~wsprof.analysis.process.sync_site` of the calls read with their step: those
+        of completed steps (counted as each row is made) and those of the open step."""
+        spans = _by_start(self._sync_spans)
+        counts = dict(self._sites_in_spans if spans else self._sites_in_rows)
+        _count_sites(counts, _cat_calls(self._calls), spans or self._row_syncs)
+        if not counts:
+            return None
+        top = max(counts.values())
+        return site_text(self.sites, min(i for i, k in counts.items() if k == top))
+
     def series(self) -> list[Series]:
         """The process's per-step series, named as in ``wsprof analyze``."""
         rows = self.rows
@@ -454,10 +624,44 @@ class LiveProcess:
         ``wrapper`` events and the summed time between layers of each API name."""
         return facts_of_wrappers(self.wrapper_events, self.between_by_api)
 
-    def analysis(self) -> ProcessAnalysis:
-        """The process as the rules see it, from what is kept exactly
-        (:func:`~wsprof.analysis.process.process_analysis` says what watch lacks)."""
-        return process_analysis(
+    def analysis(self, windows: Sequence[SampleWindow] = ()) -> ProcessAnalysis:
+        """The process as the rules see it, from what is kept exactly.
+
+        As ``wsprof analyze`` makes it (:func:`~wsprof.analysis.process.process_analysis`),
+        with its py-spy sampling windows joined by the same
+        :func:`~wsprof.analysis.process.join_samples`: its own trace's when it has any, else
+        ``windows`` (those other traces, a sampler's, recorded for its pid:
+        :meth:`LiveRun.windows_of`). Windows are kept as read, one row per stack per window,
+        as ``wsprof analyze`` holds them.
+
+        Kept exactly, in bounded memory:
+
+        - the caller site of the weight sync (``sync_site``): per caller site, the calls of
+          each step that start inside a sync (a weight-sync phase span, else the row's sync),
+          counted when the step's row is made, plus the calls of the open step; one
+          ``(start, end)`` pair per sync is kept. The calls read before the first step
+          marker are not kept (they enter no row), so a sync phase before the first step
+          counts none of its calls where ``wsprof analyze`` counts them; and a watch that read
+          a step before retention thinned it counts all its calls where ``wsprof analyze``
+          counts those kept in detail;
+        - the GPU utilization in and out of the sync phases (``gpu_util``): exact sums and
+          counts of the NVML utilization readings, each summed once every phase that could
+          hold it was read (before a completed step's end), plus the readings after the last
+          completed step; the mean is the exact sum divided once (NVML's whole percentages
+          give ``wsprof analyze``'s mean to the bit).
+
+        Left out, as it cannot be exact without keeping every call: the cost model per call
+        (``cost_model``: the median duration of each payload-size class's calls, over every
+        call of the run; a median needs every value). ``call_count_growth`` then says the
+        calls added per step without their fixed cost and what bucketing them would save.
+        Also left out (:func:`~wsprof.analysis.process.process_analysis`): per-call points,
+        per-op latency medians and p99, counter tracks over time.
+        """
+        own = self.samples or list(windows)
+        key = (self._version, len(own), own[-1] if own else None, own[0] if own else None)
+        if self._joined is not None and self._joined[0] == key:
+            return self._joined[1]
+        pa = process_analysis(
             label=self.label,
             rank=self.rank,
             pid=self.pid,
@@ -467,9 +671,14 @@ class LiveProcess:
             calls=counted_calls(self.n_calls),
             counters=(),
             meta=self.meta,
+            gpu_util=self.gpu_util(),
+            sync_site=self.sync_site(),
             self_overhead=self.self_overhead,
             sync_evidence="weight-sync phases" if self.sync_phases else None,
         )
+        pa = join_samples(pa, self.meta, own)
+        self._joined = (key, pa)
+        return pa
 
     def audit(self) -> list[GroupCoverage] | None:
         """The coverage audit of what was read (:func:`~wsprof.analysis.coverage.audit_process`
@@ -620,15 +829,21 @@ class LiveRun:
                 out.append(res)
         return out
 
-    def _rank_rows(self, procs: Sequence[LiveProcess], notes: list[str]) -> list[RankSeries]:
-        """Per-rank rows (as ``wsprof analyze`` makes them), judging within the budget."""
+    def _rank_rows(
+        self,
+        procs: Sequence[LiveProcess],
+        pas: Mapping[str, ProcessAnalysis],
+        notes: list[str],
+    ) -> list[RankSeries]:
+        """Per-rank rows (as ``wsprof analyze`` makes them), judging within the budget
+        (``pas``: path -> the process's analysis)."""
         with_steps = [p for p in procs if p.rows]
         if not with_steps:
             return []
         clock = align([clock_input(p.label, p.meta, p.first_ns or 0) for p in with_steps])
         if len(with_steps) > 1:
             notes.extend(clock.notes)
-        self._judge_ranks(with_steps)
+        self._judge_ranks(with_steps, pas)
         rows: dict[int, RankSeries] = {}
         todo: list[int] = []
         for i, p in enumerate(with_steps):
@@ -651,7 +866,7 @@ class LiveRun:
             wrappers = [w for w in p.wrappers() if w.kind == "name"]
             rank_inputs.append(
                 RankInput(
-                    p.analysis(),
+                    pas[p.path],
                     p.host,
                     clock.clocks[i],
                     tuple(r.sync_start_ns for r in p.rows),
@@ -666,7 +881,9 @@ class LiveRun:
         lags = sync_lags(ordered)
         return [replace(r, sync_lag_s=lag) for r, lag in zip(ordered, lags)]
 
-    def _judge_ranks(self, procs: Sequence[LiveProcess]) -> None:
+    def _judge_ranks(
+        self, procs: Sequence[LiveProcess], pas: Mapping[str, ProcessAnalysis]
+    ) -> None:
         """Judge the ranks' own series that have new steps, the least recently judged first,
         until :attr:`rank_budget_s` is spent; the others keep their verdicts."""
         deadline = self._clock() + self.rank_budget_s
@@ -676,7 +893,7 @@ class LiveRun:
             names = (WEIGHT_SYNC_S, BETWEEN_LAYERS_S, SYNC_GAP_S)
             if all(self._judged_at((p.path, n)) == len(p.rows) for n in names):
                 continue
-            for name, s in judged_series(p.analysis()).items():
+            for name, s in judged_series(pas[p.path]).items():
                 res = _judge(s, self.budgets)
                 self._judged[(p.path, name)] = _Judged(len(p.rows), res.verdict if res else None)
             for name in names:  # a series without values is judged as nothing, once
@@ -697,12 +914,37 @@ class LiveRun:
         hit = self._judged.get((p.path, "weight_sync_s"))
         return hit.steps if hit is not None else 0
 
+    def windows_by_pid(self) -> dict[int, list[SampleWindow]]:
+        """pid -> the sampling windows every trace read holds of it, traces by rank (unknown
+        last) and pid, as ``wsprof analyze`` reads a run folder."""
+        out: dict[int, list[SampleWindow]] = {}
+        traces = sorted(self.procs.values(), key=lambda p: (_or_last(p.rank), p.pid or 0))
+        for p in traces:
+            for w in p.samples:
+                out.setdefault(w.pid, []).append(w)
+        return out
+
+    def windows_of(
+        self, p: LiveProcess, by_pid: Mapping[int, Sequence[SampleWindow]] | None = None
+    ) -> Sequence[SampleWindow]:
+        """The sampling windows of ``p``'s pid recorded by the traces read (a sampler's), as
+        ``wsprof analyze`` matches them; :meth:`LiveProcess.analysis` uses them when its own
+        trace has none."""
+        if p.samples or p.pid is None:
+            return ()
+        return (self.windows_by_pid() if by_pid is None else by_pid).get(p.pid, ())
+
     def _analysis(self) -> Analysis:
-        procs = self._ordered()
+        # A sampler's trace is no process of the run (as in `wsprof analyze`): its windows
+        # are joined to the processes whose pids they sampled.
+        followed = self._ordered()
+        procs = [p for p in followed if not p.sampler_only] or followed
         notes: list[str] = []
-        analyses = [p.analysis() for p in procs]
+        by_pid = self.windows_by_pid()
+        analyses = [p.analysis(self.windows_of(p, by_pid)) for p in procs]
+        pas = {p.path: a for p, a in zip(procs, analyses)}
         results = self._primary_series(procs[0], notes) if procs and procs[0].rows else []
-        ranks = self._rank_rows(procs, notes)
+        ranks = self._rank_rows(procs, pas, notes)
         wrappers = procs[0].wrappers() if procs else []
         errors = [e for p in procs for e in p.internal_errors]
         head = headline_of(analyses[0] if analyses else None, results, self.folder, analyses)
@@ -801,6 +1043,10 @@ class LiveRun:
             sync_judged_steps=judged,
             problem=problem,
         )
+
+
+def _or_last(rank: int | None) -> int:
+    return rank if rank is not None else 1 << 30
 
 
 def _rows_in(t: ProcessTrace) -> int:

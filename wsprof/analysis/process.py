@@ -146,6 +146,15 @@ def call_cost_model(calls: CallTable) -> CallCostModel | None:
 GPU_UTIL_MIN_SAMPLES = 3
 
 
+def in_spans(t: npt.NDArray[np.int64], spans: Sequence[tuple[int, int]]) -> npt.NDArray[np.bool_]:
+    """Whether each time in ``t`` is inside the last of ``spans`` (``(start, end)`` ns, sorted
+    by start, at least one) that starts at or before it (its end excluded)."""
+    starts = np.array([a for a, _ in spans], dtype=np.int64)
+    ends = np.array([b for _, b in spans], dtype=np.int64)
+    i = np.searchsorted(starts, t, side="right") - 1
+    return (i >= 0) & (t < ends[np.clip(i, 0, None)])
+
+
 def gpu_util(trace: ProcessTrace) -> GpuUtil | None:
     """Mean NVML utilization (``nvml.gpu<i>.util_pct``, every GPU) inside and outside the
     weight-sync phases; None without :data:`GPU_UTIL_MIN_SAMPLES` samples inside."""
@@ -157,10 +166,7 @@ def gpu_util(trace: ProcessTrace) -> GpuUtil | None:
     v = np.concatenate([trace.counters[n][1] for n in names])
     ok = np.isfinite(v)
     t, v = t[ok], v[ok]
-    starts = np.array([sp.t_start_ns for sp in spans], dtype=np.int64)
-    ends = np.array([sp.t_end_ns for sp in spans], dtype=np.int64)
-    i = np.searchsorted(starts, t, side="right") - 1
-    inside = (i >= 0) & (t < ends[np.clip(i, 0, None)])
+    inside = in_spans(t, [(sp.t_start_ns, sp.t_end_ns) for sp in spans])
     if int(inside.sum()) < GPU_UTIL_MIN_SAMPLES:
         return None
     other = v[~inside]
@@ -210,14 +216,9 @@ def with_sync_starts(rows: Sequence[StepRow], spans: Sequence[Span]) -> list[Ste
     ]
 
 
-def sync_site(
-    calls: CallTable, rows: Sequence[StepRow], spans: Sequence[Span], sites: Mapping[int, Site]
-) -> str | None:
-    """``function (file:line)`` of the caller site with the most calls inside weight syncs:
-    the sync phases of markers, else each step's sync (``sync_start_ns`` + ``weight_sync_s``).
-    None when no call falls in a sync or its site is unknown."""
-    if not len(calls):
-        return None
+def sync_windows(rows: Sequence[StepRow], spans: Sequence[Span]) -> list[tuple[int, int]]:
+    """The weight syncs as ``(start, end)`` ns, both included: the sync phases of markers, else
+    each step's sync (``sync_start_ns`` + ``weight_sync_s``)."""
     windows = [(sp.t_start_ns, sp.t_end_ns) for sp in sync_spans(spans)]
     if not windows:
         windows = [
@@ -225,16 +226,38 @@ def sync_site(
             for r in rows
             if r.sync_start_ns is not None and r.weight_sync_s is not None
         ]
+    return windows
+
+
+def sites_in_windows(calls: CallTable, windows: Sequence[tuple[int, int]]) -> npt.NDArray[np.int64]:
+    """The known caller sites (ids >= 0) of the calls (sorted by start) that start inside any of
+    ``windows`` (:func:`sync_windows`), each call once."""
     inside = np.zeros(len(calls), dtype=bool)
     for lo, hi in windows:
         a, b = np.searchsorted(calls.t_start_ns, [lo, hi + 1])
         inside[a:b] = True
     ids = calls.site[inside]
-    ids = ids[ids >= 0]
+    return ids[ids >= 0]
+
+
+def site_text(sites: Mapping[int, Site], site_id: int) -> str | None:
+    """``function (file:line)`` of a caller site; None when unknown."""
+    site = sites.get(site_id)
+    return None if site is None else f"{site.function} ({site.file}:{site.line})"
+
+
+def sync_site(
+    calls: CallTable, rows: Sequence[StepRow], spans: Sequence[Span], sites: Mapping[int, Site]
+) -> str | None:
+    """``function (file:line)`` of the caller site with the most calls inside weight syncs
+    (:func:`sync_windows`), the lowest id of a tie. None when no call falls in a sync or its
+    site is unknown."""
+    if not len(calls):
+        return None
+    ids = sites_in_windows(calls, sync_windows(rows, spans))
     if not len(ids):
         return None
-    site = sites.get(int(np.bincount(ids).argmax()))
-    return None if site is None else f"{site.function} ({site.file}:{site.line})"
+    return site_text(sites, int(np.bincount(ids).argmax()))
 
 
 def call_points(calls: CallTable, sites: Mapping[int, Site] | None = None) -> CallPoints:
@@ -407,12 +430,14 @@ def process_analysis(
     Watch passes its completed step rows (from step markers), the exact per-op sums of
     ``call_totals`` (:func:`op_stats_of_sums`: calls, time, bytes, API names) and the exact
     number of calls (:func:`counted_calls`), the meta, the self overhead and whether the
-    steps' weight sync was told by phases. It releases each step's calls, spans and counter
-    samples once the step's row is made, so it lacks, and passes none of: per-call points,
-    per-op latency medians and p99 (NaN), counter tracks over time (it keeps each counter's
-    value at each step's end, the ``counter:`` series), the cost model (each call's payload
-    and latency), the GPU utilization in and out of syncs (NVML samples against the sync
-    phases) and the sync's caller site (each call's site).
+    steps' weight sync was told by phases, and the GPU utilization in and out of syncs and the
+    sync's caller site from running counts (:meth:`~wsprof.analysis.live.LiveProcess.analysis`
+    says how); it joins the py-spy windows with :func:`join_samples` as analyze does. It
+    releases each step's calls, spans and counter samples once the step's row is made, so it
+    lacks, and passes none of: per-call points, per-op latency medians and p99 (NaN), counter
+    tracks over time (it keeps each counter's value at each step's end, the ``counter:``
+    series) and the cost model (the median latency of each payload-size class over every
+    call).
     """
     return ProcessAnalysis(
         label=label,

@@ -124,7 +124,7 @@ def _fail_level(snapshot: WatchSnapshot, fail_on: str | None) -> bool:
 )
 @click.option(
     "--fail-on",
-    type=click.Choice(SEVERITIES),
+    type=click.Choice([s.value for s in SEVERITIES]),
     default=None,
     help="exit 1 the moment a finding at or above this severity appears (for job schedulers)",
 )

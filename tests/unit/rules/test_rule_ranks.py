@@ -91,7 +91,7 @@ def test_a_rank_far_slower_than_the_others_is_an_outlier() -> None:
     assert ev.added_s == pytest.approx(ev.median_weight_sync_s - ev.ranks_median_weight_sync_s)
     assert ev.added_s == pytest.approx(1.0, abs=0.01)
     assert (ev.ranks, ev.outlier_ranks, ev.others_flat) == (8, 1, 7)
-    assert ev.process_named() == "rank 5"
+    assert ev.process_named() == "rank 5" and ev.rank_named() == 5  # the report draws it
     # Without the own growth there is no wrapper key; outlier_ranks comes last.
     keys = list(ev.as_dict())
     assert "wrapper" not in keys and "own_growth_s" not in keys

@@ -80,6 +80,9 @@ class OutlierEvidence(Evidence):
     def process_named(self) -> str | None:
         return self.label
 
+    def rank_named(self) -> int | None:
+        return self.rank
+
 
 def _added_s(f: Finding) -> float:
     """What an outlier finding's rank adds, s (0 for evidence of another kind)."""
