@@ -430,7 +430,7 @@ def test_the_readme_lists_every_family_with_its_type() -> None:
 
 def test_readings_kept_for_the_audit_give_the_audit_of_all_of_them() -> None:
     from wsprof.analysis.coverage import audit_process
-    from wsprof.analysis.live import _add_readings
+    from wsprof.analysis.live_process import _add_readings
     from wsprof.trace.model import CallTable, IssuedReading, ProcessTrace, RecordedIssued
 
     readings = [IssuedReading(0, -1, "0", "gloo", 0, "patch")]

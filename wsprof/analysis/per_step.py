@@ -1,7 +1,7 @@
 """The per-step series of one process, named as the findings expect: one home for
 ``wsprof analyze`` (:func:`wsprof.analysis.run.step_series`, from a whole trace) and
-``wsprof watch`` (:meth:`wsprof.analysis.live.LiveProcess.series`, from the rows and per-step
-values it keeps as steps complete)."""
+``wsprof watch`` (:meth:`wsprof.analysis.live_process.LiveProcess.series`, from the rows
+and per-step values it keeps as steps complete)."""
 
 from __future__ import annotations
 

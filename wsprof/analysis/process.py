@@ -424,15 +424,15 @@ def process_analysis(
     """A process as the rules see it, before its py-spy samples are joined
     (:func:`join_samples`): the one constructor of :class:`ProcessAnalysis` for ``wsprof
     analyze`` (:func:`analyze_process`, from a whole trace) and ``wsprof watch``
-    (:meth:`wsprof.analysis.live.LiveProcess.analysis`, from what it keeps exactly while the
+    (:meth:`wsprof.analysis.live_process.LiveProcess.analysis`, from what it keeps exactly while the
     trace is written).
 
     Watch passes its completed step rows (from step markers), the exact per-op sums of
     ``call_totals`` (:func:`op_stats_of_sums`: calls, time, bytes, API names) and the exact
     number of calls (:func:`counted_calls`), the meta, the self overhead and whether the
     steps' weight sync was told by phases, and the GPU utilization in and out of syncs and the
-    sync's caller site from running counts (:meth:`~wsprof.analysis.live.LiveProcess.analysis`
-    says how); it joins the py-spy windows with :func:`join_samples` as analyze does. It
+    sync's caller site from running counts
+    (:meth:`~wsprof.analysis.live_process.LiveProcess.analysis` says how); it joins the py-spy windows with :func:`join_samples` as analyze does. It
     releases each step's calls, spans and counter samples once the step's row is made, so it
     lacks, and passes none of: per-call points, per-op latency medians and p99 (NaN), counter
     tracks over time (it keeps each counter's value at each step's end, the ``counter:``
