@@ -429,15 +429,14 @@ def process_analysis(
 
     Watch passes its completed step rows (from step markers), the exact per-op sums of
     ``call_totals`` (:func:`op_stats_of_sums`: calls, time, bytes, API names) and the exact
-    number of calls (:func:`counted_calls`), the meta, the self overhead and whether the
-    steps' weight sync was told by phases, and the GPU utilization in and out of syncs and the
-    sync's caller site from running counts
-    (:meth:`~wsprof.analysis.live_process.LiveProcess.analysis` says how); it joins the
-    py-spy windows with :func:`join_samples` as analyze does. It releases each step's calls, spans and counter samples once the step's row is made, so it
+    number of calls (:func:`counted_calls`), the meta, the self overhead and whether the steps'
+    weight sync was told by phases, and the GPU utilization in and out of syncs and the sync's
+    caller site from running counts (:meth:`~wsprof.analysis.live_process.LiveProcess.analysis`
+    says how); it joins the py-spy windows with :func:`join_samples` as analyze does. It
+    releases each step's calls, spans and counter samples once the step's row is made, so it
     lacks, and passes none of: per-call points, per-op latency medians and p99 (NaN), counter
-    tracks over time (it keeps each counter's value at each step's end, the ``counter:``
-    series) and the cost model (the median latency of each payload-size class over every
-    call).
+    tracks over time (it keeps each counter's value at each step's end, the ``counter:`` series)
+    and the cost model (the median latency of each payload-size class over every call).
     """
     return ProcessAnalysis(
         label=label,
