@@ -317,3 +317,29 @@ def test_the_self_record_written_is_the_one_read_back() -> None:
     assert self_overhead_from_meta({"self": SelfOverhead().to_meta()}) == SelfOverhead(
         recorded=True
     )
+
+
+def test_every_table_counter_has_a_kind_and_gauges_are_what_a_process_holds() -> None:
+    """A counter's unit and kind are two columns of one table: every key has both, and
+    is_gauge reads the kind (held or level), not name patterns."""
+    from wsprof.contracts import counters as c
+
+    for units, kinds in (
+        (c.CUDA_KEYS, c.CUDA_KINDS),
+        (c.NVML_GPU_KEYS, c.NVML_GPU_KINDS),
+        (c.PROC_KEYS, c.PROC_KINDS),
+        (c.GC_GEN_KEYS, c.GC_GEN_KINDS),
+    ):
+        assert set(units) == set(kinds)
+    held = [c.cuda_counter(0, "segment.all.current"), c.proc_counter("rss_bytes"), "my.pool"]
+    assert all(c.is_gauge(n) for n in [*held, c.nvml_gpu_counter(1, c.NVML_UTIL_PCT)])
+    not_held = [
+        c.cuda_counter(0, "num_device_alloc"),
+        "cuda0.num_ooms",  # beyond the table: an allocator event count all the same
+        c.cuda_counter(0, c.CUDA_TOTAL_BYTES),
+        c.proc_counter("host_total_bytes"),  # the host's size, recorded once
+        c.gc_gen_counter(0, "count"),
+        c.probe_cost_counter("cuda"),
+    ]
+    assert not [n for n in not_held if c.is_gauge(n)]
+    assert c.counter_kind("cuda0.allocation.all.peak") is c.CounterKind.HELD

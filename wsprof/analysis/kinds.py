@@ -85,7 +85,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from wsprof import frameworks
-from wsprof.contracts.counters import CUDA_MAPPINGS, CounterSource, parse_counter
+from wsprof.contracts.counters import CounterKind, CounterSource, counter_kind, parse_counter
 from wsprof.contracts.series import Series, counter_of
 from wsprof.contracts.series import SeriesKind as SeriesKind  # re-exported for the rules
 from wsprof.contracts.units import Unit, unit_family
@@ -220,51 +220,42 @@ _QUALITY_TOKENS = frozenset(
         "aborted",
     }
 )
-#: Allocator statistics that count blocks or segments held (``torch.cuda.memory_stats``
-#: ``<stat>.<pool>.current`` keys); its ``num_*`` keys are cumulative event counts.
-_CUDA_HELD_STATS = frozenset(
-    {
-        "segment",
-        "allocation",
-        "active",
-        "inactive_split",
-        "oversize_segments",
-        "oversize_allocations",
-    }
-)
-#: ``gc.gen<i>.<key>`` keys that count collections so far (``gc.get_stats``).
-_GC_CUMULATIVE = frozenset({"collections", "collected", "uncollectable"})
 
 
 def _probe_kind(low: str) -> KindVerdict | None:
-    """The kind of one of wsprof's own probe counters (``wsprof.capture``, names taken apart
-    by :func:`wsprof.contracts.counters.parse_counter`): allocator statistics, process, gc and
-    probe costs; None for any other name."""
+    """The kind of one of wsprof's own probe counters, from the kind column of the counter
+    tables (:func:`wsprof.contracts.counters.counter_kind`): allocator statistics, process, gc
+    and probe costs; None where the name rules decide (NVML, process, a device's total, any
+    other name)."""
     c = parse_counter(low)
     if c is None:
         return None
-    src, key = c.source, c.key
-    if src is CounterSource.CUDA:
-        if key.startswith("num_") and "." not in key:
+    kind = counter_kind(low)
+    if c.source is CounterSource.CUDA:
+        if kind is CounterKind.EVENTS:
             return KindVerdict(
                 SeriesKind.COUNTER,
                 "a cumulative allocator event count (torch.cuda.memory_stats num_*)",
             )
-        if key == CUDA_MAPPINGS or ("." in key and key.split(".", 1)[0] in _CUDA_HELD_STATS):
+        if kind is CounterKind.HELD and not c.key.endswith(_BYTES_KEYS):
             return KindVerdict(
                 SeriesKind.RESOURCE, "allocator blocks or segments held (torch.cuda.memory_stats)"
             )
-    if src is CounterSource.GC_GEN and key in _GC_CUMULATIVE:
+        return None
+    if c.source is CounterSource.GC_GEN and kind is CounterKind.EVENTS:
         return KindVerdict(SeriesKind.COUNTER, "a cumulative collection count (gc.get_stats)")
-    if (
-        (src is CounterSource.GC_GEN and key == "count")
-        or src is CounterSource.GC_TYPE
-        or (src is CounterSource.GC and key == "objects")
+    if c.source in (CounterSource.GC_GEN, CounterSource.GC_TYPE, CounterSource.GC) and kind in (
+        CounterKind.CYCLE,
+        CounterKind.HELD,
     ):
         return KindVerdict(SeriesKind.RESOURCE, "objects held (gc)")
-    if src is CounterSource.PROBE_COST:
+    if kind is CounterKind.COST:
         return KindVerdict(SeriesKind.DURATION, "wsprof's own probe cost, µs")
     return None
+
+
+#: Allocator byte statistics are judged by their name (``_bytes``), as any byte counter.
+_BYTES_KEYS = ("_bytes.all.current", "_bytes.current")
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from wsprof.contracts.units import Unit
+from wsprof.contracts.words import Words
 
 #: Unit text of a percentage counter (``proc.cpu_pct``, ``nvml.gpu0.util_pct``), 0..100.
 PERCENT_TEXT = "%"
@@ -40,6 +41,31 @@ CounterUnit = tuple[Unit, str]
 _BYTES: CounterUnit = (Unit.BYTES, "")
 _COUNT: CounterUnit = (Unit.COUNT, "")
 _PCT: CounterUnit = (Unit.OTHER, PERCENT_TEXT)
+
+
+class CounterKind(Words):
+    """What a counter's value is, the column of the tables below beside its unit. Only
+    :attr:`HELD` and :attr:`LEVEL` counters are gauges (:func:`is_gauge`): the others grow
+    with time, reset or stay put whatever a process holds."""
+
+    #: Something a process holds now: bytes, segments, mappings, objects, threads.
+    HELD = "held"
+    #: A rate or a utilization now (percent).
+    LEVEL = "level"
+    #: Events counted since the process started (allocator calls, collections).
+    EVENTS = "events"
+    #: A count that rises and resets (a gc generation's objects since its last collection).
+    CYCLE = "cycle"
+    #: A constant recorded once (a device's or the host's total memory).
+    SIZE = "size"
+    #: wsprof's own probe cost (the self_overhead finding reports it).
+    COST = "cost"
+
+
+#: The kinds that say what a process holds now.
+GAUGE_KINDS = frozenset({CounterKind.HELD, CounterKind.LEVEL})
+_HELD, _LEVEL, _EVENTS = CounterKind.HELD, CounterKind.LEVEL, CounterKind.EVENTS
+_CYCLE, _SIZE = CounterKind.CYCLE, CounterKind.SIZE
 
 
 class CounterSource(Enum):
@@ -71,6 +97,20 @@ MEMORY_STATS_KEYS: dict[str, CounterUnit] = {
     "num_sync_all_streams": _COUNT,
     "oversize_segments.current": _COUNT,
 }
+#: What each ``torch.cuda.memory_stats()`` key the probe records is.
+MEMORY_STATS_KINDS: dict[str, CounterKind] = {
+    "segment.all.current": _HELD,
+    "reserved_bytes.all.current": _HELD,
+    "allocated_bytes.all.current": _HELD,
+    "active_bytes.all.current": _HELD,
+    "inactive_split.all.current": _HELD,
+    "inactive_split_bytes.all.current": _HELD,
+    "num_alloc_retries": _EVENTS,
+    "num_device_alloc": _EVENTS,
+    "num_device_free": _EVENTS,
+    "num_sync_all_streams": _EVENTS,
+    "oversize_segments.current": _HELD,
+}
 #: Derived allocator counter: device allocations minus frees (cuMemMap mappings held).
 CUDA_MAPPINGS = "mappings"
 #: The device's total memory, recorded once with the allocator's counters.
@@ -81,6 +121,25 @@ CUDA_KEYS: dict[str, CounterUnit] = {
     CUDA_MAPPINGS: _COUNT,
     CUDA_TOTAL_BYTES: _BYTES,
 }
+#: What every ``cuda<d>.<key>`` key is.
+CUDA_KINDS: dict[str, CounterKind] = {
+    **MEMORY_STATS_KINDS,
+    CUDA_MAPPINGS: _HELD,
+    CUDA_TOTAL_BYTES: _SIZE,
+}
+#: ``torch.cuda.memory_stats`` statistics (``<stat>.<pool>.<current|peak|...>`` keys beyond
+#: the table, which an older wsprof recorded) that count blocks or segments held; its
+#: ``num_*`` keys are event counts.
+CUDA_HELD_STATS = frozenset(
+    {
+        "segment",
+        "allocation",
+        "active",
+        "inactive_split",
+        "oversize_segments",
+        "oversize_allocations",
+    }
+)
 #: The ``cuda<d>.<key>`` counters of memory held on the device (bounded by ``total_bytes``).
 CUDA_HELD_BYTES_KEYS = (
     "reserved_bytes.all.current",
@@ -100,9 +159,15 @@ NVML_GPU_KEYS: dict[str, CounterUnit] = {
     NVML_MEM_USED_BYTES: _BYTES,
     NVML_MEM_TOTAL_BYTES: _BYTES,
 }
+NVML_GPU_KINDS: dict[str, CounterKind] = {
+    NVML_UTIL_PCT: _LEVEL,
+    NVML_MEM_USED_BYTES: _HELD,
+    NVML_MEM_TOTAL_BYTES: _SIZE,
+}
 #: A process's GPU memory summed over the GPUs NVML lists it on, bytes.
 NVML_PROCESS_GPU_BYTES = "nvml.process_gpu_bytes"
 _NVML_PROCESS_KEYS: dict[str, CounterUnit] = {"process_gpu_bytes": _BYTES}
+_NVML_PROCESS_KINDS: dict[str, CounterKind] = {"process_gpu_bytes": _HELD}
 
 #: Every ``proc.<key>`` key (psutil) and its unit.
 PROC_KEYS: dict[str, CounterUnit] = {
@@ -113,9 +178,17 @@ PROC_KEYS: dict[str, CounterUnit] = {
     # The host's memory (psutil.virtual_memory().total): how far the RSS can grow.
     "host_total_bytes": _BYTES,
 }
+PROC_KINDS: dict[str, CounterKind] = {
+    "rss_bytes": _HELD,
+    "threads": _HELD,
+    "cpu_pct": _LEVEL,
+    "open_fds": _HELD,
+    "host_total_bytes": _SIZE,
+}
 #: Every ``gc.gen<i>.<key>`` key and its unit: objects allocated less freed since the
 #: generation's last collection (``gc.get_count()``), collections so far (``gc.get_stats()``).
 GC_GEN_KEYS: dict[str, CounterUnit] = {"count": _COUNT, "collections": _COUNT}
+GC_GEN_KINDS: dict[str, CounterKind] = {"count": _CYCLE, "collections": _EVENTS}
 
 _CUDA_PREFIX = "cuda"
 _NVML_GPU_PREFIX = "nvml.gpu"
@@ -326,21 +399,43 @@ def counter_unit_text(counter: str) -> str:
     return _unit_of(counter)[1]
 
 
-#: Counters that say nothing about what a process holds, left out of counter findings (still
-#: plotted): wsprof's own probe costs (the self_overhead finding reports them), cumulative
-#: event counts (they grow with time whatever happens), the garbage collector's per-generation
-#: allocation counts (they rise and reset at every collection), constants (device totals).
-NOT_GAUGE_PREFIXES = ("wsprof.", "gc.gen")
-NOT_GAUGE_SUFFIXES = (
-    ".num_device_alloc",
-    ".num_device_free",
-    ".num_sync_all_streams",
-    ".num_alloc_retries",
-    ".total_bytes",
-    ".mem_total_bytes",
-)
+def counter_kind(counter: str) -> CounterKind | None:
+    """What a recorded counter is: the kind column of its builder's table; for keys beyond the
+    tables, allocator ``num_*`` keys are events and ``<stat>.*`` keys of
+    :data:`CUDA_HELD_STATS` held, a gc generation's other keys events, gc object counts held;
+    wsprof's own counters (``wsprof.*``) its cost. None for a name no builder makes (a user's
+    ``wsprof.counter``)."""
+    if counter.startswith("wsprof."):
+        return CounterKind.COST
+    c = parse_counter(counter)
+    if c is None:
+        return None
+    table = {
+        CounterSource.CUDA: CUDA_KINDS,
+        CounterSource.NVML_GPU: NVML_GPU_KINDS,
+        CounterSource.NVML_PROCESS: _NVML_PROCESS_KINDS,
+        CounterSource.PROC: PROC_KINDS,
+        CounterSource.GC_GEN: GC_GEN_KINDS,
+    }.get(c.source)
+    if table is not None and c.key in table:
+        return table[c.key]
+    if c.source is CounterSource.CUDA:
+        if c.key.startswith("num_") and "." not in c.key:
+            return CounterKind.EVENTS
+        if "." in c.key and c.key.split(".", 1)[0] in CUDA_HELD_STATS:
+            return CounterKind.HELD
+        return None
+    if c.source is CounterSource.GC_GEN:
+        return CounterKind.EVENTS  # collected, uncollectable (gc.get_stats)
+    if c.source in (CounterSource.GC_TYPE, CounterSource.GC):
+        return CounterKind.HELD
+    if c.source is CounterSource.PROBE_COST:
+        return CounterKind.COST
+    return None
 
 
 def is_gauge(counter: str) -> bool:
-    """Whether a counter measures something held now (see :data:`NOT_GAUGE_PREFIXES`)."""
-    return not counter.startswith(NOT_GAUGE_PREFIXES) and not counter.endswith(NOT_GAUGE_SUFFIXES)
+    """Whether a counter measures something held now (:data:`GAUGE_KINDS`, or a name no
+    builder makes); the others are left out of counter findings (still plotted)."""
+    kind = counter_kind(counter)
+    return kind is None or kind in GAUGE_KINDS
