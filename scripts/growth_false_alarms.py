@@ -2,7 +2,8 @@
 calls a healthy step time "accumulating": seeded series of a flat level with noise like a
 loaded 2-core machine's step times (relative SD 20%, independent or AR(1)-correlated with
 rho 0.3-0.6, and a stretch of slower steps), after one slow first step. Prints the rate per
-case; the false alarm of a trend test at its 5% level is the floor under independent noise.
+case. Under independent noise the trend test's 5% level bounds the rate (the effect-size
+and persistence conditions lower it); correlated noise and a slower stretch raise it.
 
     python scripts/growth_false_alarms.py [--n 1500] [--seed 7]
 """
