@@ -193,10 +193,12 @@ def test_first_screen_holds_the_first_diagnosis(
 
 
 def test_healthy_demo_shows_no_diagnosis(demo_reports: dict[str, Path], tmp_path: Path) -> None:
-    """The healthy demo's page shows no diagnosis of the collectives or the weight sync. Its
-    rollout and training are CPU work on 2 shared cores, whose drift is in the data (a CI run
-    saw one as an ``unexplained`` step-time diagnosis): when the analysis has such a
-    diagnosis, the page shows exactly it, and nothing blames the collectives."""
+    """The healthy demo's page blames nothing: no wrapper, call count, per-call cost or gap.
+    Its rollout, training and 32-parameter sync of a few ms run on 2 shared cores, whose drift
+    is in the data (CI runs saw an ``unexplained`` step-time diagnosis, and once an
+    ``unexplained`` weight-sync one over 6 steps: a chance trend, see
+    ``scripts/growth_false_alarms.py``): when the analysis has such a diagnosis, it names no
+    cause and the page shows exactly it."""
     from wsprof.analysis.run import analyze_path
 
     analysis = analyze_path(str(demo_reports["none"].parent / "run"))
@@ -204,7 +206,7 @@ def test_healthy_demo_shows_no_diagnosis(demo_reports: dict[str, Path], tmp_path
         d.title
         for d in analysis.diagnoses
         if d.cause in ("wrapper", "call_count", "per_call", "gaps", "sampled")
-        or d.symptom_series == "weight_sync_s"
+        or (d.symptom_series == "weight_sync_s" and d.cause != "unexplained")
     ]
     assert not blamed, blamed
 
