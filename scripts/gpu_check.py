@@ -17,7 +17,13 @@ Checks what cannot be checked on CPU machines and prints one line per check, PAS
    ``cuda0.*`` counter and that its own probing stayed within budget.
 5. What the probes cost at a small and a large allocator: ``memory_stats()``,
    ``mem_get_info()``, ``memory_snapshot()``.
-6. The CUDA-only tests of the suite (``pytest -m cuda``).
+6. Tensor sharing by CUDA IPC (a producer and a consumer process, spawned, both under
+   ``wsprof.patch()``): per step the producer sends a fresh 64 MiB weight bucket (as
+   :data:`SHARE_BUCKETS` tensors) to the consumer as ``ForkingPickler.dumps`` bytes over a
+   ``Pipe``, variants :data:`SHARE_VARIANTS`. Prints per variant what wsprof recorded
+   (``share.*`` counters, the ``share_holder`` path) and the producer's
+   ``memory_allocated`` growth per step; checks only that every variant ran.
+7. The CUDA-only tests of the suite (``pytest -m cuda``).
 
 Usage: python scripts/gpu_check.py [--calls 200]
 Exit status 0 when every check passed.
@@ -26,12 +32,17 @@ Exit status 0 when every check passed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import pickle
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 
 os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
@@ -41,7 +52,8 @@ import torch.distributed as dist
 
 import wsprof
 from wsprof.analysis.run import analyze_path
-from wsprof.trace.reader import read_trace
+from wsprof.contracts.events import ShareHolder
+from wsprof.trace.reader import find_traces, read_trace
 
 RESULTS: list[tuple[str, bool, str]] = []
 
@@ -185,6 +197,248 @@ def probe_costs() -> None:
     check("probe costs measured", all(r[3] > 0 for r in rows), "table above")
 
 
+# ----------------------------------------------------------------------------- check 6
+
+#: Where the sharing case puts its buckets (``cpu`` in a scratch copy exercises the code path
+#: without a GPU, by torch's ``file_system`` CPU sharing instead of CUDA IPC).
+SHARE_DEVICE = "cuda"
+#: Steps per variant, and each step's bucket as this many tensors of ``SHARE_BUCKET_MIB``
+#: (64 MiB a step; several tensors so that the oldest kept one outlives the
+#: ``sharing.HOLD_AFTER`` = 16 later exports the holder search waits for).
+SHARE_STEPS = 8
+SHARE_BUCKETS = 4
+SHARE_BUCKET_MIB = 16
+#: Seconds both processes keep what they hold after the last step, before ``unpatch``: the
+#: holder search looks at a storage 2 s old at the earliest, on a 1 s period.
+SHARE_HOLD_S = 3.0
+#: The children's allocator: plain (no ``expandable_segments``, which changes how a block is
+#: exported), the classic CUDA IPC path.
+SHARE_ALLOC_CONF = ""
+#: The children's probe budget, percent of wall time (``WSPROF_PROBE_BUDGET_PCT``; default
+#: 0.5): at the default the ``sharing`` probe (5 % of it, ~1.5 ms a reading) samples about
+#: once in 6 s, once or twice in a variant's few seconds.
+SHARE_PROBE_BUDGET_PCT = "5"
+#: variant -> what it does (the first line of the table's legend).
+SHARE_VARIANTS = {
+    "healthy": "consumer drops before its ack; producer drops, ipc_collect() each step",
+    "no_collect": "consumer keeps the last step's tensors; producer drops, no ipc_collect()",
+    "producer_keeps": "producer appends every bucket to Producer.sent; ipc_collect() each step",
+    "double_open": "consumer unpickles the same bytes twice and keeps both (Consumer.opened)",
+    "double_open_nocache": "as double_open, torch's shared_cache cleared between the opens",
+}
+
+
+class Producer:
+    """The trainer's side: makes a fresh bucket each step and sends it."""
+
+    def __init__(self) -> None:
+        self.sent: list[torch.Tensor] = []  # producer_keeps
+
+
+class Consumer:
+    """The engine's side: opens each bucket."""
+
+    def __init__(self) -> None:
+        self.last: list[torch.Tensor] = []  # no_collect: the last step's tensors
+        self.opened: list[tuple[torch.Tensor, torch.Tensor]] = []  # double_open*
+
+
+def _share_child_start(out: str) -> torch.device:
+    dev = torch.device(SHARE_DEVICE)
+    if dev.type == "cpu":
+        torch.multiprocessing.set_sharing_strategy("file_system")  # bytes unpickled twice
+    else:
+        torch.cuda.set_device(0)
+    os.environ["WSPROF_OUT"] = out
+    os.environ.setdefault("WSPROF_PROBE_BUDGET_PCT", SHARE_PROBE_BUDGET_PCT)
+    wsprof.patch()
+    return dev
+
+
+def _share_producer(variant: str, conn: Connection, result: Connection, out: str) -> None:
+    """Child: send SHARE_STEPS buckets; ``result`` gets the allocated bytes per step."""
+    try:
+        dev = _share_child_start(out)
+        cuda = dev.type == "cuda"
+        me = Producer()
+        numel = SHARE_BUCKET_MIB * 2**20 // 4
+        allocated = [torch.cuda.memory_allocated() if cuda else 0]
+        for step in range(SHARE_STEPS):
+            wsprof.step()
+            with wsprof.phase("weight_sync"):
+                bucket = [
+                    torch.full((numel,), float(step * SHARE_BUCKETS + i), device=dev)
+                    for i in range(SHARE_BUCKETS)
+                ]
+                if cuda:
+                    torch.cuda.synchronize()
+                conn.send([bytes(ForkingPickler.dumps(t)) for t in bucket])
+                ack = conn.recv()
+                if ack != step:
+                    raise RuntimeError(f"consumer acked {ack!r} at step {step}")
+                if variant == "producer_keeps":
+                    me.sent.extend(bucket)
+                del bucket
+                if cuda and variant != "no_collect":
+                    torch.cuda.ipc_collect()
+            allocated.append(torch.cuda.memory_allocated() if cuda else 0)
+        conn.send(None)
+        time.sleep(SHARE_HOLD_S)
+        if conn.recv() != "done":  # the consumer let go
+            raise RuntimeError("consumer did not finish")
+        wsprof.unpatch()
+        me.sent.clear()
+        if cuda:
+            torch.cuda.ipc_collect()
+        result.send(("ok", allocated))
+    except BaseException:
+        result.send(("crash", traceback.format_exc()))
+        raise
+
+
+def _share_consumer(variant: str, conn: Connection, out: str) -> None:
+    """Child: open every bucket, keep what the variant keeps, ack each step."""
+    from torch.multiprocessing import reductions
+
+    _share_child_start(out)
+    me = Consumer()
+    step = 0
+    while True:
+        wsprof.step()
+        msg = conn.recv()
+        if msg is None:
+            break
+        with wsprof.phase("weight_sync"):
+            got = []
+            for data in msg:
+                t = pickle.loads(data)
+                if variant.startswith("double_open"):
+                    if variant == "double_open_nocache":
+                        reductions.shared_cache.clear()
+                    again = pickle.loads(data)
+                    me.opened.append((t, again))
+                    float(again[-1])
+                float(t[0])  # read it: the handle opened and the memory is there
+                got.append(t)
+                del t
+            if variant == "no_collect":
+                me.last = got
+            del got
+        conn.send(step)
+        step += 1
+    time.sleep(SHARE_HOLD_S)
+    wsprof.unpatch()
+    me.last.clear()
+    me.opened.clear()
+    conn.send("done")
+
+
+def _share_numbers(folder: str) -> tuple[dict[str, float], list[str]]:
+    """Most of each ``share.*`` counter (``samples``: readings of the ``sharing`` probe) and
+    the holder paths of the trace in ``folder``."""
+    tr = read_trace(find_traces(folder)[0])
+    most = {"samples": float(len(tr.counters.get("share.exports", ((), ()))[1]))}
+    most |= {
+        k[len("share.") :]: float(v[1].max())
+        for k, v in tr.counters.items()
+        if k.startswith("share.") and len(v[1])
+    }
+    holders = [f"{e.side}:{e.path}" for e in tr.events if isinstance(e, ShareHolder) and e.path]
+    return most, holders
+
+
+def sharing_case() -> None:
+    """Check 6: a bucket a step sent by CUDA IPC, healthy and leaking; prints a table."""
+    ctx = torch.multiprocessing.get_context("spawn")
+    root = tempfile.mkdtemp(prefix="wsprof-gpu-share-")
+    mib = 2**20
+    crashed: list[str] = []
+    rows = []
+    was_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+    for variant in SHARE_VARIANTS:
+        dirs = {side: os.path.join(root, variant, side) for side in ("producer", "consumer")}
+        a, b = ctx.Pipe()
+        r_recv, r_send = ctx.Pipe(duplex=False)
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = SHARE_ALLOC_CONF  # read by the children
+        try:
+            procs = [
+                ctx.Process(target=_share_producer, args=(variant, a, r_send, dirs["producer"])),
+                ctx.Process(target=_share_consumer, args=(variant, b, dirs["consumer"])),
+            ]
+            for p in procs:
+                p.start()
+        finally:
+            if was_conf is None:
+                os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+            else:
+                os.environ["PYTORCH_CUDA_ALLOC_CONF"] = was_conf
+        for c in (a, b, r_send):
+            c.close()
+        outcome: tuple[str, object] = ("crash", "producer sent no result")
+        if r_recv.poll(180):
+            with contextlib.suppress(EOFError):
+                outcome = r_recv.recv()
+        for p in procs:
+            p.join(60)
+            if p.is_alive():
+                p.terminate()
+                p.join(10)
+        codes = [p.exitcode for p in procs]
+        if outcome[0] != "ok" or codes != [0, 0]:
+            crashed.append(variant)
+            print(f"   {variant} crashed (exit codes {codes}): {outcome[1]}", flush=True)
+            continue
+        allocated = outcome[1]
+        assert isinstance(allocated, list)
+        try:
+            prod, prod_holders = _share_numbers(dirs["producer"])
+            cons, cons_holders = _share_numbers(dirs["consumer"])
+        except Exception as e:  # noqa: BLE001 - a trace that cannot be read is a crash here
+            crashed.append(variant)
+            print(f"   {variant}: traces not read: {e}", flush=True)
+            continue
+        rows.append(
+            (
+                variant,
+                int(prod.get("exports", 0)),
+                int(cons.get("imports", 0)),
+                prod.get("alive_bytes", 0) / mib,
+                cons.get("imported_alive_bytes", 0) / mib,
+                int(cons.get("reopens", 0)),
+                int(prod.get("ipc_collects", 0)),
+                int(prod.get("exports_since_collect", 0)),
+                (allocated[-1] - allocated[0]) / len(allocated[1:]) / mib,
+                f"{prod['samples']:.0f}/{cons['samples']:.0f}",
+                ", ".join(prod_holders + cons_holders) or "-",
+            )
+        )
+    budget = os.environ.get("WSPROF_PROBE_BUDGET_PCT", SHARE_PROBE_BUDGET_PCT)
+    print(
+        f"sharing: {SHARE_STEPS} steps x {SHARE_BUCKETS} x {SHARE_BUCKET_MIB} MiB on "
+        f"{SHARE_DEVICE}, PYTORCH_CUDA_ALLOC_CONF={SHARE_ALLOC_CONF!r}, "
+        f"WSPROF_PROBE_BUDGET_PCT={budget}, "
+        f"traces in {root}; most of each counter (samples: sharing probe readings, "
+        "producer/consumer)"
+    )
+    for name, what in SHARE_VARIANTS.items():
+        print(f"   {name}: {what}")
+    print(
+        "variant              exports  imports  alive_MiB  imp_alive_MiB  reopens  "
+        "ipc_collects  since_collect  alloc_MiB/step  samples  holder"
+    )
+    for v, ex, im, al, ial, ro, ic, sc, grow, n, holder in rows:
+        print(
+            f"{v:19}  {ex:7}  {im:7}  {al:9.0f}  {ial:13.0f}  {ro:7}  {ic:12}  {sc:13}  "
+            f"{grow:14.1f}  {n:>7}  {holder}",
+            flush=True,
+        )
+    check(
+        "tensor sharing variants ran",
+        not crashed,
+        f"{len(rows)} of {len(SHARE_VARIANTS)} ran" + (f"; crashed: {crashed}" if crashed else ""),
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=200)
@@ -242,6 +496,7 @@ def main() -> int:
     motivating_pattern()
     probe_costs()
     dist.destroy_process_group()
+    sharing_case()
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-m", "cuda", "tests"],
         capture_output=True,

@@ -36,10 +36,26 @@ JOBS = {
     "slime": SHARED_JOBS / "slime_shaped" / "job_slime.py",
     "verl": REPO / "tests" / "jobs" / "verl_shaped" / "job_verl.py",
     "areal": REPO / "tests" / "jobs" / "areal_shaped" / "job_areal.py",
+    "colocated": REPO / "tests" / "jobs" / "colocated_shaped" / "job_colocated.py",
 }
 #: ``--leak`` of each job's leaking twin: segments the probe walks more each step (AReaL's on
-#: trainer rank 1 only, its default ``--leak-rank``).
-LEAK = {"slime": 4000, "verl": 8000, "areal": 8000}
+#: trainer rank 1 only, its default ``--leak-rank``); the colocated job's: what keeps the sent
+#: weight buckets alive (``trainer_list``: a list on the trainer's ``UpdateWeightFromTensor``).
+LEAK = {"slime": 4000, "verl": 8000, "areal": 8000, "colocated": "trainer_list"}
+#: Processes per job (torchrun ``--nproc-per-node``); 4 unless named here.
+NPROC = {"colocated": 3}
+#: The colocated job's other variants, by name: its flags (``double_open`` can only run under
+#: the ``file_system`` sharing strategy; ``_fs`` runs a variant under ``file_system``).
+VARIANT_ARGS = {
+    "colocated": {
+        "engine_keeps": ["--leak", "engine_keeps"],
+        "trainer_list": ["--leak", "trainer_list"],
+        "double_open": ["--leak", "double_open", "--sharing", "file_system"],
+        "healthy_fs": ["--sharing", "file_system"],
+        "leak_fs": ["--leak", "trainer_list", "--sharing", "file_system"],
+        "engine_keeps_fs": ["--leak", "engine_keeps", "--sharing", "file_system"],
+    },
+}
 
 
 @dataclass
@@ -84,12 +100,14 @@ def run_job(
     wsprof_run = [sys.executable, "-m", "wsprof", "run", "--out", str(out), "--no-report", "--"]
     cmd = [
         *(wsprof_run if under_wsprof else []),
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(NPROC.get(job, 4)),
         "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
         str(JOBS[job]), "--steps", str(steps), "--truth", str(truth),
     ]  # fmt: skip
     if variant == "leak":
         cmd += ["--leak", str(LEAK[job])]
+    elif variant in VARIANT_ARGS.get(job, {}):
+        cmd += VARIANT_ARGS[job][variant]
     env = {**os.environ, "WSPROF_JOBS": str(SHARED_JOBS), "PYTHONWARNINGS": "ignore"}
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, env=env)
     if done.returncode != 0:

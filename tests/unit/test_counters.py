@@ -315,7 +315,16 @@ def test_probe_registry_shares_sum_to_the_whole_budget_exactly() -> None:
 
     check_shares(PROBES)
     assert sum(p.share_pct for p in PROBES) == 100
-    assert [p.name for p in PROBES] == ["allocator", "process", "gc_types", "snapshot", "nvml"]
+    assert [p.name for p in PROBES] == [
+        "allocator",
+        "process",
+        "gc_types",
+        "sharing",
+        "shm_files",
+        "share_holders",
+        "snapshot",
+        "nvml",
+    ]
 
 
 def test_a_new_probe_needs_an_explicit_share_taken_from_the_others() -> None:

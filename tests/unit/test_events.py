@@ -23,6 +23,8 @@ from wsprof.contracts.events import (
     SamplerTargetExited,
     SamplerWindowFailed,
     SamplerWindowLost,
+    ShareHolder,
+    ShareSite,
     TargetExited,
     WrapperFound,
     parse_event,
@@ -78,6 +80,23 @@ EXAMPLES: list[Event] = [
     ),
     MemorySnapshot(summary={"segments": 3, "reserved_bytes": 1 << 30, "reason": "growth: x"}),
     TargetExited(pid=9),
+    ShareSite(
+        side="export",
+        api="_share_cuda_",
+        device="cuda",
+        nbytes=64 << 20,
+        site="MultiprocessingSerializer.serialize (utils.py:12)",
+        caller="_send_to_colocated_engine (update_weight_from_tensor.py:301)",
+    ),
+    ShareHolder(
+        side="import",
+        path="ModelRunner.kept[3]",
+        nbytes=1 << 20,
+        alive=12,
+        alive_bytes=12 << 20,
+        site="deserialize (utils.py:40)",
+        search_ms=12.5,
+    ),
 ]
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from wsprof.analysis.coverage_model import Coverage
 from wsprof.analysis.evidence import Evidence
+from wsprof.analysis.sharing import Sharing
 from wsprof.contracts.overhead import SelfOverhead
 from wsprof.contracts.series import Series
 from wsprof.contracts.units import Unit, fmt_duration
@@ -448,6 +449,8 @@ class ProcessAnalysis:
     sync_evidence: str | None = None
     #: One phrase per step left out of its steps (a truncated first or last step).
     left_out: tuple[str, ...] = ()
+    #: Tensors it shared with other processes or opened, per update (None: none).
+    sharing: Sharing | None = None
 
 
 @dataclass(frozen=True)

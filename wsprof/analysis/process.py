@@ -23,9 +23,10 @@ from wsprof.analysis.model import (
     StepSource,
 )
 from wsprof.analysis.phases import patterns_from_meta, window_summaries
-from wsprof.analysis.rhythm import steps_from_rhythm
+from wsprof.analysis.rhythm import COLOCATED_GLUE, steps_from_rhythm
 from wsprof.analysis.sampled_steps import steps_from_windows
 from wsprof.analysis.samples import early_late_shift, early_late_stacks, hot_frames, hot_stacks
+from wsprof.analysis.sharing import sharing_of
 from wsprof.analysis.steps import (
     drop_truncated_edges,
     steps_from_bursts,
@@ -33,7 +34,7 @@ from wsprof.analysis.steps import (
     sync_spans,
 )
 from wsprof.analysis.updates import evidence_line, steps_from_updates, updates
-from wsprof.contracts.counters import NVML_UTIL_PCT, counter_unit, is_nvml_gpu
+from wsprof.contracts.counters import NVML_UTIL_PCT, counter_unit, is_nvml_gpu, share_counter
 from wsprof.contracts.overhead import SelfOverhead
 from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow, Site, Span
 
@@ -308,16 +309,35 @@ def counter_tracks(trace: ProcessTrace, t0_ns: int) -> list[CounterTrack]:
 def counter_per_step(
     trace: ProcessTrace, steps: Sequence[StepRow]
 ) -> dict[str, list[float | None]]:
-    """Each counter's last value at or before each step's end (None before its first sample)."""
+    """Each counter's last value at or before each step's end (None before its first sample).
+
+    The last step's end is at most the process's last call or span (:func:`last_activity_ns`):
+    a step cut by time (rhythm, bursts) runs to the last record, which is the counters' own
+    sample at process exit, taken after the job released what it held; that sample is no
+    step's value (a leak's RSS read as a step change down)."""
+    ends = [row.t_end_ns for row in steps]
+    active = last_activity_ns(trace)
+    if ends and active is not None and steps[-1].t_start_ns <= active < ends[-1]:
+        ends[-1] = active
     out: dict[str, list[float | None]] = {}
     for name, (t, v) in trace.counters.items():
         v = _sane(v)
         vals: list[float | None] = []
-        for row in steps:
-            i = int(np.searchsorted(t, row.t_end_ns, side="right")) - 1
+        for end in ends:
+            i = int(np.searchsorted(t, end, side="right")) - 1
             vals.append(float(v[i]) if i >= 0 else None)
         out[name] = vals
     return out
+
+
+def last_activity_ns(trace: ProcessTrace) -> int | None:
+    """Monotonic ns of the end of the process's last call (its completion when later) or span;
+    None when it has neither (counter samples are no activity)."""
+    cands: list[int] = [s.t_end_ns for s in trace.spans]
+    calls = trace.calls
+    if len(calls):
+        cands += [int(calls.t_end_ns.max()), int(calls.t_done_ns.max())]
+    return max(cands) if cands else None
 
 
 def first_record_ns(trace: ProcessTrace) -> int:
@@ -496,6 +516,9 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
         sync_evidence=evidence,
         left_out=left_out,
     )
+    shared = sharing_of(trace.counters, trace.events, first_record_ns(trace))
+    if shared is not None:
+        pa = replace(pa, sharing=shared)
     return join_samples(pa, trace.meta, [*samples, *trace.samples])
 
 
@@ -516,7 +539,15 @@ def unmarked_steps(
     if up is not None:
         rows = steps_from_updates(calls, up, first_record_ns(trace))
         return rows, StepSource.UPDATES, evidence_line(up, rows), []
-    rows = steps_from_rhythm(calls, last_record_ns(trace), first_record_ns(trace))
+    # a process that sends weight buckets by handle pushes them between object gathers and
+    # barriers: they are part of its sync
+    colocated = share_counter("exports") in trace.counters
+    rows = steps_from_rhythm(
+        calls,
+        last_record_ns(trace),
+        first_record_ns(trace),
+        COLOCATED_GLUE if colocated else frozenset(),
+    )
     source = StepSource.RHYTHM
     if not rows:
         rows = steps_from_bursts(calls, last_record_ns(trace))

@@ -348,16 +348,28 @@ def idle_before(calls: CallTable) -> npt.NDArray[np.int64]:
     return np.clip(gaps, 0, None).astype(np.int64)
 
 
-def sync_run(calls: CallTable, lo: int, hi: int) -> tuple[int, int] | None:
+#: Ops that join the weight-moving calls of a colocated push into one run: its buckets are
+#: sent by handle (CUDA IPC, shared memory), each one's handles gathered to the sending rank
+#: with ``gather_object`` (slime's ``_send_to_colocated_engine``) between the TP gathers of
+#: the next, and the push meets at barriers (its own timer counts all of it).
+COLOCATED_GLUE = frozenset({"gather", "barrier"})
+
+
+def sync_run(
+    calls: CallTable, lo: int, hi: int, glue: frozenset[str] = frozenset()
+) -> tuple[int, int] | None:
     """The longest run of consecutive :data:`~wsprof.contracts.ops.WEIGHT_MOVING_OPS` calls in
     ``[lo, hi)`` (indices, the second exclusive) with at least :data:`MIN_SYNC_CALLS` calls
     that is a weight push (:func:`~wsprof.analysis.pushes.is_push`), or None; after the last
-    reduce-scatter of the range when it has one (:data:`TRAINING_GATHER_AFTER`)."""
+    reduce-scatter of the range when it has one (:data:`TRAINING_GATHER_AFTER`). ``glue``
+    ops (:data:`COLOCATED_GLUE` for a process that shares tensors) are part of a run."""
     ops = calls.op[lo:hi].tolist()
     last_rs = max((i for i, op in enumerate(ops) if op in TRAINING_GATHER_AFTER), default=-1)
     if last_rs >= 0:
         lo, ops = lo + last_rs + 1, ops[last_rs + 1 :]
-    is_sync = np.fromiter((op in WEIGHT_MOVING_OPS for op in ops), dtype=bool, count=len(ops))
+    is_sync = np.fromiter(
+        (op in WEIGHT_MOVING_OPS or op in glue for op in ops), dtype=bool, count=len(ops)
+    )
     best: tuple[int, int] | None = None
     i = 0
     while i < len(is_sync):
@@ -399,6 +411,7 @@ def steps_from_rhythm(
     calls: CallTable,
     t_last_ns: int | None = None,
     t_first_ns: int | None = None,
+    glue: frozenset[str] = frozenset(),
 ) -> list[StepRow]:
     """One step per repetition of the job's call pattern; empty when none is found.
 
@@ -423,14 +436,16 @@ def steps_from_rhythm(
     )
     bounds = [*cyc.starts, len(calls)]
     runs = [
-        with_barriers(calls, sync_run(calls, bounds[i], bounds[i + 1]), bounds[i], bounds[i + 1])
+        with_barriers(
+            calls, sync_run(calls, bounds[i], bounds[i + 1], glue), bounds[i], bounds[i + 1]
+        )
         for i in range(cyc.n_steps)
     ]
     found = [r for r in runs if r is not None]
     if len(found) >= max(MIN_RHYTHM_STEPS, cyc.n_steps - 1):
         return _ending_with_sync(calls, done, found, t_first_ns)
     specs = []
-    head = _head_step(calls, cyc, done, t_first_ns)
+    head = _head_step(calls, cyc, done, t_first_ns, glue)
     if head is not None:
         specs.append(head)
     for i, run in enumerate(runs):
@@ -449,6 +464,7 @@ def _head_step(
     cyc: Cycle,
     done: npt.NDArray[np.int64],
     t_first_ns: int | None,
+    glue: frozenset[str] = frozenset(),
 ) -> tuple[int, int, int, float | None, float | None, int | None] | None:
     """The calls before the first repetition as a step of their own, when they hold at least
     :data:`~wsprof.analysis.steps.EDGE_CALLS_SHARE` of a step's calls: the cut goes before the
@@ -462,7 +478,7 @@ def _head_step(
         return None  # nothing before, too little, or the first repetition is itself partial
     t0 = int(calls.t_start_ns[0])
     t0 = min(t0, t_first_ns) if t_first_ns is not None else t0
-    run = with_barriers(calls, sync_run(calls, 0, first), 0, first)
+    run = with_barriers(calls, sync_run(calls, 0, first, glue), 0, first)
     return (0, t0, int(calls.t_start_ns[first]), *_sync_of(calls, done, run))
 
 

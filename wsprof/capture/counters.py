@@ -29,6 +29,11 @@ allocator  boundary, burst    50 ms     ``cuda<d>.<memory_stats key>``,
                                         ``cuda<d>.mappings``, ``cuda<d>.total_bytes``
 process    step, periodic     1 s       ``proc.*`` (psutil), ``gc.gen<i>.*``
 gc_types   step               -         ``gc.type.<type>`` (types that grow)
+sharing    boundary, periodic 250 ms    ``share.*``, ``proc.rss_shmem_bytes`` once a
+                                        tensor was shared (:mod:`wsprof.capture.sharing`)
+shm_files  periodic           1 s       ``proc.shm_files`` once a tensor was shared
+share_holders periodic        1 s       a ``share_holder`` event naming what holds
+                                        a shared storage kept alive (a few times)
 nvml       periodic           100 ms    ``nvml.gpu<i>.*``, ``nvml.process_gpu_bytes``
 snapshot   step               -         a ``memory_snapshot`` event when the mappings
                                         grew at :data:`SNAPSHOT_AFTER_GROWTHS`
@@ -476,6 +481,24 @@ def _gc_types_probe(ctx: ProbeContext) -> Callable[[], Reading]:
     return process_stats.GrowingTypes()
 
 
+def _sharing_probe(ctx: ProbeContext) -> Callable[[], Reading]:
+    from wsprof.capture import sharing
+
+    return sharing.reading
+
+
+def _shm_files_probe(ctx: ProbeContext) -> Callable[[], Reading]:
+    from wsprof.capture import sharing
+
+    return sharing.shm_files
+
+
+def _share_holders_probe(ctx: ProbeContext) -> Callable[[], Reading]:
+    from wsprof.capture import sharing
+
+    return sharing.search_holders
+
+
 def _snapshot_probe(ctx: ProbeContext) -> Callable[[], Reading]:
     return _SnapshotTrigger(ctx.recorder)
 
@@ -508,11 +531,14 @@ def _nvml_probe(ctx: ProbeContext) -> Callable[[], Reading] | str:
 #: Every counter probe, in the order a round runs them (see the module table). A probe's
 #: budget is its share of the whole; NVML's share stays unused where there is no NVML.
 PROBES: tuple[ProbeSpec, ...] = (
-    ProbeSpec("allocator", 35, frozenset({"boundary", "burst"}), None, _allocator_probe),
+    ProbeSpec("allocator", 32, frozenset({"boundary", "burst"}), None, _allocator_probe),
     ProbeSpec("process", 15, frozenset({"step", "periodic"}), 1.0, _process_probe),
-    ProbeSpec("gc_types", 20, frozenset({"step"}), 1.0, _gc_types_probe),
+    ProbeSpec("gc_types", 10, frozenset({"step"}), 1.0, _gc_types_probe),
+    ProbeSpec("sharing", 10, frozenset({"boundary", "periodic"}), 0.25, _sharing_probe),
+    ProbeSpec("shm_files", 2, frozenset({"periodic"}), 1.0, _shm_files_probe),
+    ProbeSpec("share_holders", 3, frozenset({"periodic"}), 1.0, _share_holders_probe),
     ProbeSpec("snapshot", 5, frozenset({"step"}), 1.0, _snapshot_probe),
-    ProbeSpec("nvml", 25, frozenset({"periodic"}), 0.1, _nvml_probe),
+    ProbeSpec("nvml", 23, frozenset({"periodic"}), 0.1, _nvml_probe),
 )
 
 

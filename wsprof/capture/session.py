@@ -134,6 +134,12 @@ class CaptureSession:
             rec.event(EventKind.SETTINGS, line)
         markers.bind(rec)
         self._install_collectives(rec)
+        try:
+            from wsprof.capture import sharing
+
+            sharing.install(rec)
+        except Exception as e:  # noqa: BLE001 - never raise into training
+            rec.internal_error("sharing", e)
         if self.counters:
             self._start_counters(rec)
         try:
@@ -190,6 +196,9 @@ class CaptureSession:
         signals.uninstall()
         markers.close_step()
         self._stop_sampler()
+        from wsprof.capture import sharing
+
+        sharing.uninstall()  # after the sampler's last round: it reads the ledger
         rec.close()
         markers.unbind()
         self.recorder = None
@@ -208,10 +217,10 @@ class CaptureSession:
     def forget(self) -> None:
         """In a forked child: drop the parent's recorder (it writes nothing here) and its
         hooks, without writing anything: each component unbinds its copy of the recorder."""
-        from wsprof.capture import collectives
+        from wsprof.capture import collectives, sharing
         from wsprof.capture import extra as extra_hooks
 
-        for unbind in (collectives.uninstall, extra_hooks.uninstall):
+        for unbind in (collectives.uninstall, extra_hooks.uninstall, sharing.uninstall):
             with contextlib.suppress(Exception):  # never raise into training
                 unbind()
         markers.unbind()

@@ -12,6 +12,8 @@ here, from a table that also says its unit:
   (:data:`NVML_PROCESS_GPU_BYTES`), bytes;
 * ``proc.<key>``: :func:`proc_counter`, :data:`PROC_KEYS` (``rss_bytes``, ``threads``,
   ``cpu_pct``, ``open_fds``);
+* ``share.<key>``: :func:`share_counter`, :data:`SHARE_KEYS` (tensors shared with other
+  processes: exports, imports, bytes still alive, ``ipc_collect`` calls);
 * ``gc.gen<i>.<key>``: :func:`gc_gen_counter`, :data:`GC_GEN_KEYS` (``count``,
   ``collections``), counts; ``gc.type.<qualified name>``: :func:`gc_type_counter`, a count;
 * ``wsprof.probe_us.<probe>``: :func:`probe_cost_counter`, µs.
@@ -79,6 +81,7 @@ class CounterSource(Enum):
     GC_TYPE = "gc_type"
     GC = "gc"
     PROBE_COST = "probe_cost"
+    SHARE = "share"
 
 
 # ----------------------------------------------------------------------------- the tables
@@ -177,6 +180,12 @@ PROC_KEYS: dict[str, CounterUnit] = {
     "open_fds": _COUNT,
     # The host's memory (psutil.virtual_memory().total): how far the RSS can grow.
     "host_total_bytes": _BYTES,
+    # Shared memory in the RSS (``RssShmem`` of /proc/<pid>/status): shm and tmpfs pages.
+    "rss_shmem_bytes": _BYTES,
+    # /dev/shm files the process maps or holds open (torch's shared-memory storages).
+    "shm_files": _COUNT,
+    # The size of /dev/shm (statvfs): how far shared memory can grow on this host.
+    "shm_total_bytes": _BYTES,
 }
 PROC_KINDS: dict[str, CounterKind] = {
     "rss_bytes": _HELD,
@@ -184,6 +193,9 @@ PROC_KINDS: dict[str, CounterKind] = {
     "cpu_pct": _LEVEL,
     "open_fds": _HELD,
     "host_total_bytes": _SIZE,
+    "rss_shmem_bytes": _HELD,
+    "shm_files": _HELD,
+    "shm_total_bytes": _SIZE,
 }
 #: Every ``gc.gen<i>.<key>`` key and its unit: objects allocated less freed since the
 #: generation's last collection (``gc.get_count()``), collections so far (``gc.get_stats()``).
@@ -198,6 +210,60 @@ _GC_GEN_PREFIX = "gc.gen"
 _GC_TYPE_PREFIX = "gc.type."
 _GC_PREFIX = "gc."
 _PROBE_COST_PREFIX = "wsprof.probe_us."
+_SHARE_PREFIX = "share."
+
+#: Tensors shared with other processes (:mod:`wsprof.capture.sharing`), per process since it
+#: started: ``exports`` (storages handed out: CUDA IPC handles, shared-memory fds or files),
+#: their ``exported_bytes``; ``alive_bytes`` / ``alive_exports``: exported storages still
+#: alive in this process now; ``imports`` (handles opened), ``imported_bytes``,
+#: ``imported_alive_bytes``: opened storages still alive; ``reopens``: handles opened again
+#: while an earlier open of them was still alive (the double-open leak); ``ipc_collects``:
+#: ``torch.cuda.ipc_collect()`` calls; ``exports_since_collect``: CUDA exports since the last
+#: one; ``export_us`` / ``import_us``: time inside the share and open calls. Per update (a
+#: burst of shares: one weight version's buckets), recorded when the next one begins:
+#: ``kept_bytes`` / ``imported_kept_bytes`` (what every earlier update left alive),
+#: ``update_exports`` / ``update_imports`` and ``update_exported_bytes`` /
+#: ``update_imported_bytes`` (the update that ended).
+SHARE_KEYS: dict[str, CounterUnit] = {
+    "exports": _COUNT,
+    "exported_bytes": _BYTES,
+    "alive_bytes": _BYTES,
+    "alive_exports": _COUNT,
+    "imports": _COUNT,
+    "imported_bytes": _BYTES,
+    "imported_alive_bytes": _BYTES,
+    "reopens": _COUNT,
+    "ipc_collects": _COUNT,
+    "exports_since_collect": _COUNT,
+    "export_us": (Unit.MICROSECONDS, ""),
+    "import_us": (Unit.MICROSECONDS, ""),
+    "kept_bytes": _BYTES,
+    "imported_kept_bytes": _BYTES,
+    "update_exports": _COUNT,
+    "update_imports": _COUNT,
+    "update_exported_bytes": _BYTES,
+    "update_imported_bytes": _BYTES,
+}
+SHARE_KINDS: dict[str, CounterKind] = {
+    "exports": _EVENTS,
+    "exported_bytes": _EVENTS,
+    "alive_bytes": _HELD,
+    "alive_exports": _HELD,
+    "imports": _EVENTS,
+    "imported_bytes": _EVENTS,
+    "imported_alive_bytes": _HELD,
+    "reopens": _EVENTS,
+    "ipc_collects": _EVENTS,
+    "exports_since_collect": _CYCLE,
+    "export_us": _EVENTS,
+    "import_us": _EVENTS,
+    "kept_bytes": _HELD,
+    "imported_kept_bytes": _HELD,
+    "update_exports": _SIZE,
+    "update_imports": _SIZE,
+    "update_exported_bytes": _SIZE,
+    "update_imported_bytes": _SIZE,
+}
 
 
 # ----------------------------------------------------------------------------- builders
@@ -236,6 +302,16 @@ def proc_counter(key: str) -> str:
     """
     _check(PROC_KEYS, key, "process")
     return _PROC_PREFIX + key
+
+
+def share_counter(key: str) -> str:
+    """``share.<key>`` for a key of :data:`SHARE_KEYS`.
+
+    Raises:
+        ValueError: ``key`` is not in :data:`SHARE_KEYS`.
+    """
+    _check(SHARE_KEYS, key, "sharing")
+    return _SHARE_PREFIX + key
 
 
 def gc_gen_counter(generation: int, key: str) -> str:
@@ -286,6 +362,7 @@ _PREFIXED = (
     (CounterSource.GC_TYPE, _GC_TYPE_PREFIX),
     (CounterSource.PROBE_COST, _PROBE_COST_PREFIX),
     (CounterSource.PROC, _PROC_PREFIX),
+    (CounterSource.SHARE, _SHARE_PREFIX),
     (CounterSource.NVML_PROCESS, _NVML_PREFIX),
     (CounterSource.GC, _GC_PREFIX),
 )
@@ -373,6 +450,7 @@ def _unit_of(counter: str) -> CounterUnit:
         CounterSource.NVML_GPU: NVML_GPU_KEYS,
         CounterSource.NVML_PROCESS: _NVML_PROCESS_KEYS,
         CounterSource.PROC: PROC_KEYS,
+        CounterSource.SHARE: SHARE_KEYS,
         CounterSource.GC_GEN: GC_GEN_KEYS,
     }.get(c.source)
     if table is not None and c.key in table:
@@ -415,6 +493,7 @@ def counter_kind(counter: str) -> CounterKind | None:
         CounterSource.NVML_GPU: NVML_GPU_KINDS,
         CounterSource.NVML_PROCESS: _NVML_PROCESS_KINDS,
         CounterSource.PROC: PROC_KINDS,
+        CounterSource.SHARE: SHARE_KINDS,
         CounterSource.GC_GEN: GC_GEN_KINDS,
     }.get(c.source)
     if table is not None and c.key in table:

@@ -65,6 +65,10 @@ class EventKind(str, Enum):
     POLL_ERROR = "poll_error"
     #: The py-spy sampler's status (``started: ...``, ``window failed: ...``, ``stopped: ...``).
     SAMPLER = "sampler"
+    #: A new place that shares tensors with other processes (JSON: :class:`ShareSite`).
+    SHARE_SITE = "share_site"
+    #: What holds shared tensors that outlive their sync (JSON: :class:`ShareHolder`).
+    SHARE_HOLDER = "share_holder"
 
     def __str__(self) -> str:
         """The on-disk text (``wrapper``), also in f-strings."""
@@ -408,6 +412,120 @@ _PRESET_MARKED_RE = re.compile(r"(?P<preset>[^:\s]+): (?P<phase>\S+) marked on (
 _PRESET_NAME_RE = re.compile(r"[A-Za-z0-9_\-]+$")
 
 
+#: The sides of tensor sharing: the producer exports a storage, the consumer imports (opens) it.
+SHARE_SIDES = ("export", "import")
+
+
+@dataclass(frozen=True)
+class ShareSite(Event):
+    """The first export (or import) of tensors from a new place in the code.
+
+    Attributes:
+        side: ``export`` or ``import`` (:data:`SHARE_SIDES`).
+        api: the torch call that shared or opened the storage (``_share_fd_cpu_``).
+        device: the storage's device type (``cuda``, ``cpu``).
+        nbytes: that first storage's size, bytes.
+        site: the first frame outside torch and the pickler, ``function (file:line)``: the
+            serializer (SGLang's ``MultiprocessingSerializer.serialize``) or the code itself.
+        caller: the frame that called ``site``, same form, or None.
+    """
+
+    kind: EventKind | str = EventKind.SHARE_SITE
+    side: str = "export"
+    api: str = ""
+    device: str = ""
+    nbytes: int = 0
+    site: str = "?"
+    caller: str | None = None
+
+    def encode(self) -> str:
+        """JSON of the fields."""
+        return json.dumps(
+            {
+                "side": self.side,
+                "api": self.api,
+                "device": self.device,
+                "nbytes": self.nbytes,
+                "site": self.site,
+                "caller": self.caller,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class ShareHolder(Event):
+    """What holds the oldest shared storage still alive long after it was sent (the leak's
+    holder), found by a bounded walk of the garbage collector's referrers.
+
+    Attributes:
+        side: ``export`` or ``import``.
+        path: the path from a named root to the tensor
+            (``UpdateWeightFromTensor.long_lived_tensors[62]['flattened_tensor']``); None when
+            nothing in Python holds it (torch's CUDA IPC cache, C++, a frame's local).
+        nbytes: that storage's size, bytes.
+        alive: shared storages of this side alive then; ``alive_bytes``: their bytes.
+        site: where that storage was shared (:class:`ShareSite`'s ``site``), or None.
+        search_ms: what the walk cost, ms.
+    """
+
+    kind: EventKind | str = EventKind.SHARE_HOLDER
+    side: str = "export"
+    path: str | None = None
+    nbytes: int = 0
+    alive: int = 0
+    alive_bytes: int = 0
+    site: str | None = None
+    search_ms: float = 0.0
+
+    def encode(self) -> str:
+        """JSON of the fields."""
+        return json.dumps(
+            {
+                "side": self.side,
+                "path": self.path,
+                "nbytes": self.nbytes,
+                "alive": self.alive,
+                "alive_bytes": self.alive_bytes,
+                "site": self.site,
+                "search_ms": round(self.search_ms, 3),
+            }
+        )
+
+
+def _share_event(t_ns: int, k: EventKind, detail: str) -> Event:
+    d = _json_dict(detail)
+    if d is None or d.get("side") not in SHARE_SIDES:
+        return Event(t_ns, k, detail)
+    side = str(d["side"])
+    nbytes = d.get("nbytes")
+    nb = int(nbytes) if isinstance(nbytes, int) and not isinstance(nbytes, bool) else 0
+    if k is EventKind.SHARE_SITE:
+        return ShareSite(
+            t_ns,
+            k,
+            detail,
+            side,
+            str(d.get("api", "")),
+            str(d.get("device", "")),
+            nb,
+            str(d.get("site", "?")),
+            _opt_str(d.get("caller")),
+        )
+    ms = d.get("search_ms")
+    return ShareHolder(
+        t_ns,
+        k,
+        detail,
+        side,
+        _opt_str(d.get("path")),
+        nb,
+        _opt_int(d.get("alive")) or 0,
+        _opt_int(d.get("alive_bytes")) or 0,
+        _opt_str(d.get("site")),
+        float(ms) if isinstance(ms, (int, float)) and not isinstance(ms, bool) else 0.0,
+    )
+
+
 def _number(v: float | None) -> str:
     """A number as a detail writes it: the shortest text that reads back equal, without a
     trailing ``.0`` (``5``, ``2.5``)."""
@@ -586,6 +704,8 @@ def parse_event(t_ns: int, kind: str, detail: str) -> Event:
         d = _json_dict(detail)
         if d is not None:
             return MemorySnapshot(t_ns, k, detail, d)
+    elif k is EventKind.SHARE_SITE or k is EventKind.SHARE_HOLDER:
+        return _share_event(t_ns, k, detail)
     elif k is EventKind.TARGET_EXITED:
         m = _PID_RE.match(detail)
         if m:

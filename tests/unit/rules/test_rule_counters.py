@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import rule_kit
 from scipy import stats
 
 from wsprof.analysis.model import Finding, SeriesResult
+from wsprof.analysis.process import counter_per_step
 from wsprof.analysis.rules import counters
 from wsprof.analysis.rules.counters import (
     CORRELATION_MAX_FINDINGS,
@@ -19,9 +21,16 @@ from wsprof.analysis.rules.counters import (
     CounterGrowth,
     CounterGrowthEvidence,
 )
-from wsprof.contracts.counters import cuda_counter, proc_counter
+from wsprof.contracts.counters import (
+    NVML_PROCESS_GPU_BYTES,
+    cuda_counter,
+    gc_type_counter,
+    proc_counter,
+    share_counter,
+)
 from wsprof.contracts.series import BETWEEN_LAYERS_S, WEIGHT_SYNC_S, counter_key, op_median_key
 from wsprof.contracts.units import Unit
+from wsprof.trace.model import CallTable, ProcessTrace, Span
 
 pytestmark = pytest.mark.pure
 
@@ -209,13 +218,16 @@ def test_gpu_memory_growth_names_the_step_it_reaches_the_gpus_total() -> None:
 
 def test_rss_growth_is_judged_against_the_hosts_memory() -> None:
     rss = _counter(RSS, _linear(GIB, 0.05 * GIB), unit=Unit.BYTES)  # grows 45 %: material
+    # gc objects kept beside it: the RSS is not alone (see the RSS-alone tests below)
+    kept = _counter(gc_type_counter("dict"), _linear(1e5, 1e4))
     slope = rss.verdict.slope_per_step
     last = rss.series.values[-1]
     host_key = proc_counter("host_total_bytes")
 
     def severity(steps_left: int) -> list[str]:
         host = _counter(host_key, [last + steps_left * slope] * N, unit=Unit.BYTES)
-        found = CounterGrowth().match(rule_kit.facts([rss, host]))
+        found = CounterGrowth().match(rule_kit.facts([rss, host, kept]))
+        found = [f for f in found if f.where == RSS]
         assert [_growth(f).counter for f in found] == [RSS]  # the flat total is no growth
         assert _growth(found[0]).steps_to_host == pytest.approx(steps_left)
         return [f.severity for f in found]
@@ -263,3 +275,86 @@ def test_only_held_gauges_that_grow_are_memory_growth() -> None:
     ]
     # Only the counters the facts name are judged.
     assert CounterGrowth().match(rule_kit.facts(series, counter_series=())) == []
+
+
+# ----------------------------------------------------------------------------- memory read honestly
+
+
+def _warmup(n: int, settle: int = 6) -> list[float]:
+    """An RSS that rises over its first ``settle`` steps (allocator arenas, the interpreter's
+    caches filling: 60 MiB, then 30, 15 ...) and stays flat after, with a little noise."""
+    mib = 2**20
+    wobble = [0.0, 0.4, -0.3, 0.2, -0.1, 0.3, -0.2, 0.1]
+    return [
+        800 * mib + 120 * mib * (1 - 0.5 ** min(i, settle)) + wobble[i % 8] * mib for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("n", [12, 30])
+def test_rss_that_rises_then_levels_off_is_warm_up_not_growth(n: int) -> None:
+    rss = _counter(RSS, _warmup(n), unit=Unit.BYTES)
+    assert rss.verdict.shape == "warmup_then_flat" and not rss.verdict.accumulating
+    assert CounterGrowth().match(rule_kit.facts([rss])) == []
+
+
+def test_rss_growing_alone_is_information_and_says_so() -> None:
+    rss = _counter(RSS, _linear(GIB, 0.05 * GIB), unit=Unit.BYTES)
+    flat_allocator = _counter(ALLOCATED, [GIB] * N, unit=Unit.BYTES)
+    threads = _counter(proc_counter("threads"), _linear(10.0, 1.0))  # no retention
+    [f] = CounterGrowth().match(rule_kit.facts([rss, flat_allocator, threads]))
+    assert (f.where, f.severity) == (RSS, "info")
+    assert f.title.startswith("RSS grows with nothing wsprof tracks growing beside it: ")
+    assert f.title.endswith("(1 GiB -> 1.45 GiB, linear)")
+    assert _growth(f).rss_alone is True
+    assert f.next_step == counters.RSS_ALONE_HINT
+    assert _growth(f).as_dict()["rss_alone"] is True
+
+
+@pytest.mark.parametrize(
+    "explaining",
+    [
+        ALLOCATED,
+        NVML_PROCESS_GPU_BYTES,
+        gc_type_counter("Tensor"),
+        share_counter("alive_bytes"),
+        share_counter("imported_alive_bytes"),
+        proc_counter("rss_shmem_bytes"),
+    ],
+)
+def test_rss_growing_beside_a_held_counter_keeps_its_severity(explaining: str) -> None:
+    rss = _counter(RSS, _linear(GIB, 0.05 * GIB), unit=Unit.BYTES)
+    unit = Unit.COUNT if explaining.startswith("gc.") else Unit.BYTES
+    held = _counter(explaining, _linear(1e6, 1e5), unit=unit)
+    found = CounterGrowth().match(rule_kit.facts([rss, held]))
+    [f] = [f for f in found if f.where == RSS]
+    assert f.severity == "warning"
+    assert not f.title.startswith("RSS grows with nothing")
+    assert "rss_alone" not in _growth(f).as_dict()
+    assert counters.rss_explained_by(rule_kit.facts([rss, held])) == [explaining]
+
+
+def test_a_held_counter_that_grows_alone_keeps_its_severity() -> None:
+    # only the RSS is read as "nothing retained": allocator bytes growing alone stay a warning
+    found = CounterGrowth().match(
+        rule_kit.facts([_counter(ALLOCATED, _linear(GIB, 0.05 * GIB), unit=Unit.BYTES)])
+    )
+    assert [(f.where, f.severity) for f in found] == [(ALLOCATED, "warning")]
+
+
+def test_a_steps_counter_value_is_never_the_sample_at_process_exit() -> None:
+    # 3 steps cut by time (no markers): the last one runs to the last record, which is the
+    # counters' own sample at exit, after the job released what it held (54 -> 32)
+    rows = rule_kit.step_rows([1.0, 1.0, 1.0])
+    s = rule_kit.S
+    t = np.array([0, s // 2, 3 * s // 2, 5 * s // 2, 3 * s - 1], dtype=np.int64)
+    v = np.array([10.0, 20.0, 38.0, 54.0, 32.0])
+    last_work = Span("phase", "train", 2 * s, 5 * s // 2 + 10, 2, 1)  # ends after the 54
+    trace = ProcessTrace("p", {}, CallTable.empty(), {}, [last_work], {RSS: (t, v)}, [])
+    assert counter_per_step(trace, rows) == {RSS: [20.0, 38.0, 54.0]}
+    # with nothing recorded but counters, the step's own end holds
+    bare = ProcessTrace("p", {}, CallTable.empty(), {}, [], {RSS: (t, v)}, [])
+    assert counter_per_step(bare, rows) == {RSS: [20.0, 38.0, 32.0]}
+    # a step marked to its end (markers: the last step's span) keeps what it holds
+    marked = Span("step", "2", 2 * s, 3 * s, 2, 1)
+    closed = ProcessTrace("p", {}, CallTable.empty(), {}, [marked], {RSS: (t, v)}, [])
+    assert counter_per_step(closed, rows) == {RSS: [20.0, 38.0, 32.0]}

