@@ -23,12 +23,13 @@ CASES = [
     ("engine_keeps_fs", 12),
     ("double_open", 12),
 ]
-#: Largest median error of trainer rank 1's weight sync against the job's own
-#: ``update_weights`` timer, % (issue 35 asks 10%; it measured -0.1%).
+#: Largest median error of every trainer rank's weight sync against the job's own
+#: ``update_weights`` timer, % (issue 35 asks 10%: rank 1 measured -0.1%, rank 0 +3 to +7%:
+#: it sends the engine's pause and flush requests before the push's first barrier, and its
+#: push is taken to start when rank 1 reached that barrier).
 MAX_SYNC_ERR_PCT = 10.0
-#: The same for trainer rank 0, which sends the engine's pause and flush requests before the
-#: push's first barrier: no collective shows them (-12 to -14% measured, scripts/shaped_jobs.py).
-MAX_SYNC_ERR_RANK0_PCT = 25.0
+#: The same for the engine: its update is its first open to its last (-1 to -2% measured).
+MAX_ENGINE_SYNC_ERR_PCT = 15.0
 #: Bytes one update sends (8 buckets of the toy model's HF tensors, the job's truth).
 UPDATE_BYTES = 5_779_968
 
@@ -53,15 +54,16 @@ def _kept(a: Any) -> list[Any]:
 def test_the_sync_is_the_whole_push(runs: dict[str, Any], variant: str) -> None:
     row, a = runs[variant]
     assert row.primary_ok, row.line()
+    # every process, the engine too: its steps from the updates it opened
+    assert len(row.steps) == 3, row.steps
     for label, (found, true) in row.steps.items():
-        if "trainer" in label:
-            assert found == true, (label, row.steps)
-    errs = row.sync_err_by
-    rank1 = [v for k, v in errs.items() if k.endswith("rank 1")]
-    assert rank1 and abs(rank1[0]) <= MAX_SYNC_ERR_PCT, row.line()
-    assert row.sync_err_pct is not None and abs(row.sync_err_pct) <= MAX_SYNC_ERR_RANK0_PCT, (
-        row.line()
-    )
+        assert found == true, (label, row.steps)
+    engine = [p for p in a.processes if p.label.startswith("inference engine")]
+    assert len(engine) == 1 and engine[0].step_source == "shared", [p.label for p in a.processes]
+    for label, err in row.sync_err_by.items():
+        bound = MAX_ENGINE_SYNC_ERR_PCT if label.startswith("inference") else MAX_SYNC_ERR_PCT
+        assert abs(err) <= bound, row.line()
+    assert len(row.sync_err_by) == 3, row.line()
 
 
 def test_healthy_is_silent(runs: dict[str, Any]) -> None:

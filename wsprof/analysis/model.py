@@ -693,6 +693,7 @@ class StepSource(Words):
 
     MARKERS = "markers"  # wsprof.step() / phase markers, or a framework preset's
     UPDATES = "updates"  # weight updates on its push group
+    SHARED = "shared"  # weight buckets it opened by handle (a colocated engine)
     RHYTHM = "rhythm"  # the job's rhythm of collectives
     BURSTS = "bursts"  # bursts of collectives
     SAMPLED = "sampled"  # py-spy windows of the weight-sync phase

@@ -26,9 +26,10 @@ from wsprof.analysis.phases import patterns_from_meta, window_summaries
 from wsprof.analysis.rhythm import COLOCATED_GLUE, steps_from_rhythm
 from wsprof.analysis.sampled_steps import steps_from_windows
 from wsprof.analysis.samples import early_late_shift, early_late_stacks, hot_frames, hot_stacks
-from wsprof.analysis.sharing import sharing_of
+from wsprof.analysis.sharing import engine_step_specs, sharing_of
 from wsprof.analysis.steps import (
     drop_truncated_edges,
+    step_rows,
     steps_from_bursts,
     steps_from_markers,
     sync_spans,
@@ -516,7 +517,7 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
         sync_evidence=evidence,
         left_out=left_out,
     )
-    shared = sharing_of(trace.counters, trace.events, first_record_ns(trace))
+    shared = sharing_of(trace.counters, trace.events)
     if shared is not None:
         pa = replace(pa, sharing=shared)
     return join_samples(pa, trace.meta, [*samples, *trace.samples])
@@ -552,6 +553,11 @@ def unmarked_steps(
     if not rows:
         rows = steps_from_bursts(calls, last_record_ns(trace))
         source = StepSource.BURSTS if rows else StepSource.NONE
+    if not rows:
+        specs = engine_step_specs(sharing_of(trace.counters, trace.events))
+        if specs:
+            rows = step_rows(calls, specs)
+            return rows, StepSource.SHARED, "opens weight buckets shared by handle", []
     rows, left_out = drop_truncated_edges(rows)
     return rows, source, evidence_line(None, rows), left_out
 

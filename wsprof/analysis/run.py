@@ -20,6 +20,7 @@ from wsprof.analysis.model import (
     ProcessAnalysis,
     RankSeries,
     SeriesResult,
+    StepSource,
     World,
     WrapperFact,
 )
@@ -353,6 +354,58 @@ def _run_clock(with_steps: Sequence[tuple[_Digest, ProcessAnalysis]]) -> RunCloc
     return align([clock_input(pa.label, d.trace.meta, d.first_ns) for d, pa in with_steps])
 
 
+def _with_colocated_push_starts(
+    analyses: Sequence[ProcessAnalysis], clock: RunClock, worlds: Sequence[object | None]
+) -> list[ProcessAnalysis]:
+    """``analyses`` with the weight sync of a colocated push (a world whose ranks send weight
+    buckets by handle, :attr:`~wsprof.analysis.model.ProcessAnalysis.sharing`) starting, on
+    every rank whose steps were found without markers, when the world's first rank began
+    it: the ranks meet at the barrier ``update_weights`` starts with, and a rank that reached
+    it later was on its way there in no collective (slime's rank 0 sends the engine's pause
+    and flush requests first, which its own timer counts). Never before the step's start;
+    the time added is in no collective (``sync_gap_s``). ``clock``: the processes with
+    steps, in order."""
+    idx = [i for i, pa in enumerate(analyses) if pa.steps]
+    out = list(analyses)
+    by_world: dict[int, list[tuple[int, ProcessClock]]] = {}
+    for i, c in zip(idx, clock.clocks):
+        if c.aligned:
+            by_world.setdefault(id(worlds[i]), []).append((i, c))
+    unmarked = (StepSource.RHYTHM, StepSource.BURSTS)
+    for members in by_world.values():
+        sends = [i for i, _ in members if (sh := analyses[i].sharing) and sh.exports]
+        if len(members) < 2 or not sends:
+            continue
+        first: dict[int, int] = {}
+        for i, c in members:
+            for r in analyses[i].steps:
+                if r.sync_start_ns is not None and r.weight_sync_s is not None:
+                    at = c.run_ns(r.sync_start_ns)
+                    first[r.step] = min(first.get(r.step, at), at)
+        for i, c in members:
+            pa = analyses[i]
+            if pa.step_source not in unmarked:
+                continue
+            rows = []
+            for r in pa.steps:
+                began = first.get(r.step)
+                own = r.sync_start_ns
+                if began is not None and own is not None and r.weight_sync_s is not None:
+                    start = max(began - c.shift_ns, r.t_start_ns)
+                    if start < own:
+                        more = (own - start) / 1e9
+                        r = replace(
+                            r,
+                            weight_sync_s=r.weight_sync_s + more,
+                            sync_gap_s=None if r.sync_gap_s is None else r.sync_gap_s + more,
+                            other_s=max(r.other_s - more, 0.0),
+                            sync_start_ns=start,
+                        )
+                rows.append(r)
+            out[i] = replace(pa, steps=tuple(rows))
+    return out
+
+
 def _with_peer_waits(
     analyses: Sequence[ProcessAnalysis], clock: RunClock, worlds: Sequence[object | None]
 ) -> list[ProcessAnalysis]:
@@ -461,7 +514,10 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
     unread = tuple(n for n in notes if n.startswith("skipped "))
     samples = _samples_by_pid([d.trace for d in digests])
     procs = [d for d in digests if not d.sampler_only] or list(digests)
-    worlds, world_idx = find_worlds([d.trace.meta for d in procs])
+    worlds, world_idx = find_worlds(
+        [d.trace.meta for d in procs],
+        [d.pa.sharing.role if d.pa.sharing is not None else None for d in procs],
+    )
     world_of = {id(d): worlds[w] for d, w in zip(procs, world_idx) if w is not None}
     index_of = {id(d): w for d, w in zip(procs, world_idx)}
 
@@ -495,7 +551,9 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
             pa = replace(pa, label=_label_in_world(pa.label, w, worlds))
         analyses.append(pa)
     clock = _run_clock([(d, pa) for d, pa in zip(procs, analyses) if pa.steps])
-    analyses = _with_peer_waits(analyses, clock, [world_of.get(id(d)) for d in procs])
+    in_world = [world_of.get(id(d)) for d in procs]
+    analyses = _with_colocated_push_starts(analyses, clock, in_world)
+    analyses = _with_peer_waits(analyses, clock, in_world)
     primary = procs[0].trace if procs else None
     series = step_series(analyses[0], primary) if primary is not None else []
     if analyses:

@@ -36,7 +36,10 @@ class SideUpdates:
         nbytes: their bytes, per update.
         kept_bytes: bytes of this side still alive when the next update began, one per
             update that has a next one.
-        t_s: when each next update began, s since the process's first record.
+        t_end_ns: when each update's last share (open) was, monotonic ns of the process.
+        calls_s: time inside each update's share (open) calls, s: serializing (on the
+            engine: rebuilding) the buckets.
+        span_s: each update's first share (open) to its last, s.
         device: the device of the first storage shared, from its site event (``cpu``,
             ``cuda``), or None.
         site: where the first storage was shared or opened (``function (file:line)``).
@@ -49,7 +52,9 @@ class SideUpdates:
     count: tuple[float, ...]
     nbytes: tuple[float, ...]
     kept_bytes: tuple[float, ...]
-    t_s: tuple[float, ...]
+    t_end_ns: tuple[int, ...] = ()
+    calls_s: tuple[float, ...] = ()
+    span_s: tuple[float, ...] = ()
     device: str | None = None
     site: str | None = None
     caller: str | None = None
@@ -90,15 +95,74 @@ class Sharing:
 #: The per-update counters of each side: (count so far, per-update shares, per-update bytes,
 #: kept bytes); recorded by the capture when the next update begins.
 _SIDE_KEYS = {
-    "export": ("exports", "update_exports", "update_exported_bytes", "kept_bytes"),
-    "import": ("imports", "update_imports", "update_imported_bytes", "imported_kept_bytes"),
+    "export": (
+        "exports",
+        "update_exports",
+        "update_exported_bytes",
+        "kept_bytes",
+        "update_export_us",
+        "update_export_span_us",
+    ),
+    "import": (
+        "imports",
+        "update_imports",
+        "update_imported_bytes",
+        "imported_kept_bytes",
+        "update_import_us",
+        "update_import_span_us",
+    ),
 }
 
 
-def _side(
-    counters: CounterArrays, side: str, events: Sequence[Event], t0_ns: int
-) -> SideUpdates | None:
-    total_key, n_key, b_key, kept_key = (share_counter(k) for k in _SIDE_KEYS[side])
+#: An update that moved less than this share of the median update's bytes is a fragment (a
+#: pause inside one update, on a loaded machine, cut it in two): joined with the next.
+FRAGMENT_SHARE = 0.8
+
+
+@dataclass(frozen=True)
+class _Update:
+    count: float
+    nbytes: float
+    kept: float | None
+    t_end_ns: int
+    calls_s: float
+    span_s: float
+
+
+def _whole_updates(rows: list[_Update]) -> list[_Update]:
+    """``rows`` with fragments (:data:`FRAGMENT_SHARE`) joined to the updates they are part
+    of: every update sends the whole model, as the weight-update path checks
+    (:data:`~wsprof.analysis.updates.UPDATE_BYTES_SPREAD`)."""
+    if len(rows) < 3:
+        return rows
+    whole = FRAGMENT_SHARE * float(np.median([u.nbytes for u in rows]))
+    out: list[_Update] = []
+    acc: _Update | None = None
+    for u in rows:
+        if acc is not None:
+            start = acc.t_end_ns - int(acc.span_s * 1e9)
+            u = _Update(
+                acc.count + u.count,
+                acc.nbytes + u.nbytes,
+                u.kept,
+                u.t_end_ns,
+                acc.calls_s + u.calls_s,
+                (u.t_end_ns - start) / 1e9,
+            )
+        if u.nbytes < whole:
+            acc = u
+            continue
+        acc = None
+        out.append(u)
+    if acc is not None:
+        out.append(acc)
+    return out
+
+
+def _side(counters: CounterArrays, side: str, events: Sequence[Event]) -> SideUpdates | None:
+    total_key, n_key, b_key, kept_key, us_key, span_key = (
+        share_counter(k) for k in _SIDE_KEYS[side]
+    )
     total = counters.get(total_key)
     if total is None or not len(total[1]) or float(np.max(total[1])) <= 0:
         return None
@@ -106,17 +170,36 @@ def _side(
     t, per_n = counters.get(n_key, empty)
     _, per_b = counters.get(b_key, empty)
     _, kept = counters.get(kept_key, empty)
-    n = min(len(per_n), len(per_b), len(kept))
+    _, us = counters.get(us_key, empty)
+    _, span = counters.get(span_key, empty)
+    n = min(len(per_n), len(per_b))
+    if len(us) < n or len(span) < n:  # recorded by an earlier wsprof
+        us = span = np.zeros(n)
     site = next((e for e in events if isinstance(e, ShareSite) and e.side == side), None)
     holder = next(
         (e for e in reversed(events) if isinstance(e, ShareHolder) and e.side == side), None
     )
+    rows = _whole_updates(
+        [
+            _Update(
+                float(per_n[i]),
+                float(per_b[i]),
+                float(kept[i]) if i < len(kept) else None,
+                int(t[i]),
+                float(us[i]) / 1e6,
+                float(span[i]) / 1e6,
+            )
+            for i in range(n)
+        ]
+    )
     return SideUpdates(
         side=side,
-        count=tuple(float(x) for x in per_n[:n]),
-        nbytes=tuple(float(x) for x in per_b[:n]),
-        kept_bytes=tuple(float(x) for x in kept[:n]),
-        t_s=tuple((float(x) - t0_ns) / 1e9 for x in t[:n]),
+        count=tuple(u.count for u in rows),
+        nbytes=tuple(u.nbytes for u in rows),
+        kept_bytes=tuple(u.kept for u in rows if u.kept is not None),
+        t_end_ns=tuple(u.t_end_ns for u in rows),
+        calls_s=tuple(u.calls_s for u in rows),
+        span_s=tuple(u.span_s for u in rows),
         device=site.device if site is not None else None,
         site=site.site if site is not None else None,
         caller=site.caller if site is not None else None,
@@ -129,11 +212,11 @@ def _last(counters: CounterArrays, name: str) -> float | None:
     return float(got[1][-1]) if got is not None and len(got[1]) else None
 
 
-def sharing_of(counters: CounterArrays, events: Sequence[Event], t0_ns: int = 0) -> Sharing | None:
+def sharing_of(counters: CounterArrays, events: Sequence[Event]) -> Sharing | None:
     """A process's tensor sharing from its counters (name -> (t_ns, values)) and typed events;
     None when it shared and opened nothing."""
-    exports = _side(counters, "export", events, t0_ns)
-    imports = _side(counters, "import", events, t0_ns)
+    exports = _side(counters, "export", events)
+    imports = _side(counters, "import", events)
     if exports is None and imports is None:
         return None
     return Sharing(
@@ -144,3 +227,34 @@ def sharing_of(counters: CounterArrays, events: Sequence[Event], t0_ns: int = 0)
         exports_since_collect=int(_last(counters, share_counter("exports_since_collect")) or 0),
         shm_total_bytes=_last(counters, proc_counter("shm_total_bytes")),
     )
+
+
+#: Fewest updates a colocated engine must have opened for its steps to be cut at them.
+MIN_ENGINE_UPDATES = 3
+
+
+def engine_step_specs(
+    sh: Sharing | None,
+) -> list[tuple[int, int, int, float | None, float | None, int | None]]:
+    """Steps of a process that only opens shared weight buckets (a colocated engine with no
+    collectives of its own to cut steps at), as ``(step, t0_ns, t1_ns, weight_sync_s,
+    sync_gap_s, sync_start_ns)``: step ``k`` ends when update ``k+1``'s last bucket was
+    opened (as an engine's steps end with loading the weights it receives,
+    :func:`~wsprof.analysis.updates.steps_from_updates`; update 0 is the initial push before
+    training, slime's and verl's, and the segment up to it start-up, not a step); its weight
+    sync is that update's first open to its last. Empty for any other process or with fewer
+    than :data:`MIN_ENGINE_UPDATES` updates."""
+    side = sh.imports if sh is not None and sh.role == "engine" else None
+    if (
+        side is None
+        or len(side.t_end_ns) < MIN_ENGINE_UPDATES
+        or len(side.span_s) < len(side.t_end_ns)
+    ):
+        return []
+    out: list[tuple[int, int, int, float | None, float | None, int | None]] = []
+    start = side.t_end_ns[0]
+    for k, (end, span) in enumerate(zip(side.t_end_ns[1:], side.span_s[1:])):
+        sync_start = end - int(span * 1e9)
+        out.append((k, min(start, sync_start), end, span, None, sync_start))
+        start = end
+    return out

@@ -130,11 +130,16 @@ def _cmd_words(meta: Mapping[str, Any]) -> str:
     return words
 
 
-def find_worlds(metas: Sequence[Mapping[str, Any]]) -> tuple[tuple[World, ...], list[int | None]]:
+def find_worlds(
+    metas: Sequence[Mapping[str, Any]], shares: Sequence[str | None] = ()
+) -> tuple[tuple[World, ...], list[int | None]]:
     """The run's worlds and each process's world.
 
     Args:
         metas: each process's trace meta (samplers' traces left out by the caller).
+        shares: per process, what its tensor sharing says it is
+            (:attr:`wsprof.analysis.sharing.Sharing.role`: ``trainer`` sends weight buckets by
+            handle, ``engine`` only opens them, ``both``), None where it shared nothing.
 
     Returns:
         The worlds (trainers first, then others, then engines; within a role by lowest pid),
@@ -152,6 +157,7 @@ def find_worlds(metas: Sequence[Mapping[str, Any]]) -> tuple[tuple[World, ...], 
         for i in d.members:
             world_of[i] = w
     _cross_group_evidence(drafts, metas, world_of)
+    _share_evidence(drafts, shares)
     for d in drafts:
         _module_evidence(d, metas)
         _word_evidence(d, metas)
@@ -215,6 +221,18 @@ def _cross_group_evidence(
             drafts[w].add(
                 Role.ENGINE, W_CROSS_GROUP, f"receives on '{name}', a group spanning worlds"
             )
+
+
+def _share_evidence(drafts: list[_Draft], shares: Sequence[str | None]) -> None:
+    """Colocated weight sync: a world whose processes send weight buckets by handle (CUDA IPC,
+    shared memory) is the trainers'; one whose processes only open them, the engine's (as
+    strong as a push group: the buckets are the weights)."""
+    for d in drafts:
+        roles = {shares[i] for i in d.members if i < len(shares) and shares[i] is not None}
+        if roles == {"trainer"}:
+            d.add(Role.TRAINER, W_CROSS_GROUP, "sends weight buckets by handle to another process")
+        elif roles == {"engine"}:
+            d.add(Role.ENGINE, W_CROSS_GROUP, "opens weight buckets another process shares")
 
 
 def _module_evidence(d: _Draft, metas: Sequence[Mapping[str, Any]]) -> None:

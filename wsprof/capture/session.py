@@ -220,7 +220,10 @@ class CaptureSession:
         from wsprof.capture import collectives, sharing
         from wsprof.capture import extra as extra_hooks
 
-        for unbind in (collectives.uninstall, extra_hooks.uninstall, sharing.uninstall):
+        def drop_sharing() -> None:
+            sharing.uninstall(record=False)
+
+        for unbind in (collectives.uninstall, extra_hooks.uninstall, drop_sharing):
             with contextlib.suppress(Exception):  # never raise into training
                 unbind()
         markers.unbind()
@@ -266,6 +269,9 @@ class CaptureSession:
         if rec is not None:
             markers.close_step()
             self._stop_sampler()
+            from wsprof.capture import sharing
+
+            sharing.record_update_in_progress()
             rec.close()
             self._say_where(rec)
 

@@ -135,43 +135,53 @@ class _Side:
         self.gap_ema_ns = float(BURST_GAP_START_S * 1e9)
         self.burst_n = 0
         self.burst_bytes = 0
+        #: where this update's first share came from (the frame walk is paid once an update)
+        self.burst_site: str | None = None
         #: counter names: (kept bytes, shares per update, bytes per update)
-        self.names = (
-            (
-                share_counter("kept_bytes"),
-                share_counter("update_exports"),
-                share_counter("update_exported_bytes"),
-            )
-            if name == "export"
-            else (
-                share_counter("imported_kept_bytes"),
-                share_counter("update_imports"),
-                share_counter("update_imported_bytes"),
-            )
-        )
+        self.burst_first_ns = 0
+        self.burst_ns = 0  # time inside this update's share (open) calls
+        #: counter names: kept bytes, then the update's shares, bytes, µs in the calls, span µs
+        what = ("exports", "exported_bytes", "export_us", "export_span_us")
+        if name == "import":
+            what = ("imports", "imported_bytes", "import_us", "import_span_us")
+        self.kept_name = share_counter("kept_bytes" if name == "export" else "imported_kept_bytes")
+        self.update_names = tuple(share_counter("update_" + w) for w in what)
 
-    def new_share(self, t_ns: int, nbytes: int) -> list[tuple[int, str, float]]:
-        """Book one share (or open) at ``t_ns``; when it starts a new update (a gap of
-        :data:`BURST_GAP_RATIO` times the usual gap between shares of one update, and at
-        least :data:`BURST_MIN_GAP_S`), the counters of the update that ended: what of
-        every earlier update is still alive now (``kept_bytes``), its shares and bytes."""
+    def new_share(self, t_ns: int, nbytes: int, took_ns: int) -> list[tuple[int, str, float]]:
+        """Book one share (or open) at ``t_ns`` that took ``took_ns``; when it starts a new
+        update (a gap of :data:`BURST_GAP_RATIO` times the usual gap between shares of one
+        update, and at least :data:`BURST_MIN_GAP_S`), the counters of the update that ended,
+        stamped at its last share: what of every earlier update is still alive now
+        (``kept_bytes``), its shares, bytes, time in the calls and span."""
         out: list[tuple[int, str, float]] = []
         gap = t_ns - self.last_ns
         if self.burst_n and gap > max(BURST_MIN_GAP_S * 1e9, BURST_GAP_RATIO * self.gap_ema_ns):
             _, kept = self.sweep()
-            kept_name, n_name, b_name = self.names
-            out = [
-                (t_ns, kept_name, float(kept)),
-                (t_ns, n_name, float(self.burst_n)),
-                (t_ns, b_name, float(self.burst_bytes)),
-            ]
-            self.burst_n = self.burst_bytes = 0
+            out = [(self.last_ns, self.kept_name, float(kept)), *self.update_rows()]
+            self.burst_n = self.burst_bytes = self.burst_ns = 0
         elif self.burst_n:
             self.gap_ema_ns += BURST_GAP_EMA * (gap - self.gap_ema_ns)
+        if not self.burst_n:
+            self.burst_first_ns = t_ns
         self.last_ns = t_ns
         self.burst_n += 1
         self.burst_bytes += nbytes
+        self.burst_ns += took_ns
         return out
+
+    def update_rows(self) -> list[tuple[int, str, float]]:
+        """The update in progress's counters (shares, bytes, µs in the calls, span µs),
+        stamped at its last share; empty when none is."""
+        if not self.burst_n:
+            return []
+        n_name, b_name, us_name, span_name = self.update_names
+        t = self.last_ns
+        return [
+            (t, n_name, float(self.burst_n)),
+            (t, b_name, float(self.burst_bytes)),
+            (t, us_name, self.burst_ns / 1e3),
+            (t, span_name, (self.last_ns - self.burst_first_ns) / 1e3),
+        ]
 
     def add(self, cdata: tuple[str, int, int], entry: _Entry) -> bool:
         """Track a storage; False when it was already tracked (shared again)."""
@@ -300,8 +310,10 @@ def _record_export(storage: Any, api: str, took_ns: int) -> None:
             led.active = True
             led.seq += 1
             side = led.exports
-            site = _note_site(led, "export", api, device, nbytes)
-            burst = side.new_share(t0, nbytes)
+            burst = side.new_share(t0, nbytes, took_ns)
+            if side.burst_n == 1:  # the update's first share: where it comes from
+                side.burst_site = _note_site(led, "export", api, device, nbytes)
+            site = side.burst_site
             side.add(cdata, _Entry(led.seq, nbytes, t0, weak, site, tensor))
             side.n += 1
             side.bytes += nbytes
@@ -339,8 +351,10 @@ def _record_import(storage: Any, api: str, args: tuple[Any, ...], took_ns: int) 
             led.active = True
             led.seq += 1
             side = led.imports
-            site = _note_site(led, "import", api, device, nbytes)
-            burst = side.new_share(t0, nbytes)
+            burst = side.new_share(t0, nbytes, took_ns)
+            if side.burst_n == 1:  # the update's first share: where it comes from
+                side.burst_site = _note_site(led, "import", api, device, nbytes)
+            site = side.burst_site
             side.add(cdata, _Entry(led.seq, nbytes, t0, weak, site))
             side.n += 1
             side.bytes += nbytes
@@ -538,8 +552,23 @@ def install(recorder: Recorder) -> list[str]:
     return hooked
 
 
-def uninstall() -> None:
-    """Put every original back; the ledger is dropped. Never raises."""
+def record_update_in_progress() -> None:
+    """Record the update in progress (its shares, bytes and times: the last weight
+    version's), at the end of the session (its next update would have recorded it). Never
+    raises."""
+    led = _STATE.ledger
+    if led is not None and _STATE.recorder is not None:
+        with contextlib.suppress(Exception), led.lock:
+            _emit(led.exports.update_rows() + led.imports.update_rows())
+            led.exports.burst_n = led.imports.burst_n = 0
+
+
+def uninstall(record: bool = True) -> None:
+    """Put every original back; the ledger is dropped, after recording the update in progress
+    (:func:`record_update_in_progress`) when ``record`` (a forked child forgetting its
+    parent's recorder passes False). Never raises."""
+    if record:
+        record_update_in_progress()
     while _replaced:
         owner, name, was = _replaced.pop()
         with contextlib.suppress(Exception):

@@ -222,8 +222,10 @@ _SHARE_PREFIX = "share."
 #: one; ``export_us`` / ``import_us``: time inside the share and open calls. Per update (a
 #: burst of shares: one weight version's buckets), recorded when the next one begins:
 #: ``kept_bytes`` / ``imported_kept_bytes`` (what every earlier update left alive),
-#: ``update_exports`` / ``update_imports`` and ``update_exported_bytes`` /
-#: ``update_imported_bytes`` (the update that ended).
+#: ``update_exports`` / ``update_imports``, ``update_exported_bytes`` /
+#: ``update_imported_bytes``, ``update_export_us`` / ``update_import_us`` (time inside its
+#: calls) and ``update_export_span_us`` / ``update_import_span_us`` (first share to last) of
+#: the update that ended, stamped at its last share (the last update's at process exit).
 SHARE_KEYS: dict[str, CounterUnit] = {
     "exports": _COUNT,
     "exported_bytes": _BYTES,
@@ -243,6 +245,10 @@ SHARE_KEYS: dict[str, CounterUnit] = {
     "update_imports": _COUNT,
     "update_exported_bytes": _BYTES,
     "update_imported_bytes": _BYTES,
+    "update_export_us": (Unit.MICROSECONDS, ""),
+    "update_import_us": (Unit.MICROSECONDS, ""),
+    "update_export_span_us": (Unit.MICROSECONDS, ""),
+    "update_import_span_us": (Unit.MICROSECONDS, ""),
 }
 SHARE_KINDS: dict[str, CounterKind] = {
     "exports": _EVENTS,
@@ -263,6 +269,10 @@ SHARE_KINDS: dict[str, CounterKind] = {
     "update_imports": _SIZE,
     "update_exported_bytes": _SIZE,
     "update_imported_bytes": _SIZE,
+    "update_export_us": _SIZE,
+    "update_import_us": _SIZE,
+    "update_export_span_us": _SIZE,
+    "update_import_span_us": _SIZE,
 }
 
 

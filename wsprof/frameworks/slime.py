@@ -35,6 +35,15 @@ FRAMEWORK = Framework(
             ),
             "slime logs perf/update_weights_time",
         ),
+        # --colocate: the buckets go to the engine by handle (CUDA IPC), not by broadcast
+        EntryPoint(
+            WEIGHT_SYNC,
+            (
+                "slime.backends.megatron_utils.update_weight.update_weight_from_tensor:"
+                "UpdateWeightFromTensor.update_weights",
+            ),
+            "slime logs perf/update_weights_time (colocated)",
+        ),
         # RolloutManager is a Ray actor class: presets wrap the class under ray.remote.
         EntryPoint(
             ROLLOUT, ("slime.ray.rollout:RolloutManager.generate",), "slime logs perf/rollout_time"

@@ -9,7 +9,8 @@ import pytest
 import rule_kit
 
 from wsprof.analysis.rules.sharing import SharedBucketsKept
-from wsprof.analysis.sharing import sharing_of
+from wsprof.analysis.sharing import engine_step_specs, sharing_of
+from wsprof.analysis.worlds import find_worlds
 from wsprof.contracts.counters import proc_counter, share_counter
 from wsprof.contracts.events import EventKind, ShareHolder, ShareSite, parse_event
 
@@ -130,3 +131,47 @@ def test_reopened_handles_are_named_on_the_engine() -> None:
 
 def test_a_process_that_shared_nothing_has_no_sharing() -> None:
     assert sharing_of({}, []) is None
+
+
+def test_an_engine_steps_at_the_updates_it_opened() -> None:
+    c = _counters([0.0] * 6, "import")
+    t = c[share_counter("update_imports")][0]
+    c[share_counter("update_import_span_us")] = (t, np.full(len(t), 20_000.0))
+    c[share_counter("update_import_us")] = (t, np.full(len(t), 5_000.0))
+    specs = engine_step_specs(sharing_of(c, _events("import")))
+    # update 0 is the initial push: 6 updates, 5 steps, each ending at its update's last open
+    assert [s[0] for s in specs] == [0, 1, 2, 3, 4]
+    assert [s[2] for s in specs] == [int(x) for x in t[1:]]
+    assert all(s[3] == pytest.approx(0.02) for s in specs)
+    assert specs[0][1] == int(t[0])
+    # a trainer (it sends) gets none
+    assert engine_step_specs(sharing_of(_counters([0.0] * 6), _events())) == []
+
+
+def test_sharing_names_the_worlds() -> None:
+    metas = [
+        {"pid": 1, "rank": 0, "world": {"size": 1, "store": "127.0.0.1:1"}},
+        {"pid": 2, "rank": 0, "world": {"size": 1, "store": "127.0.0.1:2"}},
+    ]
+    worlds, idx = find_worlds(metas, ["engine", "trainer"])
+    roles = {w.pids[0]: w.role for w in worlds}
+    assert roles == {1: "inference engine", 2: "trainer"}, worlds
+    assert any("opens weight buckets" in e for w in worlds for e in w.evidence)
+
+
+def test_an_update_cut_in_two_by_a_pause_is_one_update() -> None:
+    c = _counters([0.0] * 8)
+    t, n = c[share_counter("update_exports")]
+    b = c[share_counter("update_exported_bytes")][1].copy()
+    n = n.copy()
+    # the 4th update was cut after 3 of its 8 buckets: two rows of 3 and 5
+    n[3], b[3] = 3.0, UPDATE * 3 / 8
+    t2 = np.insert(t, 4, t[3] + 50_000_000)
+    n2 = np.insert(n, 4, 5.0)
+    b2 = np.insert(b, 4, UPDATE * 5 / 8)
+    c[share_counter("update_exports")] = (t2, n2)
+    c[share_counter("update_exported_bytes")] = (t2, b2)
+    c[share_counter("kept_bytes")] = (t2, np.zeros(len(t2)))
+    side = sharing_of(c, _events()).exports
+    assert side is not None and len(side.count) == 8
+    assert side.count[3] == 8.0 and side.nbytes[3] == pytest.approx(UPDATE)
