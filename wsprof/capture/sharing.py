@@ -62,14 +62,9 @@ Reading = list[tuple[str, float]]
 EXPORT_METHODS = ("_share_cuda_", "_share_fd_cpu_", "_share_filename_cpu_")
 #: UntypedStorage class methods that open a handle (an import).
 IMPORT_METHODS = ("_new_shared_cuda", "_new_shared_fd_cpu", "_new_shared_filename_cpu")
-#: ``torch.multiprocessing.reductions`` functions that rebuild a tensor or a storage on the
-#: consumer: a handle rebuilt while an earlier rebuild of it is alive is opened twice.
-REBUILD_FUNCTIONS = (
-    "rebuild_tensor",
-    "rebuild_cuda_tensor",
-    "rebuild_storage_filename",
-    "rebuild_storage_fd",
-)
+#: The UntypedStorage class method torch's ``rebuild_*`` functions take an open storage from
+#: their cache with: a handle rebuilt while an earlier open of it is alive (opened twice).
+REOPEN_METHOD = "_new_with_weak_ptr"
 #: Live exports or imports tracked at most; beyond, they are counted but not tracked (a leak
 #: is named long before: a bucket a step).
 MAX_TRACKED = 100_000
@@ -216,8 +211,6 @@ class Ledger:
         self.since_collect = 0
         self.hook_ns = 0
         self.sites: dict[str, str] = {}  # site -> side, for the events
-        #: handle key -> storage key of its live open (double-open detection)
-        self.handles: dict[Any, tuple[str, int, int]] = {}
         self.active = False
         self.shm_total_sent = False
 
@@ -230,8 +223,9 @@ class _State:
 
 _STATE = _State()
 _TLS = threading.local()
-#: What install replaced: (owner, attribute, what was in its own __dict__ or _ABSENT).
-_replaced: list[tuple[Any, str, Any]] = []
+#: What install replaced: (owner, attribute, what was in its own __dict__ or _ABSENT, the
+#: hook put there).
+_replaced: list[tuple[Any, Any, Any, Any]] = []
 _ABSENT = object()
 
 
@@ -326,17 +320,6 @@ def _record_export(storage: Any, api: str, took_ns: int) -> None:
         _internal("sharing.export", e)
 
 
-def _handle_key(name: str, args: tuple[Any, ...]) -> Any:
-    """What identifies the handle a ``rebuild_*`` call opens: the CUDA IPC handle and the
-    storage's offset in its allocation, the shared-memory file's name; None for an fd (torch
-    passes each fd once)."""
-    if name == "rebuild_cuda_tensor" and len(args) > 9:
-        return ("cuda", args[7], args[9])
-    if name == "rebuild_storage_filename" and len(args) > 2:
-        return ("file", args[2])
-    return None
-
-
 def _record_import(storage: Any, api: str, args: tuple[Any, ...], took_ns: int) -> None:
     t0 = _now()
     led = _STATE.ledger
@@ -428,51 +411,25 @@ def _reduce_tensor_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
     return reduce_tensor
 
 
-def _storage_of(obj: Any) -> Any:
-    """The untyped storage of a rebuilt tensor or storage, else None."""
-    if hasattr(obj, "untyped_storage"):
-        return obj.untyped_storage()
-    return getattr(obj, "_untyped_storage", obj if hasattr(obj, "data_ptr") else None)
+def _reopen_hook(orig: Callable[..., Any]) -> Any:
+    """A hook on ``UntypedStorage._new_with_weak_ptr``: a storage this process opened, taken
+    again from torch's cache while still alive, is a handle opened twice (``reopens``)."""
 
-
-def _rebuilt(name: str, args: tuple[Any, ...], out: Any) -> None:
-    """Book a ``rebuild_*`` result: its tensor for the holder search, and whether its handle
-    was opened again while an earlier open of it is alive (``reopens``)."""
-    led = _STATE.ledger
-    if led is None:
-        return
-    storage = _storage_of(out)
-    if storage is None:
-        return
-    skey = _key(storage)
-    hkey = _handle_key(name, args)
-    is_tensor = hasattr(out, "untyped_storage")
-    with led.lock:
-        e = led.imports.live.get(skey)
-        if e is not None and e.tensor is None and is_tensor:
-            e.tensor = weakref.ref(out)
-        if hkey is None:
-            return
-        prev = led.handles.get(hkey)
-        if prev is not None:
-            p = led.imports.live.get(prev)
-            if p is not None and not p.weak.expired():
-                led.reopens += 1
-        if len(led.handles) < MAX_TRACKED or hkey in led.handles:
-            led.handles[hkey] = skey
-
-
-def _rebuild_hook(orig: Callable[..., Any], name: str) -> Callable[..., Any]:
-    @functools.wraps(orig)
-    def rebuild(*args: Any, **kwargs: Any) -> Any:
+    def hook(cls: Any, *args: Any, **kwargs: Any) -> Any:
         out = orig(*args, **kwargs)
-        try:
-            _rebuilt(name, args, out)
-        except Exception as e:  # noqa: BLE001 - never raise into training
-            _internal("sharing.rebuild", e)
+        led = _STATE.ledger
+        if led is not None and led.imports.live:
+            try:
+                e = led.imports.live.get(_key(out))
+                if e is not None and not e.weak.expired():
+                    with led.lock:
+                        led.reopens += 1
+            except Exception as err:  # noqa: BLE001 - never raise into training
+                _internal("sharing.reopen", err)
         return out
 
-    return rebuild
+    functools.update_wrapper(hook, orig)
+    return classmethod(hook)
 
 
 def _ipc_collect_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
@@ -491,8 +448,14 @@ def _ipc_collect_hook(orig: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _replace(owner: Any, name: str, new: Any) -> None:
-    _replaced.append((owner, name, owner.__dict__.get(name, _ABSENT)))
+    _replaced.append((owner, name, owner.__dict__.get(name, _ABSENT), new))
     setattr(owner, name, new)
+
+
+def _current(owner: Any, name: str) -> Any:
+    if isinstance(owner, dict):
+        return owner.get(name, _ABSENT)
+    return owner.__dict__.get(name, _ABSENT)
 
 
 def install(recorder: Recorder) -> list[str]:
@@ -536,14 +499,13 @@ def install(recorder: Recorder) -> list[str]:
         reducers = ForkingPickler._extra_reducers  # type: ignore[attr-defined]
         for cls, fn in list(reducers.items()):
             if fn is rt:
-                _replaced.append((reducers, cls, fn))
+                _replaced.append((reducers, cls, fn, new_rt))
                 reducers[cls] = new_rt
         hooked.append("reductions.reduce_tensor")
-    for name in REBUILD_FUNCTIONS:
-        orig = getattr(reductions, name, None)
-        if callable(orig):
-            _replace(reductions, name, _rebuild_hook(orig, name))
-            hooked.append(f"reductions.{name}")
+    reopen = getattr(storage_cls, REOPEN_METHOD, None)
+    if reopen is not None:
+        _replace(storage_cls, REOPEN_METHOD, _reopen_hook(reopen))
+        hooked.append(f"UntypedStorage.{REOPEN_METHOD}")
     cuda = getattr(torch, "cuda", None)
     orig_collect = getattr(cuda, "ipc_collect", None)
     if callable(orig_collect):
@@ -564,14 +526,18 @@ def record_update_in_progress() -> None:
 
 
 def uninstall(record: bool = True) -> None:
-    """Put every original back; the ledger is dropped, after recording the update in progress
-    (:func:`record_update_in_progress`) when ``record`` (a forked child forgetting its
-    parent's recorder passes False). Never raises."""
+    """Put every original back where wsprof's hook still is (a framework that patched the
+    same name after wsprof, as SGLang's ``monkey_patch_torch_reductions`` does, keeps its
+    patch: it calls wsprof's hook, which records nothing once uninstalled); the ledger is
+    dropped, after recording the update in progress (:func:`record_update_in_progress`) when
+    ``record`` (a forked child forgetting its parent's recorder passes False). Never raises."""
     if record:
         record_update_in_progress()
     while _replaced:
-        owner, name, was = _replaced.pop()
+        owner, name, was, ours = _replaced.pop()
         with contextlib.suppress(Exception):
+            if _current(owner, name) is not ours:
+                continue
             if isinstance(owner, dict):
                 owner[name] = was
             elif was is _ABSENT:
@@ -693,13 +659,16 @@ def _search(led: Ledger, side: _Side) -> None:
         if not entries:
             return
         entry = entries[0]
-        side.searched.update(k for k, e in side.live.items() if e is entry)
+        key = next(k for k, e in side.live.items() if e is entry)
+        side.searched.add(key)
         side.searches += 1
         side.last_search_ns = _now()
         alive = len(side.live)
         alive_bytes = sum(e.nbytes for e in side.live.values())
     t0 = time.perf_counter()
     tensor = entry.tensor() if entry.tensor is not None else None
+    if tensor is None:
+        tensor = _tensor_on(key)
     path = holder_path(tensor) if tensor is not None else None
     del tensor
     rec = _STATE.recorder
@@ -716,33 +685,73 @@ def _search(led: Ledger, side: _Side) -> None:
         rec.event(EventKind.SHARE_HOLDER, ev.encode())
 
 
+def _tensor_on(key: tuple[str, int, int]) -> Any:
+    """A tensor on the storage ``key`` among the collector's objects, or None: where no hook
+    saw the tensor (an engine's rebuilt tensors; a reducer a framework registered itself).
+    One pass over the collector's objects (a holder search makes several anyway)."""
+    torch_mod = sys.modules.get("torch")
+    tensor_cls = getattr(torch_mod, "Tensor", None)
+    if tensor_cls is None:
+        return None
+    for o in gc.get_objects():
+        if issubclass(type(o), tensor_cls):
+            with contextlib.suppress(Exception):
+                if _key(o.untyped_storage()) == key:
+                    return o
+    return None
+
+
 _CONTAINERS = (dict, list, tuple, set, frozenset)
+
+
+def _is(obj: Any, kinds: Any) -> bool:
+    """``isinstance`` by the object's real type: never a user ``__class__`` or
+    ``__getattribute__``."""
+    return issubclass(type(obj), kinds)
 
 
 def _attr_of(child: Any, parent: Any) -> str | None:
     """The attribute of ``parent`` (an instance: its ``__dict__``, its slots) that is
-    ``child``."""
+    ``child``; reads them as ``object`` does, never through a user ``__getattr__``."""
     with contextlib.suppress(Exception):
-        for k, v in vars(parent).items():
-            if v is child:
-                return str(k)
+        d = object.__getattribute__(parent, "__dict__")
+        if _is(d, dict):
+            for k, v in dict.items(d):
+                if v is child:
+                    return k if _is(k, str) else _label(k)
     for cls in type(parent).__mro__:
-        for k in getattr(cls, "__slots__", ()) or ():
+        slots = cls.__dict__.get("__slots__", ())
+        for k in (slots,) if _is(slots, str) else slots:
+            desc = cls.__dict__.get(k)
             with contextlib.suppress(Exception):
-                if getattr(parent, k) is child:
+                if desc is not None and desc.__get__(parent, cls) is child:
                     return str(k)
     return None
 
 
+def _module_name(module: Any) -> str:
+    return str(dict.get(object.__getattribute__(module, "__dict__"), "__name__", "?"))
+
+
+def _label(key: Any) -> str:
+    """A dict key as the path shows it: the value of a str, int or bool key, else its type
+    (a tensor key would print the tensor, a user key's ``__repr__`` may raise)."""
+    if type(key) in (str, int, bool, float) or key is None:
+        return repr(key)
+    return f"<{type(key).__qualname__}>"
+
+
 def _key_of(child: Any, parent: Any) -> str | None:
-    """How the container ``parent`` holds ``child``: ``[3]``, ``['key']``, ``{…}``."""
-    if isinstance(parent, dict):
-        for k, v in parent.items():
+    """How the container ``parent`` holds ``child``: ``[3]``, ``['key']``, ``{…}``; by the
+    built-in types' own methods (a subclass's ``items`` or ``__iter__`` is never called)."""
+    if _is(parent, dict):
+        for k, v in dict.items(parent):
             if v is child:
-                return f"[{k!r}]"
+                return f"[{_label(k)}]"
         return None
-    if isinstance(parent, (list, tuple)):
-        for i, v in enumerate(parent):
+    if _is(parent, (list, tuple)):
+        seq = list.__iter__(parent) if _is(parent, list) else tuple.__iter__(parent)
+        for i, v in enumerate(seq):
             if v is child:
                 return f"[{i}]"
         return None
@@ -795,19 +804,20 @@ class _Walk:
             if (
                 id(parent) in self.own
                 or id(parent) in self.seen
-                or isinstance(parent, (types.FrameType, types.CellType))
+                or _is(parent, (types.FrameType, types.CellType))
             ):
                 continue
             root: Any = None
-            if isinstance(parent, dict):
+            if _is(parent, dict):
                 part = _key_of(child, parent)
                 if part is None:
                     continue
                 owner = self.dict_owner(parent)
                 if owner is not None:
                     root = owner
-                    part = "." + next((str(k) for k, v in parent.items() if v is child), "?")
-            elif isinstance(parent, _CONTAINERS):
+                    name = next((k for k, v in dict.items(parent) if v is child), "?")
+                    part = "." + (name if _is(name, str) else _label(name))
+            elif _is(parent, _CONTAINERS):
                 part = _key_of(child, parent)
                 if part is None:
                     continue
@@ -818,7 +828,7 @@ class _Walk:
                 root, part = parent, "." + attr
             if root is not None:
                 name = (
-                    root.__name__ if isinstance(root, types.ModuleType) else type(root).__qualname__
+                    _module_name(root) if _is(root, types.ModuleType) else type(root).__qualname__
                 )
                 return name, [part]
             found = self.up(parent, depth + 1)
@@ -832,9 +842,9 @@ class _Walk:
     def dict_owner(self, d: dict[Any, Any]) -> Any:
         """The module or instance whose ``__dict__`` is ``d``, else None."""
         for o in self.referrers(d):
-            if id(o) in self.own or isinstance(o, (types.FrameType, dict, list, tuple)):
+            if id(o) in self.own or _is(o, (types.FrameType, dict, list, tuple)):
                 continue
             with contextlib.suppress(Exception):
-                if getattr(o, "__dict__", None) is d:
+                if object.__getattribute__(o, "__dict__") is d:
                     return o
         return None

@@ -21,7 +21,8 @@ from wsprof.analysis.growth import classify
 from wsprof.analysis.model import Finding, ProcessAnalysis, Severity
 from wsprof.analysis.rules.base import Rule
 from wsprof.analysis.sharing import Sharing, SideUpdates
-from wsprof.contracts.units import fmt_bytes
+from wsprof.contracts.counters import parse_counter
+from wsprof.contracts.units import fmt_bytes, fmt_duration
 
 #: Fewest kept-bytes points (updates less one) to judge growth on.
 MIN_UPDATES = 4
@@ -92,6 +93,23 @@ def _holder_words(sh: Sharing, side: SideUpdates) -> tuple[str, str | None]:
     return "their holder not searched yet", None
 
 
+def _room_of(pa: ProcessAnalysis, sh: Sharing, side: SideUpdates) -> tuple[float | None, str]:
+    """How far kept buckets can grow, bytes, and where: the device's memory for CUDA buckets
+    (``cuda<d>.total_bytes``, recorded with the allocator's counters), /dev/shm for
+    shared-memory ones."""
+    if side.device == "cuda":
+        totals = [
+            max(t.value)
+            for t in pa.counters
+            if t.value
+            and parse_counter(t.name) is not None
+            and t.name.endswith(".total_bytes")
+            and t.name.startswith("cuda")
+        ]
+        return (max(totals) if totals else None), "the GPU's memory"
+    return sh.shm_total_bytes, "/dev/shm"
+
+
 def _kept(pa: ProcessAnalysis, sh: Sharing, side: SideUpdates) -> Finding | None:
     kept = np.asarray(side.kept_bytes, dtype=float)
     if len(kept) < MIN_UPDATES:
@@ -106,7 +124,7 @@ def _kept(pa: ProcessAnalysis, sh: Sharing, side: SideUpdates) -> Finding | None
     role = "engine" if side.side == "import" else "trainer"
     words, path = _holder_words(sh, side)
     what = "sent" if side.side == "export" else "opened"
-    total = sh.shm_total_bytes if side.device != "cuda" else None
+    total, where_full = _room_of(pa, sh, side)
     room = (total - kept[-1]) if total else None
     to_full = max(room / slope, 0.0) if room is not None and slope > 0 else None
     severity = Severity.WARNING
@@ -168,6 +186,86 @@ def _kept(pa: ProcessAnalysis, sh: Sharing, side: SideUpdates) -> Finding | None
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class PushPartsEvidence(Evidence):
+    """Where a colocated weight sync's time goes, medians per step of one trainer process."""
+
+    process: str
+    sync_s: float = field(metadata=unit("s"))
+    collectives_s: float = field(metadata=unit("s"))
+    serialize_s: float = field(metadata=unit("s"))
+    elsewhere_s: float = field(metadata=unit("s"))
+    buckets: float = field(metadata=unit("count"))
+    update_bytes: float = field(metadata=unit("bytes"))
+    engine: str | None = optional()
+    engine_open_s: float | None = optional("s")
+    engine_update_s: float | None = optional("s")
+
+    def process_named(self) -> str | None:
+        return self.process
+
+
+def push_parts(facts: Facts) -> Finding | None:
+    """The parts of the primary's colocated weight sync (an info finding): its collectives
+    (TP gathers, ``gather_object``, barriers), serializing the buckets (the share calls), and
+    the rest (the engine's call and its ack, requests); with the engine's open (rebuild) time
+    and update span when an engine opened them."""
+    pa = facts.primary
+    sh = pa.sharing if pa is not None else None
+    if pa is None or sh is None or sh.exports is None or not sh.exports.calls_s:
+        return None
+    rows = [r for r in pa.steps if r.weight_sync_s is not None and r.sync_gap_s is not None]
+    if len(rows) < MIN_UPDATES:
+        return None
+    sync = float(np.median([r.weight_sync_s for r in rows]))
+    gap = float(np.median([r.sync_gap_s for r in rows]))
+    ser = float(np.median(sh.exports.calls_s))
+    elsewhere = max(gap - ser, 0.0)
+    coll = max(sync - gap, 0.0)
+    eng = next(
+        (p for p in facts.processes if p.sharing is not None and p.sharing.role == "engine"),
+        None,
+    )
+    imp = eng.sharing.imports if eng is not None and eng.sharing is not None else None
+    open_s = float(np.median(imp.calls_s)) if imp is not None and imp.calls_s else None
+    upd_s = float(np.median(imp.span_s)) if imp is not None and imp.span_s else None
+    n = float(np.median(sh.exports.count))
+    nbytes = float(np.median(sh.exports.nbytes))
+    title = (
+        f"{pa.label}: colocated weight sync {fmt_duration(sync)} a step: "
+        f"{fmt_duration(coll)} in collectives, {fmt_duration(ser)} sharing "
+        f"{n:.0f} buckets ({fmt_bytes(nbytes)}) by handle, {fmt_duration(elsewhere)} "
+        "elsewhere (the engine's call and ack, requests, conversion)"
+    )
+    if eng is not None and open_s is not None and upd_s is not None:
+        title += (
+            f"; {eng.label} opens them in {fmt_duration(open_s)} within "
+            f"{fmt_duration(upd_s)} from its first open to its last"
+        )
+    return Finding(
+        kind="colocated_push",
+        severity=Severity.INFO,
+        title=title,
+        evidence=PushPartsEvidence(
+            process=pa.label,
+            sync_s=sync,
+            collectives_s=coll,
+            serialize_s=ser,
+            elsewhere_s=elsewhere,
+            buckets=n,
+            update_bytes=nbytes,
+            engine=eng.label if eng is not None else None,
+            engine_open_s=open_s,
+            engine_update_s=upd_s,
+        ),
+        where=sh.exports.caller or sh.exports.site,
+        next_step=(
+            "the part elsewhere is where a slower push goes first: re-run after every change "
+            "and compare this line (wsprof diff BEFORE AFTER)"
+        ),
+    )
+
+
 class SharedBucketsKept(Rule):
     """Weight buckets shared with another process (CUDA IPC, shared memory) that stay alive
     update after update, on the sender or on the engine, with their holder; and handles an
@@ -180,6 +278,9 @@ class SharedBucketsKept(Rule):
 
     def match(self, facts: Facts) -> list[Finding]:
         out: list[Finding] = []
+        parts = push_parts(facts)
+        if parts is not None:
+            out.append(parts)
         for pa in facts.processes:
             sh = pa.sharing
             if sh is None:
