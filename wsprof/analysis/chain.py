@@ -279,6 +279,13 @@ class Cause:
         """Whether a counter that tracks ``series`` belongs to this cause's chain."""
         return False
 
+    def holds(self, d: Draft, counter: str, process: str | None) -> bool:
+        """Whether the growth of ``counter`` on ``process`` (a ``COUNTER_GROWTH`` finding no
+        other chain took) is what this cause's chain ``d`` keeps: it joins ``d`` as a why
+        link instead of standing alone (kept shared buckets raise the process's shared
+        memory and its open fds)."""
+        return False
+
     def on_culprit_under(self, d: Draft, place: str, ctx: ChainContext) -> None:
         """Called when the why frame of ``d`` runs under one of its places (``place``):
         a cause may read itself again (a per-call slowdown under a wrapper is the wrapper's)."""

@@ -395,6 +395,7 @@ def diagnose(
             d = cause.draft(f, ctx, drafts)
             if d is not None:
                 drafts.append(d)
+    _add_held_counters(drafts, by_role, ctx, by_name)
     for d in drafts:
         owner = by_name.get(d.cause)
         d.next_step = d.next_step or (
@@ -580,6 +581,34 @@ def _add_counters(
         owner.why.append(link)
         owner.culprit_counter = cname
         owner.findings += [corr] + ([growth] if growth is not None else [])
+
+
+def _add_held_counters(
+    drafts: list[Draft],
+    by_role: dict[Role, list[Finding]],
+    ctx: ChainContext,
+    causes: dict[str, Cause],
+) -> None:
+    """Each counter growth no chain took (a counter of the primary process) to the first
+    chain whose cause keeps what it counts (:meth:`Cause.holds`), as a why link."""
+    taken = {f.id for d in drafts for f in d.findings}
+    for g in by_role.get(Role.COUNTER_GROWTH, []):
+        if g.id in taken:
+            continue
+        counter = as_counter_growth(g).counter
+        owner = next(
+            (
+                d
+                for d in drafts
+                if d.cause in causes and causes[d.cause].holds(d, counter, ctx.process)
+            ),
+            None,
+        )
+        if owner is None:
+            continue
+        owner.findings.append(g)
+        owner.why.append(Link("why", g.title, (g.id,), tuple(evidence_rows(g.evidence))))
+        taken.add(g.id)
 
 
 def _missing_links(d: Draft, facts: Facts, frame_owner: Draft | None) -> list[str]:

@@ -594,6 +594,7 @@ CAUSES = (
     "per_call",  # each call slower, with no wrapper time growing: the backend or communication
     "gaps",  # time in the weight sync outside any collective grows
     "outlier_rank",  # one rank apart from the others
+    "shared_buckets",  # weight buckets shared with another process, kept update after update
     "sampled",  # no steps: the weight-sync share of py-spy samples rises
     "unexplained",  # a per-step time grows and no recorded fact says where
     "finding",  # one finding of its own (memory growth, idle GPUs, wsprof's own losses)

@@ -226,7 +226,11 @@ def _cross_group_evidence(
 def _share_evidence(drafts: list[_Draft], shares: Sequence[str | None]) -> None:
     """Colocated weight sync: a world whose processes send weight buckets by handle (CUDA IPC,
     shared memory) is the trainers'; one whose processes only open them, the engine's (as
-    strong as a push group: the buckets are the weights)."""
+    strong as a push group: the buckets are the weights). Only in a run with both: a
+    process that opens what no recorded process sent reads data, not weights."""
+    present = set(shares) - {None}
+    if not {"trainer", "engine"} <= present:
+        return
     for d in drafts:
         roles = {shares[i] for i in d.members if i < len(shares) and shares[i] is not None}
         if roles == {"trainer"}:

@@ -130,8 +130,6 @@ class _Side:
         self.gap_ema_ns = float(BURST_GAP_START_S * 1e9)
         self.burst_n = 0
         self.burst_bytes = 0
-        #: where this update's first share came from (the frame walk is paid once an update)
-        self.burst_site: str | None = None
         #: counter names: (kept bytes, shares per update, bytes per update)
         self.burst_first_ns = 0
         self.burst_ns = 0  # time inside this update's share (open) calls
@@ -247,20 +245,35 @@ def _fmt(code: types.CodeType, line: int | None) -> str:
     return f"{name} ({os.path.basename(code.co_filename)}:{line})"
 
 
-def _sites(depth: int) -> tuple[str | None, str | None]:
-    """The first two frames outside torch, wsprof and the pickler, ``function (file:line)``."""
+#: Where torch's DataLoader lives: a batch a worker sends to the training process travels by
+#: shared memory like a weight bucket, and is no weight sync (never recorded).
+_DATA_DIR = os.sep + os.path.join("torch", "utils", "data") + os.sep
+
+
+def _in_data_worker() -> bool:
+    """Whether this process is a DataLoader worker (its batches go by shared memory)."""
+    worker = sys.modules.get("torch.utils.data._utils.worker")
+    return getattr(worker, "_worker_info", None) is not None
+
+
+def _sites(depth: int) -> tuple[str | None, str | None, bool]:
+    """The first two frames outside torch, wsprof and the pickler, ``function (file:line)``,
+    and whether the share is a DataLoader's (a frame of ``torch/utils/data`` below them)."""
     torch_mod = sys.modules.get("torch")
     torch_dir = os.path.dirname(getattr(torch_mod, "__file__", "") or "") or "\0"
     out: list[str] = []
+    data = False
     f: types.FrameType | None = sys._getframe(depth)
     while f is not None and len(out) < 2:
         fn = f.f_code.co_filename
-        if not (
-            fn.startswith(torch_dir) or fn.startswith(_WSPROF_DIR) or fn.endswith(_STDLIB_SKIP)
-        ) and not any(s in fn for s in _STDLIB_SKIP[2:]):
+        if fn.startswith(torch_dir):
+            data = data or (not out and _DATA_DIR in fn)
+        elif not (fn.startswith(_WSPROF_DIR) or fn.endswith(_STDLIB_SKIP)) and not any(
+            s in fn for s in _STDLIB_SKIP[2:]
+        ):
             out.append(_fmt(f.f_code, f.f_lineno))
         f = f.f_back
-    return (out[0] if out else None), (out[1] if len(out) > 1 else None)
+    return (out[0] if out else None), (out[1] if len(out) > 1 else None), data
 
 
 def _pending_tensor(key: tuple[str, int, int]) -> Any:
@@ -277,8 +290,11 @@ def _pending_tensor(key: tuple[str, int, int]) -> Any:
         del t
 
 
-def _note_site(led: Ledger, side: str, api: str, device: str, nbytes: int) -> str | None:
-    site, caller = _sites(4)
+def _note_site(
+    led: Ledger, side: str, api: str, device: str, nbytes: int, where: tuple[str | None, str | None]
+) -> str | None:
+    """Record a :class:`ShareSite` event the first time a site shares (opens); its site."""
+    site, caller = where
     if site is None or site in led.sites or len(led.sites) >= MAX_SITES:
         return site
     led.sites[site] = side
@@ -295,6 +311,10 @@ def _record_export(storage: Any, api: str, took_ns: int) -> None:
     if led is None or getattr(_TLS, "in_share_memory", False):
         return
     try:
+        site, caller, data = _sites(3)
+        if data or _in_data_worker():
+            return  # a DataLoader's batch, not a weight bucket
+        where = (site, caller)
         nbytes = int(storage.nbytes())
         device = str(storage.device.type)
         weak = _storage_weak(storage)
@@ -305,9 +325,7 @@ def _record_export(storage: Any, api: str, took_ns: int) -> None:
             led.seq += 1
             side = led.exports
             burst = side.new_share(t0, nbytes, took_ns)
-            if side.burst_n == 1:  # the update's first share: where it comes from
-                side.burst_site = _note_site(led, "export", api, device, nbytes)
-            site = side.burst_site
+            site = _note_site(led, "export", api, device, nbytes, where)
             side.add(cdata, _Entry(led.seq, nbytes, t0, weak, site, tensor))
             side.n += 1
             side.bytes += nbytes
@@ -326,6 +344,10 @@ def _record_import(storage: Any, api: str, args: tuple[Any, ...], took_ns: int) 
     if led is None:
         return
     try:
+        site, caller, data = _sites(3)
+        if data or _in_data_worker():
+            return  # a DataLoader's batch, not a weight bucket
+        where = (site, caller)
         nbytes = int(storage.nbytes())
         device = str(storage.device.type)
         weak = _storage_weak(storage)
@@ -335,9 +357,7 @@ def _record_import(storage: Any, api: str, args: tuple[Any, ...], took_ns: int) 
             led.seq += 1
             side = led.imports
             burst = side.new_share(t0, nbytes, took_ns)
-            if side.burst_n == 1:  # the update's first share: where it comes from
-                side.burst_site = _note_site(led, "import", api, device, nbytes)
-            site = side.burst_site
+            site = _note_site(led, "import", api, device, nbytes, where)
             side.add(cdata, _Entry(led.seq, nbytes, t0, weak, site))
             side.n += 1
             side.bytes += nbytes

@@ -157,6 +157,10 @@ def test_sharing_names_the_worlds() -> None:
     roles = {w.pids[0]: w.role for w in worlds}
     assert roles == {1: "inference engine", 2: "trainer"}, worlds
     assert any("opens weight buckets" in e for w in worlds for e in w.evidence)
+    # a process that opens what no recorded process sent (a DataLoader's batches from workers
+    # wsprof does not record) is no engine
+    worlds, _ = find_worlds(metas, ["engine", None])
+    assert not any("weight buckets" in e for w in worlds for e in w.evidence), worlds
 
 
 def test_an_update_cut_in_two_by_a_pause_is_one_update() -> None:
@@ -175,3 +179,44 @@ def test_an_update_cut_in_two_by_a_pause_is_one_update() -> None:
     side = sharing_of(c, _events()).exports
     assert side is not None and len(side.count) == 8
     assert side.count[3] == 8.0 and side.nbytes[3] == pytest.approx(UPDATE)
+
+
+def test_the_counters_kept_buckets_raise_join_their_diagnosis() -> None:
+    from dataclasses import replace
+
+    from wsprof.analysis.chains import diagnose
+    from wsprof.analysis.model import Finding, Severity
+    from wsprof.analysis.rules.counters import CounterGrowthEvidence
+
+    path = "UpdateWeightFromTensor.long_lived_tensors[0]['flattened_tensor']"
+    kept = [UPDATE * (i + 1) for i in range(12)]
+    sh = sharing_of(_counters(kept), _events(path=path))
+    pa = rule_kit.process(label="trainer rank 0", sharing=sh)
+    f = rule_kit.facts(processes=[pa])
+    (k,) = SharedBucketsKept().match(f)
+    shm = Finding(
+        "memory_growth",
+        Severity.WARNING,
+        "proc.rss_shmem_bytes grows +5.5 MiB/step",
+        CounterGrowthEvidence(
+            counter="proc.rss_shmem_bytes",
+            slope_per_step=UPDATE,
+            first=UPDATE,
+            last=12 * UPDATE,
+            kind="bytes",
+        ),
+        "proc.rss_shmem_bytes",
+        "find who allocates it",
+    )
+    other = replace(
+        shm,
+        title="cuda0.segment.all.current grows",
+        evidence=replace(shm.evidence, counter="cuda0.segment.all.current"),
+    )
+    found = [replace(k, id="F1"), replace(shm, id="F2"), replace(other, id="F3")]
+    ds = diagnose(found, f)
+    # the shared memory the buckets hold is their why; an allocator's segments are not
+    assert [d.cause for d in ds] == ["shared_buckets", "finding"], [d.title for d in ds]
+    assert ds[0].finding_ids == ("F1", "F2")
+    assert ds[0].where is not None and path in ds[0].where.text
+    assert [w.text for w in ds[0].why] == [shm.title]

@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from wsprof.analysis.chain import Cause, ChainContext, Draft
 from wsprof.analysis.evidence import Evidence, optional, unit
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.growth import classify
-from wsprof.analysis.model import Finding, ProcessAnalysis, Severity
+from wsprof.analysis.model import Finding, Link, ProcessAnalysis, Severity
 from wsprof.analysis.rules.base import Rule
 from wsprof.analysis.sharing import Sharing, SideUpdates
-from wsprof.contracts.counters import parse_counter
+from wsprof.contracts.counters import parse_counter, proc_counter
 from wsprof.contracts.units import fmt_bytes, fmt_duration
 
 #: Fewest kept-bytes points (updates less one) to judge growth on.
@@ -266,12 +267,60 @@ def push_parts(facts: Facts) -> Finding | None:
     )
 
 
+#: What kept shared buckets raise on the process that keeps them: its shared memory, the
+#: /dev/shm files and fds it holds, its RSS (counters whose growth joins the diagnosis).
+HELD_BY_KEPT_BUCKETS = (
+    proc_counter("rss_shmem_bytes"),
+    proc_counter("shm_files"),
+    proc_counter("open_fds"),
+    proc_counter("rss_bytes"),
+)
+
+
+class SharedBucketsCause(Cause):
+    """Kept shared buckets as a diagnosis: its own symptom (the bytes an update keeps), where
+    (the code that shares them and their holder), and the process's counters they raise."""
+
+    kind = "shared_buckets_kept"
+    cause = "shared_buckets"
+    order = 95
+    own_symptom = True
+
+    def draft(self, f: Finding, ctx: ChainContext, drafts: list[Draft]) -> Draft | None:
+        ev = f.evidence
+        if not isinstance(ev, KeptBucketsEvidence):
+            return None
+        rows = (
+            ("kept an update", fmt_bytes(ev.kept_per_update_bytes)),
+            ("an update sends", f"{fmt_bytes(ev.update_bytes)} in {ev.buckets_per_update:.0f}"),
+            ("kept at the last update", fmt_bytes(ev.kept_last_bytes)),
+            ("updates", str(ev.updates)),
+        )
+        where_rows: list[tuple[str, str]] = [("process", ev.process)]
+        if ev.caller or ev.site:
+            where_rows.append(("shared at", str(ev.caller or ev.site)))
+        where_rows.append(("held by", ev.holder or "(no Python object)"))
+        return Draft(
+            self.cause,
+            f.title,
+            [f],
+            symptom=Link("symptom", f.title, (f.id,), rows),
+            where=Link("where", str(ev.holder or f.where), (f.id,), tuple(where_rows)),
+            next_step=f.next_step,
+            process=ev.process,
+        )
+
+    def holds(self, d: Draft, counter: str, process: str | None) -> bool:
+        return d.process == process and counter in HELD_BY_KEPT_BUCKETS
+
+
 class SharedBucketsKept(Rule):
     """Weight buckets shared with another process (CUDA IPC, shared memory) that stay alive
     update after update, on the sender or on the engine, with their holder; and handles an
     engine opened twice."""
 
     kind = "shared_buckets_kept"
+    causes = (SharedBucketsCause(),)
     description = (
         "weight buckets shared by CUDA IPC or shared memory stay alive update after update"
     )
