@@ -12,6 +12,8 @@ import os
 import pickle
 import pickletools
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -827,3 +829,35 @@ def test_a_dataloaders_batches_are_no_weight_buckets(tmp_path: Path) -> None:
         ForkingPickler.loads(ForkingPickler.dumps(t))
         assert led.exports.n == 1
     assert torch.equal(torch.cat(got), ds.tensors[0])
+
+
+def test_a_handle_mapped_twice_is_a_reopen(tmp_path: Path) -> None:
+    """A consumer that opens a handle twice: from torch's cache (the same storage) or, the
+    cache bypassed, as a second mapping of the same shared-memory file: both are reopens."""
+    child = tmp_path / "child.py"
+    child.write_text(
+        "import sys, tempfile, torch, wsprof\n"
+        "from multiprocessing.reduction import ForkingPickler\n"
+        "from torch.multiprocessing import reductions\n"
+        "from wsprof.capture import sharing\n"
+        "torch.multiprocessing.set_sharing_strategy('file_system')\n"
+        "data = sys.stdin.buffer.read()\n"
+        "wsprof.patch(tempfile.mkdtemp(), counters=False)\n"
+        "kept = [ForkingPickler.loads(data)]\n"
+        "kept.append(ForkingPickler.loads(data))  # from torch's cache\n"
+        "reductions.shared_cache.clear()\n"
+        "kept.append(ForkingPickler.loads(data))  # a second mapping\n"
+        "led = sharing._STATE.ledger\n"
+        "print(led.imports.n, led.reopens, float(sum(float(t.sum()) for t in kept)))\n"
+        "wsprof.unpatch()\n"
+    )
+    with strategy("file_system"):
+        t = torch.ones(1000)
+        data = bytes(ForkingPickler.dumps(t))
+        out = subprocess.run(
+            [sys.executable, str(child)], input=data, capture_output=True, timeout=120
+        )
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    imports, reopens, total = out.stdout.decode().split()[:3]
+    assert (int(imports), int(reopens), float(total)) == (2, 2, 3000.0)
+    del t

@@ -209,6 +209,9 @@ class Ledger:
         self.since_collect = 0
         self.hook_ns = 0
         self.sites: dict[str, str] = {}  # site -> side, for the events
+        #: handle -> the live storage its last open made (a second mapping of a handle still
+        #: open is a double open torch's cache did not catch)
+        self.handles: dict[Any, tuple[str, int, int]] = {}
         self.active = False
         self.shm_total_sent = False
 
@@ -338,6 +341,19 @@ def _record_export(storage: Any, api: str, took_ns: int) -> None:
         _internal("sharing.export", e)
 
 
+def _handle_key(api: str, args: tuple[Any, ...]) -> Any:
+    """What identifies the handle an open maps: the CUDA IPC handle and the storage's offset
+    in its allocation, the shared-memory file's name, the fd's file (inode); None if unknown."""
+    if api == "_new_shared_cuda" and len(args) > 3:
+        return ("cuda", args[1], args[3])
+    if api == "_new_shared_filename_cpu" and len(args) > 1:
+        return ("file", args[1])
+    if api == "_new_shared_fd_cpu" and args and type(args[0]) is int:
+        st = os.fstat(args[0])
+        return ("fd", st.st_ino, st.st_dev)
+    return None
+
+
 def _record_import(storage: Any, api: str, args: tuple[Any, ...], took_ns: int) -> None:
     t0 = _now()
     led = _STATE.ledger
@@ -352,10 +368,18 @@ def _record_import(storage: Any, api: str, args: tuple[Any, ...], took_ns: int) 
         device = str(storage.device.type)
         weak = _storage_weak(storage)
         cdata = _key(storage)
+        hkey = _handle_key(api, args)
         with led.lock:
             led.active = True
             led.seq += 1
             side = led.imports
+            if hkey is not None:
+                prev = led.handles.get(hkey)
+                e = side.live.get(prev) if prev is not None else None
+                if prev != cdata and e is not None and not e.weak.expired():
+                    led.reopens += 1  # a second mapping while the first is open
+                if len(led.handles) < MAX_TRACKED:
+                    led.handles[hkey] = cdata
             burst = side.new_share(t0, nbytes, took_ns)
             site = _note_site(led, "import", api, device, nbytes, where)
             side.add(cdata, _Entry(led.seq, nbytes, t0, weak, site))
@@ -619,6 +643,9 @@ def reading() -> Reading:
     with led.lock:
         ex_alive, ex_bytes = led.exports.sweep()
         im_alive, im_bytes = led.imports.sweep()
+        if len(led.handles) > 2 * im_alive + 64:  # forget handles whose open was closed
+            live = led.imports.live
+            led.handles = {h: k for h, k in led.handles.items() if k in live}
         out: Reading = [
             (share_counter("exports"), float(led.exports.n)),
             (share_counter("exported_bytes"), float(led.exports.bytes)),
