@@ -90,7 +90,8 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
     ``verdict`` {status problems | no_problem | inconclusive, n_problems (causes: diagnoses at
     warning or above), n_findings (findings at warning or above), reasons}, ``diagnoses``
     (most severe first: id D1.., cause (wrapper, call_count, per_call, gaps, outlier_rank,
-    sampled, unexplained, finding), severity, confidence 0..1, confidence_word, title, symptom,
+    shared_buckets, sampled, unexplained, finding), severity, confidence 0..1, confidence_word,
+    title, symptom,
     where (or null), why [...]: links {role, text, finding_ids, rows [{label, value}]},
     next_step, missing (one line per missing link), finding_ids, symptom_series,
     culprit_frame, culprit_counter, process), ``series`` (name, unit, kind (duration, bytes,
