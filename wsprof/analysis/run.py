@@ -354,6 +354,19 @@ def _run_clock(with_steps: Sequence[tuple[_Digest, ProcessAnalysis]]) -> RunCloc
     return align([clock_input(pa.label, d.trace.meta, d.first_ns) for d, pa in with_steps])
 
 
+def _by_world_on_clock(
+    analyses: Sequence[ProcessAnalysis], clock: RunClock, worlds: Sequence[object | None]
+) -> list[list[tuple[int, ProcessClock]]]:
+    """The processes with steps on the run clock (``clock``: those with steps, in order),
+    grouped by world: ``(index into analyses, its clock)``."""
+    idx = [i for i, pa in enumerate(analyses) if pa.steps]
+    by_world: dict[int, list[tuple[int, ProcessClock]]] = {}
+    for i, c in zip(idx, clock.clocks):
+        if c.aligned:
+            by_world.setdefault(id(worlds[i]), []).append((i, c))
+    return list(by_world.values())
+
+
 def _with_colocated_push_starts(
     analyses: Sequence[ProcessAnalysis], clock: RunClock, worlds: Sequence[object | None]
 ) -> list[ProcessAnalysis]:
@@ -365,14 +378,9 @@ def _with_colocated_push_starts(
     and flush requests first, which its own timer counts). Never before the step's start;
     the time added is in no collective (``sync_gap_s``). ``clock``: the processes with
     steps, in order."""
-    idx = [i for i, pa in enumerate(analyses) if pa.steps]
     out = list(analyses)
-    by_world: dict[int, list[tuple[int, ProcessClock]]] = {}
-    for i, c in zip(idx, clock.clocks):
-        if c.aligned:
-            by_world.setdefault(id(worlds[i]), []).append((i, c))
     unmarked = (StepSource.RHYTHM, StepSource.BURSTS)
-    for members in by_world.values():
+    for members in _by_world_on_clock(analyses, clock, worlds):
         sends = [i for i, _ in members if (sh := analyses[i].sharing) and sh.exports]
         if len(members) < 2 or not sends:
             continue
@@ -414,13 +422,8 @@ def _with_peer_waits(
     unknown) on the run clock have a weight-sync start for that step. Ranks wait for each
     other within a world; an engine's sync starts when the trainers' gathers are done, which
     is no wait of theirs. ``clock`` holds the processes with steps, in order."""
-    idx = [i for i, pa in enumerate(analyses) if pa.steps]
     out = list(analyses)
-    on_clock = [(i, c) for i, c in zip(idx, clock.clocks) if c.aligned]
-    by_world: dict[int, list[tuple[int, ProcessClock]]] = {}
-    for i, c in on_clock:
-        by_world.setdefault(id(worlds[i]), []).append((i, c))
-    for members in by_world.values():
+    for members in _by_world_on_clock(analyses, clock, worlds):
         if len(members) < 2:
             continue
         steps = [[r.step for r in analyses[i].steps] for i, _ in members]

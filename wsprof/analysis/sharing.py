@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from wsprof.contracts.counters import proc_counter, share_counter
+from wsprof.contracts.counters import proc_counter, share_counter, share_side_counters
 from wsprof.contracts.events import Event, ShareHolder, ShareSite
 
 CounterArrays = Mapping[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]
@@ -92,28 +93,6 @@ class Sharing:
         return "both"
 
 
-#: The per-update counters of each side: (count so far, per-update shares, per-update bytes,
-#: kept bytes); recorded by the capture when the next update begins.
-_SIDE_KEYS = {
-    "export": (
-        "exports",
-        "update_exports",
-        "update_exported_bytes",
-        "kept_bytes",
-        "update_export_us",
-        "update_export_span_us",
-    ),
-    "import": (
-        "imports",
-        "update_imports",
-        "update_imported_bytes",
-        "imported_kept_bytes",
-        "update_import_us",
-        "update_import_span_us",
-    ),
-}
-
-
 #: An update that moved less than this share of the median update's bytes is a fragment (a
 #: pause inside one update, on a loaded machine, cut it in two): joined with the next.
 FRAGMENT_SHARE = 0.8
@@ -160,18 +139,17 @@ def _whole_updates(rows: list[_Update]) -> list[_Update]:
 
 
 def _side(counters: CounterArrays, side: str, events: Sequence[Event]) -> SideUpdates | None:
-    total_key, n_key, b_key, kept_key, us_key, span_key = (
-        share_counter(k) for k in _SIDE_KEYS[side]
-    )
-    total = counters.get(total_key)
-    if total is None or not len(total[1]) or float(np.max(total[1])) <= 0:
+    c = share_side_counters(side)
+    total = counters.get(c.total)
+    if total is None or not len(total[1]) or float(np.max(_clean(total[1]))) <= 0:
         return None
     empty = (np.zeros(0, np.int64), np.zeros(0))
-    t, per_n = counters.get(n_key, empty)
-    _, per_b = counters.get(b_key, empty)
-    _, kept = counters.get(kept_key, empty)
-    _, us = counters.get(us_key, empty)
-    _, span = counters.get(span_key, empty)
+    t, per_n = counters.get(c.update_count, empty)
+    per_n = _clean(per_n)
+    per_b, kept, us, span = (
+        _clean(counters.get(k, empty)[1])
+        for k in (c.update_bytes, c.kept, c.update_us, c.update_span_us)
+    )
     n = min(len(per_n), len(per_b))
     if len(us) < n or len(span) < n:  # recorded by an earlier wsprof
         us = span = np.zeros(n)
@@ -207,9 +185,21 @@ def _side(counters: CounterArrays, side: str, events: Sequence[Event]) -> SideUp
     )
 
 
+#: Largest count, byte or µs value believed from a trace (a hostile or corrupt file may hold
+#: NaN, infinities or 1e300): others read as 0.
+MAX_VALUE = 2.0**62
+
+
+def _clean(v: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+    """``v`` as floats, values that are not finite or beyond :data:`MAX_VALUE` as 0."""
+    f = np.asarray(v, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(f) & (np.abs(f) <= MAX_VALUE), f, 0.0)
+
+
 def _last(counters: CounterArrays, name: str) -> float | None:
     got = counters.get(name)
-    return float(got[1][-1]) if got is not None and len(got[1]) else None
+    return float(_clean(got[1][-1:])[0]) if got is not None and len(got[1]) else None
 
 
 def sharing_of(counters: CounterArrays, events: Sequence[Event]) -> Sharing | None:

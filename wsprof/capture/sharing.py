@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from wsprof.contracts.counters import proc_counter, share_counter
+from wsprof.contracts.counters import proc_counter, share_counter, share_side_counters
 from wsprof.contracts.events import EventKind, ShareHolder, ShareSite
 
 if TYPE_CHECKING:
@@ -130,15 +130,9 @@ class _Side:
         self.gap_ema_ns = float(BURST_GAP_START_S * 1e9)
         self.burst_n = 0
         self.burst_bytes = 0
-        #: counter names: (kept bytes, shares per update, bytes per update)
         self.burst_first_ns = 0
         self.burst_ns = 0  # time inside this update's share (open) calls
-        #: counter names: kept bytes, then the update's shares, bytes, µs in the calls, span µs
-        what = ("exports", "exported_bytes", "export_us", "export_span_us")
-        if name == "import":
-            what = ("imports", "imported_bytes", "import_us", "import_span_us")
-        self.kept_name = share_counter("kept_bytes" if name == "export" else "imported_kept_bytes")
-        self.update_names = tuple(share_counter("update_" + w) for w in what)
+        self.names = share_side_counters(name)
 
     def new_share(self, t_ns: int, nbytes: int, took_ns: int) -> list[tuple[int, str, float]]:
         """Book one share (or open) at ``t_ns`` that took ``took_ns``; when it starts a new
@@ -150,7 +144,7 @@ class _Side:
         gap = t_ns - self.last_ns
         if self.burst_n and gap > max(BURST_MIN_GAP_S * 1e9, BURST_GAP_RATIO * self.gap_ema_ns):
             _, kept = self.sweep()
-            out = [(self.last_ns, self.kept_name, float(kept)), *self.update_rows()]
+            out = [(self.last_ns, self.names.kept, float(kept)), *self.update_rows()]
             self.burst_n = self.burst_bytes = self.burst_ns = 0
         elif self.burst_n:
             self.gap_ema_ns += BURST_GAP_EMA * (gap - self.gap_ema_ns)
@@ -160,6 +154,9 @@ class _Side:
         self.burst_n += 1
         self.burst_bytes += nbytes
         self.burst_ns += took_ns
+        self.n += 1
+        self.bytes += nbytes
+        self.ns += took_ns
         return out
 
     def update_rows(self) -> list[tuple[int, str, float]]:
@@ -167,13 +164,12 @@ class _Side:
         stamped at its last share; empty when none is."""
         if not self.burst_n:
             return []
-        n_name, b_name, us_name, span_name = self.update_names
-        t = self.last_ns
+        c, t = self.names, self.last_ns
         return [
-            (t, n_name, float(self.burst_n)),
-            (t, b_name, float(self.burst_bytes)),
-            (t, us_name, self.burst_ns / 1e3),
-            (t, span_name, (self.last_ns - self.burst_first_ns) / 1e3),
+            (t, c.update_count, float(self.burst_n)),
+            (t, c.update_bytes, float(self.burst_bytes)),
+            (t, c.update_us, self.burst_ns / 1e3),
+            (t, c.update_span_us, (self.last_ns - self.burst_first_ns) / 1e3),
         ]
 
     def add(self, cdata: tuple[str, int, int], entry: _Entry) -> bool:
@@ -308,39 +304,6 @@ def _note_site(
     return site
 
 
-def _record_export(storage: Any, api: str, took_ns: int) -> None:
-    t0 = _now()
-    led = _STATE.ledger
-    if led is None or getattr(_TLS, "in_share_memory", False):
-        return
-    try:
-        site, caller, data = _sites(3)
-        if data or _in_data_worker():
-            return  # a DataLoader's batch, not a weight bucket
-        where = (site, caller)
-        nbytes = int(storage.nbytes())
-        device = str(storage.device.type)
-        weak = _storage_weak(storage)
-        cdata = _key(storage)
-        tensor = _pending_tensor(cdata)
-        with led.lock:
-            led.active = True
-            led.seq += 1
-            side = led.exports
-            burst = side.new_share(t0, nbytes, took_ns)
-            site = _note_site(led, "export", api, device, nbytes, where)
-            side.add(cdata, _Entry(led.seq, nbytes, t0, weak, site, tensor))
-            side.n += 1
-            side.bytes += nbytes
-            side.ns += took_ns
-            if device == "cuda":
-                led.since_collect += 1
-            _emit(burst)
-            led.hook_ns += _now() - t0
-    except Exception as e:  # noqa: BLE001 - never raise into training
-        _internal("sharing.export", e)
-
-
 def _handle_key(api: str, args: tuple[Any, ...]) -> Any:
     """What identifies the handle an open maps: the CUDA IPC handle and the storage's offset
     in its allocation, the shared-memory file's name, the fd's file (inode); None if unknown."""
@@ -354,25 +317,32 @@ def _handle_key(api: str, args: tuple[Any, ...]) -> Any:
     return None
 
 
-def _record_import(storage: Any, api: str, args: tuple[Any, ...], took_ns: int) -> None:
+def _record(
+    side_name: str, storage: Any, api: str, took_ns: int, args: tuple[Any, ...] = ()
+) -> None:
+    """Book one export (``side_name`` ``export``: ``storage`` shared) or import (``import``:
+    ``storage`` opened, ``args`` the open's): its update, site, live entry, and for an
+    import a handle mapped again while its first open is alive (``reopens``). Called from
+    the hooks only (the site is their caller's caller). Never raises."""
     t0 = _now()
     led = _STATE.ledger
-    if led is None:
+    export = side_name == "export"
+    if led is None or (export and getattr(_TLS, "in_share_memory", False)):
         return
     try:
         site, caller, data = _sites(3)
         if data or _in_data_worker():
             return  # a DataLoader's batch, not a weight bucket
-        where = (site, caller)
         nbytes = int(storage.nbytes())
         device = str(storage.device.type)
         weak = _storage_weak(storage)
         cdata = _key(storage)
-        hkey = _handle_key(api, args)
+        tensor = _pending_tensor(cdata) if export else None
+        hkey = None if export else _handle_key(api, args)
         with led.lock:
             led.active = True
             led.seq += 1
-            side = led.imports
+            side = led.exports if export else led.imports
             if hkey is not None:
                 prev = led.handles.get(hkey)
                 e = side.live.get(prev) if prev is not None else None
@@ -381,15 +351,14 @@ def _record_import(storage: Any, api: str, args: tuple[Any, ...], took_ns: int) 
                 if len(led.handles) < MAX_TRACKED:
                     led.handles[hkey] = cdata
             burst = side.new_share(t0, nbytes, took_ns)
-            site = _note_site(led, "import", api, device, nbytes, where)
-            side.add(cdata, _Entry(led.seq, nbytes, t0, weak, site))
-            side.n += 1
-            side.bytes += nbytes
-            side.ns += took_ns
+            site = _note_site(led, side_name, api, device, nbytes, (site, caller))
+            side.add(cdata, _Entry(led.seq, nbytes, t0, weak, site, tensor))
+            if export and device == "cuda":
+                led.since_collect += 1
             _emit(burst)
             led.hook_ns += _now() - t0
     except Exception as e:  # noqa: BLE001 - never raise into training
-        _internal("sharing.import", e)
+        _internal(f"sharing.{side_name}", e)
 
 
 def _emit(rows: list[tuple[int, str, float]]) -> None:
@@ -412,7 +381,7 @@ def _export_hook(orig: Callable[..., Any], api: str) -> Callable[..., Any]:
     def hook(self: Any, *args: Any, **kwargs: Any) -> Any:
         t0 = _now()
         out = orig(self, *args, **kwargs)
-        _record_export(self, api, _now() - t0)
+        _record("export", self, api, _now() - t0)
         return out
 
     return hook
@@ -422,7 +391,7 @@ def _import_hook(orig: Callable[..., Any], api: str) -> Any:
     def hook(cls: Any, *args: Any, **kwargs: Any) -> Any:
         t0 = _now()
         out = orig(*args, **kwargs)
-        _record_import(out, api, args, _now() - t0)
+        _record("import", out, api, _now() - t0, args)
         return out
 
     functools.update_wrapper(hook, orig)

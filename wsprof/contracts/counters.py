@@ -324,6 +324,44 @@ def share_counter(key: str) -> str:
     return _SHARE_PREFIX + key
 
 
+@dataclass(frozen=True)
+class ShareSideCounters:
+    """The ``share.*`` counters of one side of tensor sharing (``export`` or ``import``):
+    what capture records and analysis reads, named in one place.
+
+    Attributes:
+        total: shares (opens) since the process started.
+        kept: bytes every earlier update left alive, recorded when the next one begins.
+        update_count, update_bytes, update_us, update_span_us: the update that ended: its
+            shares, bytes, µs inside its calls, µs from its first share to its last.
+    """
+
+    total: str
+    kept: str
+    update_count: str
+    update_bytes: str
+    update_us: str
+    update_span_us: str
+
+
+def share_side_counters(side: str) -> ShareSideCounters:
+    """The counter names of ``side`` (``export`` or ``import``).
+
+    Raises:
+        ValueError: another side.
+    """
+    keys: tuple[str, ...]
+    if side == "export":
+        keys = ("exports", "kept_bytes", "update_exports", "update_exported_bytes")
+        keys += ("update_export_us", "update_export_span_us")
+    elif side == "import":
+        keys = ("imports", "imported_kept_bytes", "update_imports", "update_imported_bytes")
+        keys += ("update_import_us", "update_import_span_us")
+    else:
+        raise ValueError(f"sharing side {side!r} is not export or import")
+    return ShareSideCounters(*(share_counter(k) for k in keys))
+
+
 def gc_gen_counter(generation: int, key: str) -> str:
     """``gc.gen<generation>.<key>`` for a key of :data:`GC_GEN_KEYS`.
 

@@ -492,6 +492,15 @@ class ShareHolder(Event):
         )
 
 
+#: Longest text a share event keeps of a field (a site, a holder path): a crafted trace's
+#: megabyte of text is cut, never carried into titles.
+SHARE_TEXT_MAX = 400
+
+
+def _short(v: Any) -> str | None:
+    return None if v is None else str(v)[:SHARE_TEXT_MAX]
+
+
 def _share_event(t_ns: int, k: EventKind, detail: str) -> Event:
     d = _json_dict(detail)
     if d is None or d.get("side") not in SHARE_SIDES:
@@ -505,11 +514,11 @@ def _share_event(t_ns: int, k: EventKind, detail: str) -> Event:
             k,
             detail,
             side,
-            str(d.get("api", "")),
-            str(d.get("device", "")),
+            _short(d.get("api")) or "",
+            _short(d.get("device")) or "",
             nb,
-            str(d.get("site", "?")),
-            _opt_str(d.get("caller")),
+            _short(d.get("site")) or "?",
+            _short(d.get("caller")),
         )
     ms = d.get("search_ms")
     return ShareHolder(
@@ -517,11 +526,11 @@ def _share_event(t_ns: int, k: EventKind, detail: str) -> Event:
         k,
         detail,
         side,
-        _opt_str(d.get("path")),
+        _short(d.get("path")),
         nb,
         _opt_int(d.get("alive")) or 0,
         _opt_int(d.get("alive_bytes")) or 0,
-        _opt_str(d.get("site")),
+        _short(d.get("site")),
         float(ms) if isinstance(ms, (int, float)) and not isinstance(ms, bool) else 0.0,
     )
 

@@ -220,3 +220,17 @@ def test_the_counters_kept_buckets_raise_join_their_diagnosis() -> None:
     assert ds[0].finding_ids == ("F1", "F2")
     assert ds[0].where is not None and path in ds[0].where.text
     assert [w.text for w in ds[0].why] == [shm.title]
+
+
+def test_a_hostile_trace_s_sharing_counters_read_as_nothing_wrong() -> None:
+    # NaN, infinities and absurd values in a corrupt or crafted trace: read as 0, no error
+    c = _counters([float("nan"), float("inf"), 1e300, -1e300, 0.0])
+    c[share_counter("reopens")] = (np.array([1]), np.array([float("nan")]))
+    c[share_counter("update_export_span_us")] = (
+        c[share_counter("update_exports")][0],
+        np.array([float("inf"), float("nan"), 1e300, 5.0, 5.0]),
+    )
+    sh = sharing_of(c, _events())
+    assert sh is not None and sh.exports is not None and sh.reopens == 0
+    assert all(np.isfinite(sh.exports.kept_bytes)) and all(np.isfinite(sh.exports.span_s))
+    assert _findings(c, _events()) == []

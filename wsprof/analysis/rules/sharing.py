@@ -22,7 +22,12 @@ from wsprof.analysis.growth import classify
 from wsprof.analysis.model import Finding, Link, ProcessAnalysis, Severity
 from wsprof.analysis.rules.base import Rule
 from wsprof.analysis.sharing import Sharing, SideUpdates
-from wsprof.contracts.counters import parse_counter, proc_counter
+from wsprof.contracts.counters import (
+    CUDA_TOTAL_BYTES,
+    CounterSource,
+    parse_counter,
+    proc_counter,
+)
 from wsprof.contracts.units import fmt_bytes, fmt_duration
 
 #: Fewest kept-bytes points (updates less one) to judge growth on.
@@ -76,22 +81,29 @@ class ReopenedEvidence(Evidence):
         return self.process
 
 
-def _holder_words(sh: Sharing, side: SideUpdates) -> tuple[str, str | None]:
-    """(who holds them, in words; the holder's path or None)."""
+def _holder(sh: Sharing, side: SideUpdates) -> tuple[str, str | None, str]:
+    """Who holds the kept buckets: (in words, the holder's path or None, what to do)."""
     h = side.holder
     if h is not None and h.path:
-        return f"held by {h.path}", h.path
+        return f"held by {h.path}", h.path, f"release the reference at {h.path}"
     if side.side == "export" and side.device == "cuda" and sh.exports_since_collect > 0:
         return (
             "held by torch's CUDA IPC cache: no torch.cuda.ipc_collect() since "
             f"{sh.exports_since_collect} exports",
             None,
+            "call torch.cuda.ipc_collect() after each update's buckets are acknowledged "
+            "(slime PR #1731)",
         )
     if side.side == "import" and sh.reopens > 0:
-        return f"opened twice, closed once ({sh.reopens} handles opened again while open)", None
+        return (
+            f"opened twice, closed once ({sh.reopens} handles opened again while open)",
+            None,
+            "close every handle you open once (SGLang PR #4446)",
+        )
+    look = "find what keeps them: wsprof.memory_snapshot(), gc.get_referrers"
     if h is not None:
-        return "nothing in Python holds them (C++, a frame's local variable or a cache)", None
-    return "their holder not searched yet", None
+        return "nothing in Python holds them (C++, a frame's local variable or a cache)", None, look
+    return "their holder not searched yet", None, look
 
 
 def _room_of(pa: ProcessAnalysis, sh: Sharing, side: SideUpdates) -> tuple[float | None, str]:
@@ -103,9 +115,9 @@ def _room_of(pa: ProcessAnalysis, sh: Sharing, side: SideUpdates) -> tuple[float
             max(t.value)
             for t in pa.counters
             if t.value
-            and parse_counter(t.name) is not None
-            and t.name.endswith(".total_bytes")
-            and t.name.startswith("cuda")
+            and (c := parse_counter(t.name)) is not None
+            and c.source is CounterSource.CUDA
+            and c.key == CUDA_TOTAL_BYTES
         ]
         return (max(totals) if totals else None), "the GPU's memory"
     return sh.shm_total_bytes, "/dev/shm"
@@ -123,7 +135,7 @@ def _kept(pa: ProcessAnalysis, sh: Sharing, side: SideUpdates) -> Finding | None
     if not v.accumulating or slope < MIN_KEPT_SHARE * per_update:
         return None
     role = "engine" if side.side == "import" else "trainer"
-    words, path = _holder_words(sh, side)
+    words, path, fix = _holder(sh, side)
     what = "sent" if side.side == "export" else "opened"
     total, where_full = _room_of(pa, sh, side)
     room = (total - kept[-1]) if total else None
@@ -141,19 +153,9 @@ def _kept(pa: ProcessAnalysis, sh: Sharing, side: SideUpdates) -> Finding | None
         title += (
             f"; at this rate /dev/shm ({fmt_bytes(total or 0)}) is full in {to_full:,.0f} updates"
         )
+    # a serializer (SGLang's MultiprocessingSerializer.serialize) is not where the buckets are
+    # sent: the code that calls it is
     where = side.caller if side.site and "serializ" in side.site.lower() else side.site
-    fix = (
-        f"release the reference at {path}"
-        if path
-        else (
-            "call torch.cuda.ipc_collect() after each update's buckets are acknowledged "
-            "(slime PR #1731)"
-            if "ipc_collect" in words
-            else "close every handle you open once (SGLang PR #4446)"
-            if "opened twice" in words
-            else "find what keeps them: wsprof.memory_snapshot(), gc.get_referrers"
-        )
-    )
     return Finding(
         kind="shared_buckets_kept",
         severity=severity,
