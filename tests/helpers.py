@@ -115,15 +115,22 @@ def run_ranks(
     return outputs
 
 
-def job_coverage(tmp_path: Path, code: str, world: int = 1) -> Any:
+#: c10d's Flight Recorder off (0 entries): what no hook sees stays unrecorded, for tests of
+#: the coverage audit's shortfall (with it on, :mod:`wsprof.capture.flight` records it).
+NO_FLIGHT = {"TORCH_FR_BUFFER_SIZE": "0"}
+
+
+def job_coverage(
+    tmp_path: Path, code: str, world: int = 1, env: dict[str, str] | None = None
+) -> Any:
     """Run ``code`` (a job script taking ``RANK WORLD PORT OUT``) as ``world`` real processes
-    and return the coverage audit of its run folder
+    (``env`` added to their environment) and return the coverage audit of its run folder
     (:class:`wsprof.analysis.coverage_model.Coverage`)."""
     from wsprof.analysis.run import analyze_path
 
     script = tmp_path / "job.py"
     script.write_text(code)
-    run_ranks(script, world, str(tmp_path / "run"))
+    run_ranks(script, world, str(tmp_path / "run"), env=env)
     cov = analyze_path(str(tmp_path / "run")).coverage
     assert cov is not None
     return cov

@@ -20,12 +20,13 @@ what to give instead; none names a command-line option (the CLI adds those).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from wsprof.errors import InputError
 from wsprof.importers.logs import Imported, load_log
 from wsprof.importers.metrics_csv import load_csv
+from wsprof.trace.flight_dumps import find_dumps, read_dump_trace
 from wsprof.trace.model import TRACE_SUFFIX, ProcessTrace
 from wsprof.trace.reader import (
     find_traces,
@@ -48,11 +49,14 @@ class LoadedRun:
         trace_paths: every trace file of the run, in file order.
         problems: one line per trace that could not be read (``skipped <why>``), filled as
             :meth:`traces` meets them.
+        read: reads one of ``trace_paths`` (a wsprof trace; a Flight Recorder dump for a
+            folder of dumps, :func:`wsprof.trace.flight_dumps.read_dump_trace`).
     """
 
     path: str
     trace_paths: tuple[str, ...]
     problems: list[str] = field(default_factory=list)
+    read: Callable[[str], ProcessTrace] = read_trace
     _errors: list[InputError] = field(default_factory=list, repr=False)
 
     def traces(self) -> Iterator[ProcessTrace]:
@@ -68,7 +72,7 @@ class LoadedRun:
         n_read = 0
         for p in self.trace_paths:
             try:
-                t = read_trace(p)
+                t = self.read(p)
             except InputError as e:
                 self._errors.append(e)
                 self.problems.append(f"skipped {e}")
@@ -96,9 +100,16 @@ class LoadedRun:
         Raises:
             InputError: no trace could be read.
         """
+        if self.read is not read_trace:
+            traces = sorted(self.traces(), key=_rank_then_path)
+            return traces, list(self.problems)
         traces, problems = read_run_lenient(self.path)
         self.problems[:] = problems
         return traces, problems
+
+
+def _rank_then_path(t: ProcessTrace) -> tuple[int, str]:
+    return (t.rank if t.rank is not None else 1 << 62, t.path)
 
 
 @dataclass(frozen=True)
@@ -139,9 +150,12 @@ def is_series_path(path: str) -> bool:
 def load(path: str) -> Loaded:
     """What ``path`` holds: a run (folder or trace), a series file or a training log.
 
-    A file ending in ``.csv``/``.tsv`` is a series; any other file that neither ends in
-    ``.wsprof`` nor starts like SQLite is a training log; everything else (a folder, a trace,
-    a missing path) is a run, whose trace files are listed now and read later.
+    A file ending in ``.csv``/``.tsv`` is a series; a folder of Flight Recorder dumps (or one
+    dump: files that start like a pickle or a dump's JSON, and no ``.wsprof`` trace) is a run
+    of one process per dump (:mod:`wsprof.trace.flight_dumps`); any other file that
+    neither ends in ``.wsprof`` nor starts like SQLite is a training log; everything else (a
+    folder, a trace, a missing path) is a run, whose trace files are listed now and read
+    later.
 
     Args:
         path: what the user gave.
@@ -155,6 +169,9 @@ def load(path: str) -> Loaded:
     """
     if is_series_path(path):
         return LoadedSeries(path, load_csv(path))  # a CSV series or a metric export (W&B)
+    dumps = find_dumps(path)
+    if dumps:  # torch's Flight Recorder dumps (TORCH_FR_DUMP_TEMP_FILE), one per rank
+        return LoadedRun(path, tuple(dumps), read=read_dump_trace)
     if os.path.isfile(path) and not path.lower().endswith(TRACE_SUFFIX) and not is_sqlite(path):
         return LoadedLog(path, load_log(path))  # a training log: slime, verl, OpenRLHF, AReaL
     require_trace_file(path)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import TARGETS, run_ranks
+from helpers import NO_FLIGHT, TARGETS, run_ranks
 from markupsafe import escape
 
 from wsprof.analysis.run import analyze_path
@@ -21,8 +21,9 @@ WORLD = 2
 
 
 def test_ddp_gradient_allreduce_from_cpp_is_counted_as_not_seen(tmp_path: Path) -> None:
-    """DDP's reducer all-reduces gradients from C++: no hook sees them, the audit does."""
-    run_ranks(TARGETS / "ddp_unseen.py", WORLD, str(tmp_path))
+    """DDP's reducer all-reduces gradients from C++: no hook sees them, the audit does (with
+    c10d's Flight Recorder off, which would record them: test_flight_capture.py)."""
+    run_ranks(TARGETS / "ddp_unseen.py", WORLD, str(tmp_path), env=NO_FLIGHT)
     res = json.loads((tmp_path / "result-0.json").read_text())
     trace = read_trace(res["trace"])
     assert trace.issued is not None and trace.recorded_issued is not None
@@ -149,7 +150,7 @@ def test_older_trace_without_audit_is_not_called_complete(tmp_path: Path) -> Non
 
 
 def test_analyze_json_cli_has_coverage(tmp_path: Path) -> None:
-    run_ranks(TARGETS / "ddp_unseen.py", WORLD, str(tmp_path), "--destroy")
+    run_ranks(TARGETS / "ddp_unseen.py", WORLD, str(tmp_path), "--destroy", env=NO_FLIGHT)
     proc = subprocess.run(
         [sys.executable, "-m", "wsprof", "analyze", str(tmp_path), "--format", "json"],
         capture_output=True,
@@ -164,7 +165,7 @@ def test_analyze_json_cli_has_coverage(tmp_path: Path) -> None:
 def test_ddp_job_with_enough_steps_is_judged_with_the_limit_stated(tmp_path: Path) -> None:
     """DDP's unseen gradient all-reduces make a limit line, not an INCONCLUSIVE verdict
     forever: with enough steps the job gets a verdict, and COVERAGE still says the limit."""
-    run_ranks(TARGETS / "ddp_unseen.py", WORLD, str(tmp_path), "--steps=7")
+    run_ranks(TARGETS / "ddp_unseen.py", WORLD, str(tmp_path), "--steps=7", env=NO_FLIGHT)
     analysis = analyze_path(str(tmp_path))
     cov = analysis.coverage
     assert cov is not None and cov.status == "incomplete" and not cov.gaps

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from wsprof.analysis.coverage_model import Coverage, GroupCoverage, UnseenIssuer
 from wsprof.contracts.events import Patched
+from wsprof.contracts.ops import FLIGHT_LAYER
 from wsprof.trace.model import IssuedReading, ProcessTrace, RecordedIssued
 
 #: Collectives an injected patch may miss at its boundary, per group: the main thread's one
@@ -93,6 +94,7 @@ def audit_process(trace: ProcessTrace, label: str) -> list[GroupCoverage] | None
         ]
     only = next(iter(by_group)) if len(by_group) == 1 else None
     ddp = _ddp_groups(trace.recorded_issued, only)
+    lost = _flight_lost(trace)
     return [
         _audit(
             [group],
@@ -107,9 +109,18 @@ def audit_process(trace: ProcessTrace, label: str) -> list[GroupCoverage] | None
             trace.rank,
             edge,
             ddp_reducer(group) if group in ddp else None,
+            lost,
         )
         for group, readings in by_group.items()
     ]
+
+
+def _flight_lost(trace: ProcessTrace) -> int:
+    """Flight Recorder entries the process's reader found overwritten (``meta['flight']``,
+    :mod:`wsprof.capture.flight`); 0 when none or not read."""
+    flight = trace.meta.get("flight")
+    lost = flight.get("lost") if isinstance(flight, dict) else None
+    return lost if isinstance(lost, int) and not isinstance(lost, bool) and lost > 0 else 0
 
 
 def _layers(trace: ProcessTrace) -> str:
@@ -153,6 +164,7 @@ def _audit(
     rank: int | None,
     edge: int = 0,
     likely: UnseenIssuer | None = None,
+    flight_lost: int = 0,
 ) -> GroupCoverage:
     backend = next((r.backend for r in readings if r.backend), None)
     steps = [r.step for r in readings]
@@ -165,6 +177,7 @@ def _audit(
     nccl = (backend or "").lower() == "nccl"
     rec_by_step: dict[int, int] = defaultdict(int)
     by_op: dict[str, int] = defaultdict(int)
+    flight = 0
     for c in recorded:
         if nccl and c.op in _P2P_OPS:
             continue
@@ -174,6 +187,8 @@ def _audit(
         rec_by_step[_bucket(c.step, read_steps)] += n
         if c.step <= last:  # compared: not in a step after the last reading
             by_op[c.op] += n
+            if c.layer == FLIGHT_LAYER:
+                flight += n
     bucketed = {s: rec_by_step.get(s, 0) for s in issued_by_step}
     if edge and read_steps:  # the injection's boundary, in the first step read
         s0 = read_steps[0]
@@ -193,6 +208,8 @@ def _audit(
         exact=not api_only,
         recorded_ops=tuple(sorted(by_op.items(), key=lambda kv: (-kv[1], kv[0]))),
         likely=likely,
+        flight=flight,
+        flight_lost=flight_lost,
     )
 
 

@@ -56,6 +56,12 @@ class GroupCoverage:
     #: The likely issuer of the collectives wsprof did not see, from evidence in the trace
     #: (:func:`wsprof.analysis.coverage.ddp_reducer`), None when nothing points at one.
     likely: UnseenIssuer | None = None
+    #: Of ``recorded``, collectives taken from c10d's Flight Recorder (issued from C++, no
+    #: hook saw them: :mod:`wsprof.capture.flight`).
+    flight: int = 0
+    #: Flight Recorder entries of the process overwritten in c10d's ring before wsprof read
+    #: them (counted per process, said on each of its groups).
+    flight_lost: int = 0
 
     @property
     def is_limit(self) -> bool:
@@ -108,6 +114,11 @@ class GroupCoverage:
                 f"{who}recorded {self.recorded} of {self.issued} collectives on {group}"
                 f"{steps} ({self.missing} issued by code wsprof does not see{where}{saw})"
             )
+            if self.flight_lost:
+                out += (
+                    f"; {self.flight_lost} entries of c10d's Flight Recorder were overwritten "
+                    "before wsprof read them (raise TORCH_FR_BUFFER_SIZE)"
+                )
             u = self.likely
             if u is None:
                 return f"{out}; no evidence of their issuer in the trace"
@@ -121,7 +132,13 @@ class GroupCoverage:
                     "so the verdict does not wait on them"
                 )
             return out
-        return f"{who}recorded all {self.issued} collectives on {group}{steps}"
+        whence = (
+            f" ({self.flight} of them from c10d's Flight Recorder: issued where no Python "
+            "hook sees)"
+            if self.flight
+            else ""
+        )
+        return f"{who}recorded all {self.issued} collectives on {group}{steps}{whence}"
 
 
 @dataclass(frozen=True)

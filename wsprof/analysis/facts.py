@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from wsprof.analysis.hang import Hang
 from wsprof.analysis.model import (
     Headline,
     ProcessAnalysis,
@@ -57,6 +58,9 @@ class Facts:
     #: The budgets the series were judged with (series name -> s): where a projection
     #: crosses them is reported (``wsprof watch --sync-budget`` changes the weight sync's).
     budgets: dict[str, float] = field(default_factory=lambda: dict(TIME_BUDGETS_S))
+    #: Collectives some ranks wait in and another never issued, from Flight Recorder dumps
+    #: (:func:`wsprof.analysis.hang.hangs_of`).
+    hangs: Sequence[Hang] = ()
 
     def counters(self) -> list[str]:
         if self.counter_series is not None:

@@ -12,6 +12,7 @@ from wsprof.analysis.coverage_model import Coverage
 from wsprof.analysis.ending import end_notes
 from wsprof.analysis.facts import TIME_BUDGETS_S, Facts
 from wsprof.analysis.growth import classify, hold_newest
+from wsprof.analysis.hang import hangs_of
 from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import (
     Analysis,
@@ -579,7 +580,13 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
     errors = [e.detail for d in procs for e in d.trace.events if e.kind is EventKind.INTERNAL_ERROR]
     head = headline_of(analyses[0] if analyses else None, results, source, analyses)
     facts = Facts(
-        {r.series.name: r for r in results}, analyses, wrappers, errors, ranks=ranks, headline=head
+        {r.series.name: r for r in results},
+        analyses,
+        wrappers,
+        errors,
+        ranks=ranks,
+        headline=head,
+        hangs=hangs_of([d.trace.meta for d in procs]),
     )
     sampled = any(pa.n_samples for pa in analyses)
     if analyses and not sampled and not any(d.n_calls or d.trace.spans for d in procs):

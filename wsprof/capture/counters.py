@@ -34,6 +34,9 @@ sharing    boundary, periodic 250 ms    ``share.*``, ``proc.rss_shmem_bytes`` on
 shm_files  periodic           1 s       ``proc.shm_files`` once a tensor was shared
 share_holders periodic        1 s       a ``share_holder`` event naming what holds
                                         a shared storage kept alive (a few times)
+flight     step, periodic     1 s       no counter: collectives c10d issued that no hook
+                                        saw, from torch's Flight Recorder, when c10d's
+                                        counts show some (:mod:`wsprof.capture.flight`)
 nvml       periodic           100 ms    ``nvml.gpu<i>.*``, ``nvml.process_gpu_bytes``
 snapshot   step               -         a ``memory_snapshot`` event when the mappings
                                         grew at :data:`SNAPSHOT_AFTER_GROWTHS`
@@ -499,6 +502,13 @@ def _share_holders_probe(ctx: ProbeContext) -> Callable[[], Reading]:
     return sharing.search_holders
 
 
+def _flight_probe(ctx: ProbeContext) -> Callable[[], Reading] | str:
+    reader = ctx.recorder.flight
+    if reader is None:
+        return "no Flight Recorder reads: the collective hooks are not installed"
+    return reader.read  # type: ignore[no-any-return]
+
+
 def _snapshot_probe(ctx: ProbeContext) -> Callable[[], Reading]:
     return _SnapshotTrigger(ctx.recorder)
 
@@ -531,14 +541,15 @@ def _nvml_probe(ctx: ProbeContext) -> Callable[[], Reading] | str:
 #: Every counter probe, in the order a round runs them (see the module table). A probe's
 #: budget is its share of the whole; NVML's share stays unused where there is no NVML.
 PROBES: tuple[ProbeSpec, ...] = (
-    ProbeSpec("allocator", 32, frozenset({"boundary", "burst"}), None, _allocator_probe),
-    ProbeSpec("process", 15, frozenset({"step", "periodic"}), 1.0, _process_probe),
-    ProbeSpec("gc_types", 10, frozenset({"step"}), 1.0, _gc_types_probe),
+    ProbeSpec("allocator", 30, frozenset({"boundary", "burst"}), None, _allocator_probe),
+    ProbeSpec("process", 13, frozenset({"step", "periodic"}), 1.0, _process_probe),
+    ProbeSpec("gc_types", 8, frozenset({"step"}), 1.0, _gc_types_probe),
     ProbeSpec("sharing", 10, frozenset({"boundary", "periodic"}), 0.25, _sharing_probe),
     ProbeSpec("shm_files", 2, frozenset({"periodic"}), 1.0, _shm_files_probe),
     ProbeSpec("share_holders", 3, frozenset({"periodic"}), 1.0, _share_holders_probe),
-    ProbeSpec("snapshot", 5, frozenset({"step"}), 1.0, _snapshot_probe),
-    ProbeSpec("nvml", 23, frozenset({"periodic"}), 0.1, _nvml_probe),
+    ProbeSpec("snapshot", 4, frozenset({"step"}), 1.0, _snapshot_probe),
+    ProbeSpec("flight", 15, frozenset({"step", "periodic"}), 1.0, _flight_probe),
+    ProbeSpec("nvml", 15, frozenset({"periodic"}), 0.1, _nvml_probe),
 )
 
 

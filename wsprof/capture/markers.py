@@ -21,6 +21,7 @@ import contextvars
 import os
 import threading
 import time
+from collections import deque
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,10 @@ _now = time.monotonic_ns
 
 #: The phase stack of the current context, innermost last (an immutable tuple; ``()``: none).
 PHASE_VAR: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("wsprof_phases")
+
+
+#: Step starts :attr:`MarkerState.recent_starts` keeps.
+RECENT_STARTS = 10_000
 
 
 class MarkerState:
@@ -54,6 +59,9 @@ class MarkerState:
         self.boundaries = 0
         #: Bumped at every step start.
         self.steps_started = 0
+        #: The latest step starts, ``(monotonic ns, step)`` oldest first: what stamps a call
+        #: recorded after its step ended (:mod:`wsprof.capture.flight`).
+        self.recent_starts: deque[tuple[int, int]] = deque(maxlen=RECENT_STARTS)
 
 
 STATE = MarkerState()
@@ -85,6 +93,7 @@ def unbind() -> None:
     STATE.recorder = None
     STATE.step = -1
     STATE.step_start_ns = None
+    STATE.recent_starts.clear()
 
 
 #: Largest step number a trace row holds (int64), with room for ``+ 1``.
@@ -125,6 +134,7 @@ def step(number: int | None = None) -> int:
     # to what a trace row (int64) holds.
     STATE.step = _step_number(number) if number is not None else STATE.step + 1
     STATE.step_start_ns = t
+    STATE.recent_starts.append((t, STATE.step))
     STATE.boundaries += 1
     STATE.steps_started += 1
     return STATE.step

@@ -279,6 +279,9 @@ class Recorder:
         self.on_flush: list[Any] = []
         #: The counter sampler (:mod:`wsprof.capture.counters`), stopped before the last flush.
         self.sampler: Any = None
+        #: The Flight Recorder reader (:mod:`wsprof.capture.flight`), set by the session when
+        #: the hooks are installed: each drain tells it the calls drained.
+        self.flight: Any = None
         # hook id -> (op, api, layer) string ids
         self._hooks: dict[int, tuple[int, int, int]] = {}
         self._hook_lookup = np.full((0, 3), -1, dtype=np.int64)
@@ -467,6 +470,8 @@ class Recorder:
             while True:
                 end = min(hi, start + FLUSH_CHUNK_ROWS)
                 dec = fmt.decode(self._records(start, end), self.strings.values)
+                if self.flight is not None:
+                    self.flight.saw(dec.calls)
                 batches.update(spans=dec.spans, counters=dec.counters, issued=dec.issued)
                 batches["meta"] = [
                     (
@@ -528,6 +533,8 @@ class Recorder:
                     budget_fraction=stats["budget_fraction"],
                 ),
             ).to_meta()
+            if self.flight is not None:
+                meta["flight"] = self.flight.stats()
             self._writer.set_meta(meta)
             self._last_write_ok = True
         except Exception as e:  # noqa: BLE001 - never raise into training
@@ -558,6 +565,13 @@ class Recorder:
                 self.sampler.stop()
         self._stop.set()
         self._thread.join(timeout=10)
+        if self.flight is not None:
+            # Every call drained first: then each entry still waiting is decided.
+            self.flush()
+            try:
+                self.flight.read(final=True)
+            except Exception as e:  # noqa: BLE001 - never raise into training
+                self.internal_error("flight", e)
         self.flush()
         with self.lock:
             complete = int(self.ring.drained) >= int(self.ring.head) and self._last_write_ok

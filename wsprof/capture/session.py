@@ -135,6 +135,12 @@ class CaptureSession:
         markers.bind(rec)
         self._install_collectives(rec)
         try:
+            from wsprof.capture.flight import FlightReader
+
+            rec.flight = FlightReader(rec)
+        except Exception as e:  # noqa: BLE001 - never raise into training
+            rec.internal_error("flight", e)
+        try:
             from wsprof.capture import sharing
 
             sharing.install(rec)

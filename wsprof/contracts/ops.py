@@ -257,3 +257,28 @@ BACKEND_EXCLUDED: dict[str, str] = {
     "unbox": "conversion",
     "use_pg_for_symm_mem_rendezvous": "configuration",
 }
+
+#: The ``layer`` of a call taken from c10d's Flight Recorder (issued where no Python hook
+#: sees: :mod:`wsprof.capture.flight`, :mod:`wsprof.trace.flight_dumps`).
+FLIGHT_LAYER = "c10d"
+
+#: Flight Recorder names (the op part of ``<backend>:<op>``) that neither :data:`API_OPS` nor
+#: :data:`BACKEND_OPS` hold -> canonical op. gloo names some ops by what it runs:
+#: ``all_gather_into_tensor`` is recorded as ``gloo:all_gather``, ``reduce_scatter_tensor`` as
+#: ``gloo:all_reduce``, ``all_to_all_single`` as ``gloo:all_to_all``.
+FLIGHT_OPS: dict[str, str] = {
+    "all_gather_into_tensor_coalesced": "all_gather_into_tensor",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor",
+    "allreduce_coalesced": "all_reduce",
+    "alltoall_base": "all_to_all_single",
+    "coalesced": "batch_p2p",
+    "recv_any_source": "recv",
+}
+
+
+def flight_op(profiling_name: str) -> str:
+    """The canonical op of a Flight Recorder entry's ``profiling_name`` (``nccl:all_reduce``,
+    ``nccl:send 0->1``); the name's op part itself when no table knows it."""
+    _, _, rest = profiling_name.partition(":")
+    name = (rest or profiling_name).split(" ", 1)[0].strip()
+    return API_OPS.get(name) or BACKEND_OPS.get(name) or FLIGHT_OPS.get(name) or name

@@ -65,8 +65,9 @@ def find_traces(path: str) -> list[str]:
         found = sorted(os.path.join(path, n) for n in names if n.endswith(TRACE_SUFFIX))
         if not found:
             raise InputError(
-                f"{path}: folder holds no {TRACE_SUFFIX} trace; point at a run folder written by "
-                "wsprof (WSPROF_OUT) or at one trace file"
+                f"{path}: folder holds no {TRACE_SUFFIX} trace and no Flight Recorder dump; point "
+                "at a run folder written by wsprof (WSPROF_OUT), one trace file, or a folder of "
+                "TORCH_FR_DUMP_TEMP_FILE dumps"
             )
         return found
     return [path]

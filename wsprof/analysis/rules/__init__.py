@@ -14,6 +14,7 @@ from wsprof.analysis.rules.calls.rule import PerCallVsCallCount
 from wsprof.analysis.rules.counters import CounterCorrelation, CounterGrowth
 from wsprof.analysis.rules.frames import EarlyLateShift, HotFrame
 from wsprof.analysis.rules.gaps import Gaps, GpuIdleDuringSync
+from wsprof.analysis.rules.hang import CollectiveHang
 from wsprof.analysis.rules.overhead import SelfOverhead
 from wsprof.analysis.rules.phases import RolloutShare, SampledPhaseShare
 from wsprof.analysis.rules.ranks.rule import OutlierRank
@@ -22,6 +23,7 @@ from wsprof.analysis.rules.slowdown import AccumulatingSlowdown
 from wsprof.analysis.rules.wrapper import BetweenLayers
 
 RULES: tuple[Rule, ...] = (
+    CollectiveHang(),
     AccumulatingSlowdown(),
     BetweenLayers(),
     PerCallVsCallCount(),
