@@ -24,6 +24,10 @@ Checks what cannot be checked on CPU machines and prints one line per check, PAS
    (``share.*`` counters, the ``share_holder`` path) and the producer's
    ``memory_allocated`` growth per step; checks only that every variant ran.
 7. The CUDA-only tests of the suite (``pytest -m cuda``).
+8. c10d's Flight Recorder on NCCL (``TORCH_NCCL_ENABLE_TIMING=1``): a one-rank DDP model
+   trains a few steps under ``wsprof.patch()``; DDP's reducer all-reduces from C++ (no hook
+   sees them) are recorded from the recorder as calls of layer ``c10d`` with their bytes and
+   NCCL's device time (:mod:`wsprof.capture.flight`); prints what the reader took.
 
 Usage: python scripts/gpu_check.py [--calls 200]
 Exit status 0 when every check passed.
@@ -195,6 +199,44 @@ def probe_costs() -> None:
     for label, seg, maps, ms, mg, snap in rows:
         print(f"{label:9}  {seg:8}  {maps:8}  {ms:15.1f}  {mg:15.1f}  {snap:18.1f}", flush=True)
     check("probe costs measured", all(r[3] > 0 for r in rows), "table above")
+
+
+def flight_case(steps: int = 5) -> None:
+    """Check 8: DDP's C++ all-reduces on NCCL, recorded from c10d's Flight Recorder."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    net = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.Linear(4096, 1024)).cuda()
+    model = DDP(net, device_ids=[0], bucket_cap_mb=4)
+    grad_bytes = sum(p.numel() * p.element_size() for p in net.parameters())
+    path = wsprof.patch(tempfile.mkdtemp(prefix="wsprof-gpu-flight-"))
+    for _ in range(steps):
+        wsprof.step()
+        model(torch.randn(64, 1024, device="cuda")).sum().backward()
+    torch.cuda.synchronize()
+    wsprof.unpatch()
+    trace = read_trace(str(path))
+    calls = trace.calls
+    c10d = (calls.layer == "c10d") & (calls.op == "all_reduce")
+    flight = trace.meta.get("flight", {})
+    per_step = [int(calls.bytes[c10d & (calls.step == s)].sum()) for s in range(steps)]
+    dev = calls.device_ns[c10d]
+    med_ms = statistics.median(dev[dev >= 0].tolist()) / 1e6 if (dev >= 0).any() else 0.0
+    print(
+        f"flight: {flight}; c10d all_reduce bytes per step {per_step} (gradients "
+        f"{grad_bytes}); device time on {int((dev >= 0).sum())} of {int(c10d.sum())}, "
+        f"median {med_ms:.3f} ms",
+        flush=True,
+    )
+    check(
+        "Flight Recorder: DDP's all-reduces recorded with bytes",
+        bool(c10d.any()) and all(b == grad_bytes for b in per_step[1:]),
+        f"{int(c10d.sum())} c10d all_reduce calls, bytes per step {per_step}",
+    )
+    check(
+        "Flight Recorder: NCCL device time on them",
+        bool((dev >= 0).any()),
+        f"{int((dev >= 0).sum())} of {int(c10d.sum())} with device time",
+    )
 
 
 # ----------------------------------------------------------------------------- check 6
@@ -495,6 +537,7 @@ def main() -> int:
     )
     motivating_pattern()
     probe_costs()
+    flight_case()
     dist.destroy_process_group()
     sharing_case()
     done = subprocess.run(

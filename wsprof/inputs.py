@@ -49,14 +49,14 @@ class LoadedRun:
         trace_paths: every trace file of the run, in file order.
         problems: one line per trace that could not be read (``skipped <why>``), filled as
             :meth:`traces` meets them.
-        read: reads one of ``trace_paths`` (a wsprof trace; a Flight Recorder dump for a
-            folder of dumps, :func:`wsprof.trace.flight_dumps.read_dump_trace`).
+        read: reads one of ``trace_paths``: a Flight Recorder dump for a folder of dumps
+            (:func:`wsprof.trace.flight_dumps.read_dump_trace`); None: a wsprof trace.
     """
 
     path: str
     trace_paths: tuple[str, ...]
     problems: list[str] = field(default_factory=list)
-    read: Callable[[str], ProcessTrace] = read_trace
+    read: Callable[[str], ProcessTrace] | None = None
     _errors: list[InputError] = field(default_factory=list, repr=False)
 
     def traces(self) -> Iterator[ProcessTrace]:
@@ -70,9 +70,10 @@ class LoadedRun:
         self.problems.clear()
         self._errors.clear()
         n_read = 0
+        read = self.read or read_trace
         for p in self.trace_paths:
             try:
-                t = self.read(p)
+                t = read(p)
             except InputError as e:
                 self._errors.append(e)
                 self.problems.append(f"skipped {e}")
@@ -100,7 +101,7 @@ class LoadedRun:
         Raises:
             InputError: no trace could be read.
         """
-        if self.read is not read_trace:
+        if self.read is not None:
             traces = sorted(self.traces(), key=_rank_then_path)
             return traces, list(self.problems)
         traces, problems = read_run_lenient(self.path)

@@ -323,6 +323,7 @@ def test_probe_registry_shares_sum_to_the_whole_budget_exactly() -> None:
         "shm_files",
         "share_holders",
         "snapshot",
+        "flight",
         "nvml",
     ]
 

@@ -311,3 +311,52 @@ def test_dump_trace_times_are_wall_clock_and_ordered() -> None:
     t = dump_trace(d)
     assert t.calls.t_start_ns.tolist() == [T0, T0 + 1_000_000]
     assert t.meta["anchor"] == {"monotonic_ns": 0, "unix_ns": 0}
+
+
+def pushing_job(folder: Path, late_ms: int = 50) -> None:
+    """Dumps of 3 ranks, 10 steps each: a gradient all_reduce, then a weight push of 4
+    broadcasts of 1 MiB; rank 2 reaches each push ``late_ms`` after the others, whose first
+    broadcast then completes (gloo records no completion: their next one is created then)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ms = 1_000_000
+    for rank in range(3):
+        entries, seq = [], 0
+        for step in range(10):
+            t = T0 + step * 1000 * ms
+            seq += 1
+            entries.append(entry(len(entries), seq, time_created_ns=t + 100 * ms))
+            push = t + 600 * ms
+            for k in range(4):
+                seq += 1
+                created = (
+                    (push if rank < 2 else push + late_ms * ms)
+                    if k == 0
+                    else push + (late_ms + k) * ms
+                )
+                entries.append(
+                    entry(
+                        len(entries),
+                        seq,
+                        "gloo:broadcast",
+                        time_created_ns=created,
+                        input_sizes=[[1024, 256]],
+                    )
+                )
+        (folder / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(dump(entries)))
+
+
+def test_waits_come_from_the_join_by_sequence_number(tmp_path: Path) -> None:
+    """The ranks' pushes start at the same collective (group 0, #2, #7, ...): the waits are
+    the last rank's arrival there less each rank's own, and say so."""
+    pushing_job(tmp_path)
+    analysis = analyze_path(str(tmp_path))
+    by_rank = {pa.rank: pa for pa in analysis.processes}
+    for rank, wait_s in ((0, 0.050), (1, 0.050), (2, 0.0)):
+        rows = by_rank[rank].steps
+        assert len(rows) >= 8
+        assert {r.sync_wait_source for r in rows} == {"c10d sequence numbers"}
+        assert all(r.sync_key is not None and r.sync_key[0] == "0" for r in rows)
+        assert all(abs((r.sync_wait_s or 0) - wait_s) < 1e-9 for r in rows), rank
+    # the same collective on every rank, whatever step number each rank's rhythm gave it
+    assert {r.sync_key for r in by_rank[0].steps} == {r.sync_key for r in by_rank[2].steps}
+    assert {r.wait_source for r in analysis.ranks} == {"c10d sequence numbers"}

@@ -184,6 +184,12 @@ class Finding:
     id: str = ""
 
 
+#: :attr:`StepRow.sync_wait_source` of waits from c10d's sequence numbers.
+WAIT_BY_SEQ = "c10d sequence numbers"
+#: :attr:`StepRow.sync_wait_source` of waits from the timing of the ranks' syncs.
+WAIT_BY_TIMING = "timing"
+
+
 @dataclass(frozen=True)
 class StepRow:
     """One training step of one process. Phase times are None where no marker gave them.
@@ -212,6 +218,13 @@ class StepRow:
     #: rank of the run started the same step's weight sync, s (run clock; needs the traces of
     #: several ranks); None when unknown.
     sync_wait_s: float | None = None
+    #: The weight sync's first collective as ``(group, number in the group)``, the same on
+    #: every rank (c10d's sequence number: calls read from Flight Recorder dumps); None unknown.
+    sync_key: tuple[str, int] | None = None
+    #: How :attr:`sync_wait_s` was found: :data:`WAIT_BY_SEQ` (the ranks joined at the same
+    #: collective by its sequence number) or :data:`WAIT_BY_TIMING` (ranks that met, inferred
+    #: from the spread of their starts and ends); None without a wait.
+    sync_wait_source: str | None = None
 
     @property
     def own_sync_s(self) -> float | None:
@@ -521,6 +534,9 @@ class RankSeries:
         sync_gap_s: per step, time inside its weight sync in no collective: the rank's own
             work between its collectives, s (None where unknown).
         gap: growth verdict of ``sync_gap_s`` (None when it could not be judged).
+        wait_source: how the waits for peers taken out of ``weight_sync_s`` were found:
+            :data:`WAIT_BY_SEQ` when any step was joined by sequence numbers, else
+            :data:`WAIT_BY_TIMING` when any wait was inferred, else None.
     """
 
     label: str
@@ -546,6 +562,7 @@ class RankSeries:
     #: The process world it belongs to (``world N``: :class:`World`); None when the run has
     #: one world or worlds are unknown. Ranks are compared only within one world.
     world: str | None = None
+    wait_source: str | None = None
 
     def where(self) -> str:
         """``rank 3 (host node-b, pid 4242)``: how findings name the process."""

@@ -218,6 +218,29 @@ def with_sync_starts(rows: Sequence[StepRow], spans: Sequence[Span]) -> list[Ste
     ]
 
 
+def with_sync_keys(rows: Sequence[StepRow], calls: CallTable) -> list[StepRow]:
+    """``rows`` with ``sync_key``: the group and sequence number of the first collective of
+    each weight sync whose calls carry c10d's sequence numbers (``calls`` sorted by start)."""
+    known = np.flatnonzero(calls.seq >= 0) if len(calls) else np.zeros(0, np.int64)
+    if not len(known):
+        return list(rows)
+    starts = calls.t_start_ns[known]
+    out = []
+    for r in rows:
+        if r.sync_start_ns is None or r.weight_sync_s is None:
+            out.append(r)
+            continue
+        i = int(np.searchsorted(starts, r.sync_start_ns, side="left"))
+        if i >= len(known) or starts[i] > r.sync_start_ns + int(r.weight_sync_s * 1e9):
+            out.append(r)
+            continue
+        j = int(known[i])
+        grp = calls.grp[j]
+        key = (str(grp) if grp is not None else "", int(calls.seq[j]))
+        out.append(replace(r, sync_key=key))
+    return out
+
+
 def sync_windows(rows: Sequence[StepRow], spans: Sequence[Span]) -> list[tuple[int, int]]:
     """The weight syncs as ``(start, end)`` ns, both included: the sync phases of markers, else
     each step's sync (``sync_start_ns`` + ``weight_sync_s``)."""
@@ -500,6 +523,7 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
     if not steps:
         steps, source, evidence, left_out = unmarked_steps(trace)
     steps = with_sync_starts(steps, trace.spans)
+    steps = with_sync_keys(steps, calls)
     pa = process_analysis(
         label=trace.label,
         rank=trace.rank,

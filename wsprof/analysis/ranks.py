@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from wsprof.analysis.align import ProcessClock
-from wsprof.analysis.model import GrowthVerdict, ProcessAnalysis, RankSeries
+from wsprof.analysis.model import WAIT_BY_SEQ, GrowthVerdict, ProcessAnalysis, RankSeries
 from wsprof.contracts.series import BETWEEN_LAYERS_S, SYNC_GAP_S, WEIGHT_SYNC_S, Series
 from wsprof.contracts.units import Unit
 
@@ -125,6 +125,38 @@ def peer_waits(
     ]
 
 
+def seq_waits(
+    keys: Sequence[Sequence[tuple[str, int] | None]],
+    sync_run_ns: Sequence[Sequence[tuple[int, int] | None]],
+) -> list[list[float | None]]:
+    """How long each rank waited for its peers in each weight sync, s, from c10d's sequence
+    numbers: syncs whose first collective is the same one on several ranks (``keys``: group
+    and number in the group, the same on every rank) met there for certain, whatever their
+    step numbers; each rank waited from its own start to the last rank's (at most its sync).
+    No timing heuristic: where the keys do not join, None (:func:`peer_waits` decides).
+
+    Args:
+        keys: per rank and step, its sync's first collective (None unknown).
+        sync_run_ns: per rank and step, the sync's (start, end) on the run clock, ns.
+    """
+    last: dict[tuple[str, int], int] = {}
+    seen: dict[tuple[str, int], int] = {}
+    for ks, spans in zip(keys, sync_run_ns):
+        for k, se in zip(ks, spans):
+            if k is not None and se is not None:
+                last[k] = max(last.get(k, se[0]), se[0])
+                seen[k] = seen.get(k, 0) + 1
+    return [
+        [
+            None
+            if k is None or se is None or seen.get(k, 0) < 2
+            else min(last[k] - se[0], se[1] - se[0]) / 1e9
+            for k, se in zip(ks, spans)
+        ]
+        for ks, spans in zip(keys, sync_run_ns)
+    ]
+
+
 def _median(values: Sequence[float | None]) -> float | None:
     v = np.array(values, dtype=np.float64)
     v = v[np.isfinite(v)]
@@ -172,6 +204,12 @@ def sync_lags(rows: Sequence[RankSeries]) -> list[float | None]:
         float(np.median(lag[rank_of == i])) if (rank_of == i).any() else None
         for i in range(len(rows))
     ]
+
+
+def _wait_source(pa: ProcessAnalysis) -> str | None:
+    """How the rank's waits were found (:attr:`RankSeries.wait_source`)."""
+    sources = {r.sync_wait_source for r in pa.steps if r.sync_wait_source}
+    return WAIT_BY_SEQ if WAIT_BY_SEQ in sources else next(iter(sources), None)
 
 
 def judged_series(pa: ProcessAnalysis) -> dict[str, Series]:
@@ -240,6 +278,7 @@ def rank_series(inputs: Sequence[RankInput], judge: Judge | Sequence[Judge]) -> 
                 sync_gap_s=gaps,
                 gap=judge_one(gap_series) if gap_series is not None else None,
                 world=inp.world,
+                wait_source=_wait_source(pa),
             )
         )
     # Lags behind the earliest rank of the same world: another world's sync is another job.

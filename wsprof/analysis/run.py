@@ -15,6 +15,8 @@ from wsprof.analysis.growth import classify, hold_newest
 from wsprof.analysis.hang import hangs_of
 from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import (
+    WAIT_BY_SEQ,
+    WAIT_BY_TIMING,
     Analysis,
     AnalysisKind,
     GrowthVerdict,
@@ -40,7 +42,7 @@ from wsprof.analysis.process import (
     join_samples,
     primary_key,
 )
-from wsprof.analysis.ranks import RankInput, peer_waits, rank_series
+from wsprof.analysis.ranks import RankInput, peer_waits, rank_series, seq_waits
 from wsprof.analysis.steps import assign_calls
 from wsprof.analysis.workload import ENGINE_CALLS
 from wsprof.analysis.worlds import ROLE_ORDER, find_worlds
@@ -440,9 +442,18 @@ def _with_peer_waits(
             ]
             for i, c in members
         ]
-        for (i, _), waits in zip(members, peer_waits(steps, spans)):
+        keys = [[r.sync_key for r in analyses[i].steps] for i, _ in members]
+        by_seq = seq_waits(keys, spans)
+        for (i, _), timed, joined in zip(members, peer_waits(steps, spans), by_seq):
             pa = analyses[i]
-            rows = tuple(replace(r, sync_wait_s=w) for r, w in zip(pa.steps, waits))
+            rows = tuple(
+                replace(r, sync_wait_s=j, sync_wait_source=WAIT_BY_SEQ)
+                if j is not None
+                else replace(
+                    r, sync_wait_s=w, sync_wait_source=None if w is None else WAIT_BY_TIMING
+                )
+                for r, w, j in zip(pa.steps, timed, joined)
+            )
             out[i] = replace(pa, steps=rows)
     return out
 

@@ -351,9 +351,10 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int | No
                 f"{s.between_layers_s:10.3f}"
             )
         if any(s.sync_wait_s for s in pa.steps):
+            sources = sorted({s.sync_wait_source for s in pa.steps if s.sync_wait_source})
             lines.append(
                 "sync s: the rank's own weight-sync time; wait s: waiting for slower "
-                "ranks to join it"
+                f"ranks to join it (from {' and '.join(sources) or 'timing'})"
             )
     if len(analysis.ranks) >= 2:
         lines += _ranks_lines(analysis)

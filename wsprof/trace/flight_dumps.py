@@ -144,6 +144,10 @@ def dump_trace(dump: FlightDump) -> ProcessTrace:
             )
         )
     calls = CallTable.from_rows(rows)
+    calls.seq = np.array(
+        [-1 if e.is_p2p or e.collective_seq <= 0 else e.collective_seq for e in entries],
+        dtype=np.int64,
+    )
     if any(e.duration_ms is not None for e in entries):  # NCCL's timing: device time
         calls.device_ns = np.array(
             [-1 if e.duration_ms is None else int(e.duration_ms * 1e6) for e in entries],

@@ -150,6 +150,10 @@ class CallTable:
     t_done_ns: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     #: Device (CUDA) duration of the collective, ns; -1 unknown (no CUDA, or not enabled).
     device_ns: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: The collective's number in its group, the same on every rank (c10d's
+    #: ``collective_seq_id``): known for calls read from Flight Recorder dumps
+    #: (:mod:`wsprof.trace.flight_dumps`); -1 unknown (not stored in a trace).
+    seq: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __post_init__(self) -> None:
         n = len(self)
@@ -157,6 +161,8 @@ class CallTable:
             self.t_done_ns = np.where(self.is_async, -1, self.t_end_ns).astype(np.int64)
         if self.device_ns.shape[0] != n:
             self.device_ns = np.full(n, -1, dtype=np.int64)
+        if self.seq.shape[0] != n:
+            self.seq = np.full(n, -1, dtype=np.int64)
 
     def __len__(self) -> int:
         return int(self.t_start_ns.shape[0])
@@ -174,7 +180,7 @@ class CallTable:
 
     def take(self, index: npt.NDArray[Any]) -> CallTable:
         """A new table with the rows selected by ``index`` (mask or indices)."""
-        names = (*CALL_COLUMNS, "t_done_ns", "device_ns")
+        names = (*CALL_COLUMNS, "t_done_ns", "device_ns", "seq")
         return CallTable(**{name: getattr(self, name)[index] for name in names})
 
     @classmethod

@@ -37,6 +37,9 @@ class OutlierEvidence(Evidence):
             and then always in the JSON (``null`` when none was found).
         more_outlier_ranks: the outlier ranks past the listed ones (the last listed only).
         outlier_ranks: every outlier rank of its world.
+        wait_source: how its waits for peers, taken out of its weight sync before the ranks
+            were compared, were found (``c10d sequence numbers`` or ``timing``; absent when
+            none was).
     """
 
     label: str
@@ -70,6 +73,7 @@ class OutlierEvidence(Evidence):
     wrapper: str | None = None
     more_outlier_ranks: list[str | None] | None = optional()
     outlier_ranks: int = field(metadata=unit("count"))
+    wait_source: str | None = optional()
 
     def as_dict(self) -> dict[str, Any]:
         out = super().as_dict()

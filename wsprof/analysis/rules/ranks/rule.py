@@ -296,6 +296,7 @@ class OutlierRank(Rule):
                 "per-call path, then measure again"
             )
         ev = OutlierEvidence(
+            wait_source=r.wait_source,
             label=r.label,
             rank=r.rank,
             host=r.host,
