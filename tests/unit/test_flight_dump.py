@@ -286,6 +286,15 @@ def test_analyze_names_the_rank_that_never_arrived(tmp_path: Path, as_json: bool
     assert ev["behind"] == ["rank 2: last issued all_reduce #9 (completed)"]
     assert ev["source"].startswith("c10d sequence numbers")
     assert f.where == "rank 2 (last issued all_reduce #9 (completed))"
+    # c10d's own record is the audit: every collective it kept, none unseen
+    cov = analysis.coverage
+    assert cov is not None and cov.status == "complete"
+    assert [(g.rank, g.issued, g.flight) for g in cov.groups] == [
+        (0, 10, 10),
+        (1, 10, 10),
+        (2, 9, 9),
+    ]
+    assert not [f for f in analysis.findings if f.kind == "self_overhead"]  # nothing of wsprof's
 
 
 def test_hang_with_a_rank_without_dump_and_none_when_all_finished(tmp_path: Path) -> None:

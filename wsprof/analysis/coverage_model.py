@@ -117,7 +117,8 @@ class GroupCoverage:
             if self.flight_lost:
                 out += (
                     f"; {self.flight_lost} entries of c10d's Flight Recorder were overwritten "
-                    "before wsprof read them (raise TORCH_FR_BUFFER_SIZE)"
+                    "before wsprof read them (raise TORCH_FR_BUFFER_SIZE, or the probe budget "
+                    "WSPROF_PROBE_BUDGET_PCT so that it reads more often)"
                 )
             u = self.likely
             if u is None:

@@ -13,6 +13,8 @@ move tensors (:mod:`wsprof.analysis.phases`). Pure data.
 
 from __future__ import annotations
 
+import functools
+
 #: ``torch.distributed`` module functions -> canonical op.
 API_OPS: dict[str, str] = {
     "broadcast": "broadcast",
@@ -276,6 +278,7 @@ FLIGHT_OPS: dict[str, str] = {
 }
 
 
+@functools.lru_cache(maxsize=1024)
 def flight_op(profiling_name: str) -> str:
     """The canonical op of a Flight Recorder entry's ``profiling_name`` (``nccl:all_reduce``,
     ``nccl:send 0->1``); the name's op part itself when no table knows it."""

@@ -286,6 +286,8 @@ def parse(obj: Any, path: str = "", rank: int | None = None, after_id: int = -1)
 
 
 def _int(v: Any) -> int | None:
+    if type(v) is int:  # the common case first: a read parses thousands of these
+        return v if -(2**63) <= v < 2**63 else None
     if isinstance(v, bool):
         return None
     if isinstance(v, int):

@@ -25,7 +25,13 @@ import numpy as np
 from wsprof.contracts.ops import FLIGHT_LAYER
 from wsprof.errors import InputError
 from wsprof.trace.flight import FlightDump, FlightEntry, looks_like_dump, read_dump
-from wsprof.trace.model import TRACE_SUFFIX, CallTable, ProcessTrace
+from wsprof.trace.model import (
+    TRACE_SUFFIX,
+    CallTable,
+    IssuedReading,
+    ProcessTrace,
+    RecordedIssued,
+)
 
 #: ``meta['source']`` of a trace made from a dump.
 SOURCE = "flight_recorder"
@@ -153,8 +159,9 @@ def dump_trace(dump: FlightDump) -> ProcessTrace:
             [-1 if e.duration_ms is None else int(e.duration_ms * 1e6) for e in entries],
             dtype=np.int64,
         )
+    backend = next((e.backend for e in entries if e.backend), None)
+    issued, recorded = _audit(dump, entries, backend)
     world = dump.ranks.get("0") or ()
-    backend = next((e.backend for e in dump.entries if e.backend), None)
     meta: dict[str, Any] = {
         "source": SOURCE,
         "anchor": {"monotonic_ns": 0, "unix_ns": 0},
@@ -167,7 +174,39 @@ def dump_trace(dump: FlightDump) -> ProcessTrace:
         meta["world_size"] = len(world)
     if backend:
         meta["backend"] = backend
-    return ProcessTrace(dump.path, meta, calls, {}, [], {}, [])
+    return ProcessTrace(
+        dump.path, meta, calls, {}, [], {}, [], issued=issued, recorded_issued=recorded
+    )
+
+
+def _audit(
+    dump: FlightDump, entries: list[FlightEntry], backend: str | None
+) -> tuple[list[IssuedReading], list[RecordedIssued]]:
+    """The coverage audit's two sides for a dump: per group, c10d's count before the first
+    collective the ring kept and its last enqueued (``pg_status``, else the newest kept), and
+    the collectives kept, per op. A collective missing inside that span (never expected: the
+    ring drops the oldest) would show as not recorded."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    by_op: dict[tuple[str, str], int] = {}
+    pg_of: dict[str, int] = {}
+    for e in entries:
+        if e.is_p2p or e.collective_seq <= 0:
+            continue
+        first[e.group] = min(first.get(e.group, e.collective_seq), e.collective_seq)
+        last[e.group] = max(last.get(e.group, e.collective_seq), e.collective_seq)
+        by_op[(e.group, e.op)] = by_op.get((e.group, e.op), 0) + 1
+        pg_of[e.group] = e.pg_id
+    issued = []
+    for g, lo in first.items():
+        status = dump.status.get(pg_of[g])
+        hi = max(last[g], status.last_enqueued if status is not None else -1)
+        issued += [
+            IssuedReading(0, -1, g, backend, lo - 1, "patch"),
+            IssuedReading(1, -1, g, backend, hi, "close"),
+        ]
+    recorded = [RecordedIssued(-1, g, op, FLIGHT_LAYER, n, n) for (g, op), n in by_op.items()]
+    return issued, recorded
 
 
 def read_dump_trace(path: str) -> ProcessTrace:

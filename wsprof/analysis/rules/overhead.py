@@ -57,8 +57,8 @@ class SelfOverhead(Rule):
             if own.probes is not None and own.probes.share > 0:
                 probe_s += own.probes.spent_s
                 wall_s += own.probes.wall_s
-        if not facts.processes:
-            return []
+        if not any(pa.self_overhead.recorded for pa in facts.processes):
+            return []  # nothing wsprof recorded itself (Flight Recorder dumps, old traces)
         bad = dropped or internal or write or lost
         title = f"wsprof wrote its traces in {flush_s:.2f} s of background time"
         if hook_ns:
