@@ -136,7 +136,9 @@ def test_dumps_at_a_hang_name_the_rank_that_never_arrived(tmp_path: Path) -> Non
         ev = hang["evidence"]
         assert (ev["waiting_ranks"], ev["missing_ranks"]) == ([0, 1], [2])
         assert (ev["op"], ev["collective_seq"]) == ("all_reduce", 10)
-        assert ev["behind"] == ["rank 2: last issued all_reduce #9 (completed)"]
+        # rank 2 dumped right after #9: gloo may not have retired it yet
+        [behind] = ev["behind"]
+        assert behind.startswith("rank 2: last issued all_reduce #9 ("), behind
         assert 1.0 <= ev["waited_s"] < 30
         assert hang["title"].startswith("rank 2 never arrived at all_reduce #10 of group 0")
     text = subprocess.run(

@@ -8,6 +8,7 @@ from wsprof.analysis.evidence import Evidence, unit
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import Finding, Severity
 from wsprof.analysis.rules.base import Rule
+from wsprof.contracts.overhead import SelfOverhead as OwnOverhead
 from wsprof.contracts.units import fmt_duration
 
 
@@ -57,8 +58,8 @@ class SelfOverhead(Rule):
             if own.probes is not None and own.probes.share > 0:
                 probe_s += own.probes.spent_s
                 wall_s += own.probes.wall_s
-        if not any(pa.self_overhead.recorded for pa in facts.processes):
-            return []  # nothing wsprof recorded itself (Flight Recorder dumps, old traces)
+        if all(pa.self_overhead == OwnOverhead() for pa in facts.processes):
+            return []  # nothing of wsprof's own (Flight Recorder dumps)
         bad = dropped or internal or write or lost
         title = f"wsprof wrote its traces in {flush_s:.2f} s of background time"
         if hook_ns:
