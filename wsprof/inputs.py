@@ -71,6 +71,7 @@ class LoadedRun:
         self._errors.clear()
         n_read = 0
         read = self.read or read_trace
+        ranks: dict[int, str] = {}
         for p in self.trace_paths:
             try:
                 t = read(p)
@@ -78,6 +79,16 @@ class LoadedRun:
                 self._errors.append(e)
                 self.problems.append(f"skipped {e}")
                 continue
+            if self.read is not None and t.rank is not None:
+                # Dumps: one per rank. A second one of a rank (a re-run's, a JSON beside the
+                # pickle) would mix two moments of the job.
+                if t.rank in ranks:
+                    self.problems.append(
+                        f"skipped {p}: a second dump of rank {t.rank} (read {ranks[t.rank]}); "
+                        "keep one dump per rank in the folder"
+                    )
+                    continue
+                ranks[t.rank] = p
             n_read += 1
             yield t
         if not n_read:

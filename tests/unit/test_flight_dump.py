@@ -206,21 +206,84 @@ def test_malformed_entries_are_skipped_and_counted() -> None:
 
 
 def test_shared_references_do_not_multiply_work() -> None:
-    """A pickle may reference one list many times (memo): the read stays bounded by the
-    bounds on entries and tensors, not by the expanded size."""
-    shape = [1] * 16
-    big = [shape] * 4096
-    d = flight.loads(
-        pickle.dumps(
-            dump(
-                [
-                    entry(i, i + 1, input_sizes=big, input_dtypes=["Float"] * 4096)
-                    for i in range(200)
-                ]
-            )
-        )  # fmt: skip
+    """A pickle may give every entry the same list of 4,096 shapes (its memo): each list is
+    read once, so 20,000 such entries (1.3 billion dimensions if walked each time) parse in
+    the time of 20,000 small ones."""
+    big, dtypes = [[1] * 16] * 4096, ["Float"] * 4096
+    rows = [entry(i, i + 1, input_sizes=big, input_dtypes=dtypes) for i in range(20_000)]
+    d = flight.loads(pickle.dumps(dump(rows)))
+    assert len(d.entries) == 20_000 and {e.bytes for e in d.entries} == {4096 * 4}
+
+
+def test_a_pickle_that_would_fill_memory_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Empty sets cost a byte each in a pickle and about 200 bytes each in memory: decoding is
+    bounded (here to 64 MiB beyond what the process maps) and fails in one line."""
+    monkeypatch.setattr(flight, "MIN_DECODE_BYTES", 64 << 20)
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(b"\x80\x04](" + b"\x8f" * 2_000_000 + b"e.")
+    with pytest.raises(InputError) as err:
+        flight.read_dump(str(path))
+    assert "memory" in str(err.value) and "\n" not in str(err.value)
+    # the limit is put back: the process allocates freely again
+    assert len(bytearray(256 << 20)) == 256 << 20
+
+
+def test_cut_pickle_is_unreadable_not_refused_as_code() -> None:
+    with pytest.raises(InputError) as err:
+        flight.loads(pickle.dumps(dump([entry(0, 1)]))[:-30], "d")
+    assert "not a readable pickle" in str(err.value) and "run code" not in str(err.value)
+
+
+def test_absurd_times_and_durations_are_unknown() -> None:
+    entries = [
+        entry(0, 1, duration_ms=1e300),
+        entry(1, 2, time_created_ns=2**62 + 5),  # past what int64 sums hold: not read
+        entry(2, 3, time_discovered_completed_ns=2**63 - 1),
+    ]
+    d = flight.loads(pickle.dumps(dump(entries)))
+    assert [e.record_id for e in d.entries] == [0, 2] and d.skipped == 1
+    assert d.entries[0].duration_ms is None and d.entries[1].completed_wall_ns is None
+    assert len(dump_trace(d).calls) == 2
+
+
+def test_a_rank_that_issued_nothing_never_arrived(tmp_path: Path) -> None:
+    """torch's JSON of a rank with no entry leaves 'entries' out; its pickle has an empty
+    list: either is that rank's evidence, not a missing dump."""
+    hung_job(tmp_path)
+    for r in (0, 1):  # ranks 0 and 1 wait in #1; rank 2 issued nothing
+        (tmp_path / f"nccl_trace_rank_{r}").write_bytes(
+            pickle.dumps(dump([entry(0, 1, retired=False)]))
+        )
+    bare = dump([])
+    del bare["entries"]
+    (tmp_path / "nccl_trace_rank_2").write_bytes(b"\xef\xbb\xbf" + json.dumps(bare).encode())
+    [h] = hangs_of([t.meta for t in load(str(tmp_path)).traces()])  # type: ignore[union-attr]
+    assert (h.waiting, h.missing, h.no_dump) == ((0, 1), (2,), ())
+    assert h.behind[0].seq == -1
+
+
+def test_a_second_dump_of_a_rank_and_a_dump_without_rank_are_said(tmp_path: Path) -> None:
+    hung_job(tmp_path)
+    (tmp_path / "nccl_trace_rank_1.json").write_bytes(
+        json.dumps(dump([entry(0, 1), entry(1, 2)])).encode()
     )
-    assert len(d.entries) == 200 and d.entries[0].bytes == 4096 * 4
+    (tmp_path / "dumpA").write_bytes(pickle.dumps(dump([entry(0, 1)])))
+    analysis = analyze_path(str(tmp_path))
+    assert any("a second dump of rank 1" in n for n in analysis.notes), analysis.notes
+    assert any("dumpA: no rank in its file name" in n for n in analysis.notes)
+    [f] = [f for f in analysis.findings if f.kind == "collective_hang"]
+    assert f.evidence.as_dict()["missing_ranks"] == [2]  # the first dump of rank 1 was kept
+
+
+def test_a_link_named_as_a_dump_is_refused_and_said(tmp_path: Path) -> None:
+    hung_job(tmp_path / "fr")
+    target = tmp_path / "elsewhere"
+    (tmp_path / "fr" / "nccl_trace_rank_2").rename(target)
+    (tmp_path / "fr" / "nccl_trace_rank_2").symlink_to(target)
+    analysis = analyze_path(str(tmp_path / "fr"))
+    assert any("nccl_trace_rank_2" in n and "link" in n for n in analysis.notes), analysis.notes
 
 
 def test_only_entries_after_a_record_id_are_parsed() -> None:

@@ -599,6 +599,12 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
         headline=head,
         hangs=hangs_of([d.trace.meta for d in procs]),
     )
+    notes += [
+        f"{d.trace.path}: no rank in its file name (torch names a dump <prefix><rank>): left "
+        "out of the hang analysis"
+        for d in procs
+        if "flight_dump" in d.trace.meta and d.trace.rank is None
+    ]
     sampled = any(pa.n_samples for pa in analyses)
     if analyses and not sampled and not any(d.n_calls or d.trace.spans for d in procs):
         notes.append(

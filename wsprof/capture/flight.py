@@ -67,7 +67,9 @@ def _dump_bytes() -> bytes | None:
     if dump is None:
         return None
     out = dump(includeCollectives=True, includeStackTraces=False, onlyActive=False)
-    return out if isinstance(out, bytes) else None
+    if not isinstance(out, bytes):
+        raise TypeError(f"_dump_fr_trace returned {type(out).__name__}, not bytes")
+    return out
 
 
 def _wall_offset_ns() -> int:

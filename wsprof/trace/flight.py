@@ -26,6 +26,7 @@ and ``torch/distributed/flight_recorder/components/types.py`` (version ``2.x``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -34,6 +35,7 @@ import os
 import pickle
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,14 +178,55 @@ class FlightDump:
     written_wall_ns: int | None = None
 
 
+class _Refused(pickle.UnpicklingError):
+    """A pickle asked for something a plain-data dump never holds (a class, a function, a
+    persistent id)."""
+
+
 class _PlainUnpickler(pickle.Unpickler):
     """An unpickler that builds plain data only: any class or function lookup is refused."""
 
     def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"names {quote(f'{module}.{name}')}")
+        raise _Refused(f"names {quote(f'{module}.{name}')}")
 
     def persistent_load(self, pid: Any) -> Any:
-        raise pickle.UnpicklingError("uses a persistent id")
+        raise _Refused("uses a persistent id")
+
+
+#: Memory a file's decoding may take beyond what the process holds, per byte of the file (a real
+#: pickle dump takes about 13 times its size as Python objects; a crafted one of empty
+#: containers 100-250 times), and at least :data:`MIN_DECODE_BYTES`, at most
+#: :data:`MAX_DECODE_BYTES`.
+DECODE_BYTES_PER_FILE_BYTE = 24
+MIN_DECODE_BYTES = 1 << 30
+MAX_DECODE_BYTES = 8 << 30
+
+
+@contextlib.contextmanager
+def _memory_bound(n_bytes: int) -> Iterator[None]:
+    """While decoding a file: the process's address space limited to what it maps now plus
+    ``n_bytes`` (``RLIMIT_AS``), so that a crafted file fails with MemoryError instead of
+    taking the machine; the previous limit is put back. Where the limit cannot be read or set,
+    nothing is limited."""
+    try:
+        import resource
+
+        with open("/proc/self/statm") as f:
+            mapped = int(f.read().split()[0]) * resource.getpagesize()
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        want = mapped + n_bytes
+        if hard != resource.RLIM_INFINITY:
+            want = min(want, hard)
+        if soft != resource.RLIM_INFINITY and soft <= want:
+            raise OSError("already limited")
+        resource.setrlimit(resource.RLIMIT_AS, (want, hard))
+    except (OSError, ValueError, ImportError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def loads(data: bytes, path: str = "", rank: int | None = None, after_id: int = -1) -> FlightDump:
@@ -201,27 +244,46 @@ def loads(data: bytes, path: str = "", rank: int | None = None, after_id: int = 
             dump (one line: what, and what to give instead).
     """
     where = path or "Flight Recorder dump"
-    stripped = data.lstrip()[:1]
-    if stripped in (b"{", b"["):
+    if data.startswith(_BOM):
+        data = data[len(_BOM) :]
+    try:
+        with _memory_bound(_decode_budget(len(data))) if path else contextlib.nullcontext():
+            obj = _decode(data, where)
+    except MemoryError as e:
+        raise InputError(
+            f"{where}: decoding it would take over {_decode_budget(len(data)) >> 20} MiB of "
+            f"memory for {len(data)} bytes, which no Flight Recorder dump does; not read"
+        ) from e
+    return parse(obj, path, rank, after_id)
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _decode_budget(n: int) -> int:
+    return max(MIN_DECODE_BYTES, min(MAX_DECODE_BYTES, DECODE_BYTES_PER_FILE_BYTE * n))
+
+
+def _decode(data: bytes, where: str) -> Any:
+    """JSON or plain-data pickle -> Python objects (MemoryError passes through)."""
+    if data.lstrip()[:1] in (b"{", b"["):
         try:
-            obj = json.loads(data)
+            return json.loads(data)
         except (ValueError, RecursionError) as e:
             raise InputError(f"{where}: not valid JSON ({e}); give the dump torch wrote") from e
-    else:
-        try:
-            obj = _PlainUnpickler(io.BytesIO(data)).load()
-        except pickle.UnpicklingError as e:
-            raise InputError(
-                f"{where}: refused: the pickle {e}, which a Flight Recorder dump never does "
-                "(reading it would run code); nothing in it was run. Give the dump torch wrote"
-            ) from e
-        except (EOFError, ValueError, TypeError, IndexError, KeyError, RecursionError,
-                MemoryError, AttributeError, OverflowError) as e:  # fmt: skip
-            raise InputError(
-                f"{where}: not a readable pickle ({type(e).__name__}); give the dump torch "
-                "wrote (TORCH_FR_DUMP_TEMP_FILE) or its JSON form"
-            ) from e
-    return parse(obj, path, rank, after_id)
+    try:
+        return _PlainUnpickler(io.BytesIO(data)).load()
+    except _Refused as e:
+        raise InputError(
+            f"{where}: refused: the pickle {e}, which a Flight Recorder dump never does "
+            "(reading it would run code); nothing in it was run. Give the dump torch wrote"
+        ) from e
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError,
+            RecursionError, AttributeError, OverflowError) as e:  # fmt: skip
+        raise InputError(
+            f"{where}: not a readable pickle ({type(e).__name__}: {quote(str(e))}); give the "
+            "dump torch wrote (TORCH_FR_DUMP_TEMP_FILE) or its JSON form"
+        ) from e
 
 
 def parse(obj: Any, path: str = "", rank: int | None = None, after_id: int = -1) -> FlightDump:
@@ -232,7 +294,10 @@ def parse(obj: Any, path: str = "", rank: int | None = None, after_id: int = -1)
             Flight Recorder dump).
     """
     where = path or "Flight Recorder dump"
-    if not isinstance(obj, dict) or not isinstance(obj.get("entries"), list):
+    # torch's JSON leaves out an empty 'entries' (a rank that issued nothing yet): a dump with
+    # its version and 'pg_config' is still one, with no entries.
+    raw = obj.get("entries", [] if "pg_config" in obj else None) if isinstance(obj, dict) else None
+    if not isinstance(raw, list):
         raise InputError(
             f"{where}: not a Flight Recorder dump (no 'entries' list); give the files torch "
             "writes with TORCH_FR_DUMP_TEMP_FILE, one per rank"
@@ -240,15 +305,15 @@ def parse(obj: Any, path: str = "", rank: int | None = None, after_id: int = -1)
     version = obj.get("version")
     if not isinstance(version, str) or not version[:1].isdigit():
         raise InputError(f"{where}: not a Flight Recorder dump (version {quote(version)})")
-    raw = obj["entries"]
     skipped = max(len(raw) - MAX_ENTRIES, 0)
     entries: list[FlightEntry] = []
+    payloads = _Payloads()
     for e in raw[:MAX_ENTRIES]:
         if after_id >= 0 and isinstance(e, dict):
             rid = e.get("record_id")
             if isinstance(rid, int) and rid <= after_id:
                 continue
-        entry = _entry(e)
+        entry = _entry(e, payloads)
         if entry is None:
             skipped += 1
         else:
@@ -300,17 +365,46 @@ def _int(v: Any) -> int | None:
     return None
 
 
+#: The latest wall-clock time read, ns (year 2116): room for adding durations in int64.
+MAX_TIME_NS = 1 << 62
+#: The longest device duration read, ms (a day).
+MAX_DURATION_MS = 86_400_000.0
+
+
 def _time(v: Any) -> int | None:
     """A wall-clock ns field: None, 0 (JSON's "unknown") and junk are unknown."""
     n = _int(v)
-    return n if n is not None and n > 0 else None
+    return n if n is not None and 0 < n < MAX_TIME_NS else None
 
 
 def _text(v: Any, limit: int = 200) -> str | None:
     return v[:limit] if isinstance(v, str) else None
 
 
-def _payload(sizes: Any, dtypes: Any) -> tuple[int, str | None]:
+#: Tensor dimensions one dump's parse may walk in all (a real dump walks a few per entry); past
+#: it, payloads are unknown (-1). A pickle may reference one huge shape list from every entry.
+MAX_DIMS_WALKED = 20_000_000
+
+
+class _Payloads:
+    """One parse's payloads: each shape list read once (a pickle's memo may give every
+    entry the same list), within :data:`MAX_DIMS_WALKED`."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[int, int], tuple[int, str | None]] = {}
+        self.walked = 0
+
+    def __call__(self, sizes: Any, dtypes: Any) -> tuple[int, str | None]:
+        key = (id(sizes), id(dtypes))
+        got = self.seen.get(key)
+        if got is None:
+            if self.walked > MAX_DIMS_WALKED:
+                return -1, None
+            got = self.seen[key] = _payload(sizes, dtypes, self)
+        return got
+
+
+def _payload(sizes: Any, dtypes: Any, budget: _Payloads) -> tuple[int, str | None]:
     """Bytes of the inputs (-1 when a size or dtype is unknown) and the first dtype."""
     if not isinstance(sizes, list) or not isinstance(dtypes, list):
         return -1, None
@@ -323,6 +417,7 @@ def _payload(sizes: Any, dtypes: Any) -> tuple[int, str | None]:
         item = C10_DTYPES.get(dt) if isinstance(dt, str) else None
         if item is None or not isinstance(shape, list) or len(shape) > MAX_DIMS:
             return -1, dtype
+        budget.walked += len(shape) + 1
         n = 1
         for d in shape:
             if not isinstance(d, int) or isinstance(d, bool) or d < 0 or d >= 2**40:
@@ -334,7 +429,7 @@ def _payload(sizes: Any, dtypes: Any) -> tuple[int, str | None]:
     return total, dtype
 
 
-def _entry(e: Any) -> FlightEntry | None:
+def _entry(e: Any, payloads: _Payloads) -> FlightEntry | None:
     """One entry, or None when a required field is missing or of the wrong type."""
     if not isinstance(e, dict):
         return None
@@ -352,13 +447,13 @@ def _entry(e: Any) -> FlightEntry | None:
         or not isinstance(pg[0], str)
     ):
         return None
-    nbytes, dtype = _payload(e.get("input_sizes"), e.get("input_dtypes"))
+    nbytes, dtype = payloads(e.get("input_sizes"), e.get("input_dtypes"))
     duration = e.get("duration_ms")
     if (
         isinstance(duration, bool)
         or not isinstance(duration, (int, float))
         or not math.isfinite(duration)
-        or duration < 0
+        or not 0 <= duration <= MAX_DURATION_MS
     ):
         duration = None
     thread = _int(e.get("thread_id"))
@@ -449,6 +544,8 @@ def looks_like_dump(path: str) -> bool:
         os.close(fd)
     if head[:1] == b"\x80" and len(head) > 2 and head[1] in range(2, 6):
         return True
+    if head.startswith(_BOM):
+        head = head[len(_BOM) :]
     return head.lstrip()[:1] == b"{" and any(
         k in head for k in (b'"entries"', b'"comm_lib_version"', b'"pg_config"')
     )

@@ -23,8 +23,13 @@ from typing import Any
 import numpy as np
 
 from wsprof.contracts.ops import FLIGHT_LAYER
-from wsprof.errors import InputError
-from wsprof.trace.flight import FlightDump, FlightEntry, looks_like_dump, read_dump
+from wsprof.trace.flight import (
+    FlightDump,
+    FlightEntry,
+    looks_like_dump,
+    rank_from_name,
+    read_dump,
+)
 from wsprof.trace.model import (
     TRACE_SUFFIX,
     CallTable,
@@ -43,8 +48,9 @@ def find_dumps(path: str) -> list[str] | None:
     """The dump files at ``path`` (the file itself, or every file of a folder that starts
     like a dump), in name order; None when ``path`` holds a wsprof trace or no dump (then it
     is not a folder of dumps)."""
-    if os.path.isfile(path):
-        return [path] if looks_like_dump(path) else None
+    if os.path.islink(path) or os.path.isfile(path):
+        # a link is listed when it leads to a dump, so that reading it refuses it in one line
+        return [path] if looks_like_dump(os.path.realpath(path)) else None
     if not os.path.isdir(path):
         return None
     try:
@@ -58,7 +64,19 @@ def find_dumps(path: str) -> list[str] | None:
         for n in names
         if not n.startswith(".") and looks_like_dump(os.path.join(path, n))
     ]
-    return found or None
+    if not found:
+        return None
+    # Files named as torch names dumps that are links or not regular files are listed too:
+    # reading them refuses each in one line (a rank left out is then said, never silent).
+    named = [
+        os.path.join(path, n)
+        for n in names
+        if rank_from_name(n) is not None
+        and os.path.join(path, n) not in found
+        and not os.path.isdir(os.path.join(path, n))
+        and (os.path.islink(os.path.join(path, n)) or not os.path.isfile(os.path.join(path, n)))
+    ]
+    return sorted(found + named)
 
 
 def _is_done(e: FlightEntry) -> bool:
@@ -212,10 +230,10 @@ def _audit(
 def read_dump_trace(path: str) -> ProcessTrace:
     """:func:`dump_trace` of the dump file at ``path``.
 
+    A dump with no entries is read (a rank that issued nothing: the evidence that it never
+    arrived).
+
     Raises:
         InputError: the file cannot be read as a plain Flight Recorder dump (one line).
     """
-    dump = read_dump(path)
-    if not dump.entries:
-        raise InputError(f"{path}: a Flight Recorder dump with no entries; nothing to analyse")
-    return dump_trace(dump)
+    return dump_trace(read_dump(path))
