@@ -183,20 +183,26 @@ class FlightReader:
         as of the last drain, or entries wait to be decided and a drain came since."""
         return bool(self._pending) or self._issued_at_flush > self._recorded
 
-    def read(self, final: bool = False) -> list[tuple[str, float]]:
-        """One read when it pays (always when ``final``: at close, after the last drain
-        every waiting entry is decided). Returns no counter readings (its accounting is the
-        trace's ``meta['flight']``, :meth:`stats`); raises what the dump raises (the probe
-        counts it)."""
-        if self.unavailable is not None or not (final or self.due()):
+    def read(self, final: bool = False, force: bool = False) -> list[tuple[str, float]]:
+        """One read when it pays, or ``force``d (always when ``final``: at close, after the
+        last drain, every waiting entry is decided). Returns no counter readings (its
+        accounting is the trace's ``meta['flight']``, :meth:`stats`); raises what the dump
+        raises (the probe counts it)."""
+        if self.unavailable is not None or not (final or force or self.due()):
             return []
         data = self._dump()
         if data is None:
+            c10d = sys.modules.get("torch._C._distributed_c10d")
+            if c10d is not None and not hasattr(c10d, "_dump_fr_trace"):
+                self.unavailable = "this torch has no Flight Recorder (_dump_fr_trace)"
             return []
-        dump = loads(data, after_id=self.last_id)
+        # Waiting entries are parsed again: whether they retired since is what decides them.
+        oldest = self._pending[0].entry.record_id - 1 if self._pending else self.last_id
+        dump = loads(data, after_id=min(oldest, self.last_id))
         offset = _wall_offset_ns()
         with self._lock:
             self.reads += 1
+            self._refresh(dump.entries)
             new = [e for e in dump.entries if e.record_id > self.last_id]
             new.sort(key=lambda e: e.record_id)
             if new:
@@ -213,6 +219,19 @@ class FlightReader:
                 self._pending.append(_Waiting(e, e.created_wall_ns - offset, -1))
             self._decide(final, offset)
         return []
+
+    def _refresh(self, entries: tuple[FlightEntry, ...]) -> None:
+        """Mark waiting entries that retired since they were read (or that the ring dropped:
+        long done) as retired at this drain."""
+        if not self._pending:
+            return
+        now = {e.record_id: e for e in entries if e.record_id <= self.last_id}
+        for w in self._pending:
+            if w.retired_at_flush >= 0:
+                continue
+            e = now.get(w.entry.record_id)
+            if e is None or e.retired or e.state == "completed":
+                w.retired_at_flush = self._flushes
 
     def _decide(self, final: bool, offset: int) -> None:
         keep: deque[_Waiting] = deque()
