@@ -36,6 +36,7 @@ from wsprof.analysis.steps import (
 )
 from wsprof.analysis.updates import evidence_line, steps_from_updates, updates
 from wsprof.contracts.counters import NVML_UTIL_PCT, counter_unit, is_nvml_gpu, share_counter
+from wsprof.contracts.ops import FLIGHT_LAYER
 from wsprof.contracts.overhead import SelfOverhead
 from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow, Site, Span
 
@@ -559,7 +560,34 @@ def unmarked_steps(
         ``(steps, source, how the weight sync was told or None, phrases on steps left out)``;
         source is ``updates``, ``rhythm``, ``bursts`` or ``none``.
     """
-    calls = trace.calls
+    rows, source, evidence, left_out = _unmarked_steps(trace, _rhythm_calls(trace.calls))
+    if len(trace.calls) != len(_rhythm_calls(trace.calls)) and source in (
+        StepSource.RHYTHM,
+        StepSource.BURSTS,
+    ):
+        # cut from the hooked calls, counted over all of them
+        specs = [
+            (r.step, r.t_start_ns, r.t_end_ns, r.weight_sync_s, r.sync_gap_s, r.sync_start_ns)
+            for r in rows
+        ]
+        rows = step_rows(trace.calls, specs)
+    return rows, source, evidence, left_out
+
+
+def _rhythm_calls(calls: CallTable) -> CallTable:
+    """The calls steps are cut from: the hooked ones where there are any. Collectives taken
+    from c10d's Flight Recorder (layer ``c10d``: DDP's gradient all-reduces, one per bucket
+    and micro-batch) keep their own beat inside a step; a trace of nothing else (a dump) is
+    cut from them."""
+    if not len(calls):
+        return calls
+    hooked = calls.layer != FLIGHT_LAYER
+    return calls if hooked.all() or not hooked.any() else calls.take(hooked)
+
+
+def _unmarked_steps(
+    trace: ProcessTrace, calls: CallTable
+) -> tuple[list[StepRow], StepSource, str | None, list[str]]:
     up = updates(calls, trace.meta)
     if up is not None:
         rows = steps_from_updates(calls, up, first_record_ns(trace))

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 _now = time.monotonic_ns
 #: Clock skew allowed when an entry's creation time is matched to a recorded call, ns (the
 #: wall/monotonic pairing is exact to about a µs; a hooked call spans its entry by more).
-MATCH_SLACK_NS = 20_000
+MATCH_SLACK_NS = 5_000
 #: Recorded calls remembered per thread for matching (the oldest are forgotten).
 MAX_CALLS_PER_THREAD = 200_000
 #: Entries kept waiting at most; past it the oldest are decided unseen.
