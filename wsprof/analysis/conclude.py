@@ -23,7 +23,7 @@ from wsprof.analysis.model import (
 from wsprof.analysis.ranks import judged_series
 from wsprof.analysis.rules import run_rules
 from wsprof.analysis.verdict import with_verdict
-from wsprof.contracts.series import BETWEEN_LAYERS_S, SYNC_GAP_S
+from wsprof.contracts.series import BETWEEN_LAYERS_S, SYNC_GAP_S, op_of
 
 
 def conclude(
@@ -56,18 +56,22 @@ def conclude_on_cause_rank(
     """Findings and diagnoses of ``facts``; when the first diagnosis is a slowdown with no
     recorded cause on the primary (or only time outside collectives, growing
     :data:`CAUSE_RANK_RATIO` times slower than on another rank, or while another rank's
-    wrapper on the collective names grows and the primary has none), the same rules again
-    with the cause series (:data:`OWN_SERIES`, as the rank rows judged them:
-    ``facts.ranks``) and wrappers (``wrappers_of``: process label -> its wrapper facts) of the
-    rank of the primary's world whose own series grow. A leak on one trainer rank slows every
-    rank that meets it in a collective; the primary (trainer rank 0, whose sync the framework
-    logs) shows the symptom, that rank the cause (issue 28: found and named on that rank,
-    never on the ranks that wait for it). ``wsprof analyze`` and ``wsprof watch`` both
-    conclude here."""
+    wrapper on the collective names grows and the primary has none; or calls that get slower
+    in the backend while the primary's own series do not grow and another rank's do, or that
+    rank's wrapper grows where the primary has none), the same rules again with the cause
+    series (:data:`OWN_SERIES`, as the rank rows judged them: ``facts.ranks``) and wrappers
+    (``wrappers_of``: process label -> its wrapper facts) of the rank of the primary's world
+    whose own series grow, and without the primary's per-call latencies (they hold its waits
+    for that rank inside each collective). A leak on one trainer rank slows every rank that
+    meets it in a collective; the primary (trainer rank 0, whose sync the framework logs)
+    shows the symptom, that rank the cause (issue 28: found and named on that rank, never on
+    the ranks that wait for it). ``wsprof analyze`` and ``wsprof watch`` both conclude
+    here."""
     findings = run_rules(facts)
     diagnoses = diagnose(findings, facts)
     primary = facts.primary
-    if not diagnoses or diagnoses[0].cause not in ("unexplained", "gaps") or primary is None:
+    first = diagnoses[0].cause if diagnoses else None
+    if first not in ("unexplained", "gaps", "per_call") or primary is None:
         return findings, diagnoses
     processes = {p.label: p for p in facts.processes}
     rows = {r.label: r for r in facts.ranks}
@@ -95,19 +99,24 @@ def conclude_on_cause_rank(
         key = (wrapped(r.label) and between is not None and between.accumulating, slope(r))
         if key[1] > 0 and (best is None or key > best[0]):
             best = (key, r)
-    # A gap on the primary is its own cause unless another rank's grows far faster, or that
-    # rank's wrapper grows where the primary has none (the primary's gaps are then its waits
-    # for that rank between collectives).
-    if best is None or (
-        diagnoses[0].cause == "gaps"
-        and best[0][1] < CAUSE_RANK_RATIO * slope(mine_row)
-        and not (best[0][0] and not wrapped(primary.label))
-    ):
+    if best is None:
+        return findings, diagnoses
+    # That rank's wrapper grows where the primary has none: the primary waits for it.
+    waits = best[0][0] and not wrapped(primary.label)
+    # A gap on the primary is its own cause unless another rank's grows far faster, or it
+    # waits (its gaps are then its waits for that rank between collectives).
+    if first == "gaps" and best[0][1] < CAUSE_RANK_RATIO * slope(mine_row) and not waits:
+        return findings, diagnoses
+    # Calls slower in the backend are the backend's unless the primary's own time does not
+    # grow while that rank's does, or it waits: a rank that reaches each collective later
+    # every step makes its peers' calls longer by their wait in each (AReaL's job with a
+    # probe on trainer rank 1: rank 0's all-gathers wait for it).
+    if first == "per_call" and slope(mine_row) > 0 and not waits:
         return findings, diagnoses
     row = best[1]
     pa = processes[row.label]
     judged = judged_series(pa)
-    series = {k: v for k, v in facts.series.items() if k not in OWN_SERIES}
+    series = {k: v for k, v in facts.series.items() if k not in OWN_SERIES and op_of(k) is None}
     series.update({k: SeriesResult(judged[k], v) for k, v in own(row).items() if k in judged})
     others = [p for p in facts.processes if p is not pa]
     focused = replace(
