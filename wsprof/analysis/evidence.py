@@ -17,7 +17,15 @@ from typing import Any
 
 from wsprof.contracts.counters import counter_unit, counter_unit_text
 from wsprof.contracts.series import Series, implied_unit
-from wsprof.contracts.units import Unit, fmt_bytes, fmt_duration, fmt_num, fmt_pct
+from wsprof.contracts.units import (
+    Unit,
+    fmt_bytes,
+    fmt_bytes_decimal,
+    fmt_duration,
+    fmt_num,
+    fmt_pct,
+    fmt_rate,
+)
 
 
 class Evidence:
@@ -114,6 +122,8 @@ MAX_ITEMS = 5
 def label_of(key: str) -> str:
     """``median_weight_sync_s`` -> ``median weight sync``: the key without its unit suffix."""
     for suffix in (
+        "_bytes_per_s",
+        "_bytes_per_step",
         "_s_per_step",
         "_us_per_step",
         "_per_step",
@@ -125,7 +135,13 @@ def label_of(key: str) -> str:
     ):
         if key.endswith(suffix) and len(key) > len(suffix):
             key = key[: -len(suffix)] + (
-                " per step" if "per_step" in suffix else " per call" if "per_call" in suffix else ""
+                " per step"
+                if "per_step" in suffix
+                else " per call"
+                if "per_call" in suffix
+                else " per second"
+                if suffix == "_bytes_per_s"
+                else ""
             )
             break
     return key.replace("_", " ")
@@ -154,6 +170,10 @@ def fmt_evidence(key: str, value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return fmt_num(value)
     x = float(value)
+    if key.endswith("_bytes_per_s"):
+        return fmt_rate(x)
+    if key.endswith("_bytes_per_step"):
+        return fmt_bytes_decimal(x) + "/step"
     if key.endswith(("_s", "_s_per_step")):
         return fmt_duration(x) + ("/step" if key.endswith("_per_step") else "")
     if key.endswith(("_us", "_us_per_step", "_us_per_call")):

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
+from typing import Any
 
-from wsprof.analysis.model import Analysis, Headline, ProcessAnalysis, SeriesResult
+from wsprof.analysis.link_limit import LinkLimit
+from wsprof.analysis.model import Analysis, Headline, ProcessAnalysis, SeriesResult, StepRow
 from wsprof.analysis.pushes import MIN_PUSH_BYTES
 from wsprof.contracts.phases import phase_of_series
 from wsprof.contracts.series import ROLLOUT_S, ROLLOUT_SHARE, STEP_S, WEIGHT_SYNC_S
@@ -52,11 +54,42 @@ def _rollout_elsewhere(others: Sequence[ProcessAnalysis]) -> tuple[list[float], 
     return [], None
 
 
+def _wire_fields(rows: Sequence[StepRow], limit: LinkLimit | None) -> dict[str, Any]:
+    """The headline's third number from the steps' :attr:`StepRow.wire`: medians of bytes,
+    wire time, bandwidth (bus where every step has a factor, else algorithm), the limit and
+    the share of it, and the sync's share outside transfers."""
+    wires = [(r, r.wire) for r in rows if r.wire is not None and r.wire.bytes > 0]
+    if not wires:
+        return {}
+    bus = [w.busbw for _, w in wires]
+    kind = "busbw" if all(b is not None for b in bus) else "algbw"
+    bws = [b for b in (bus if kind == "busbw" else [w.algbw for _, w in wires]) if b is not None]
+    bw = _median(bws)
+    outside = [
+        r.outside_transfers_s / r.own_sync_s
+        for r, _ in wires
+        if r.outside_transfers_s is not None and r.own_sync_s
+    ]
+    rate = limit.bytes_per_s if limit is not None else None
+    return {
+        "sync_bytes_median": _median([float(w.bytes) for _, w in wires]),
+        "sync_wire_median_s": _median([w.wire_s for _, w in wires]),
+        "sync_bandwidth_median": bw,
+        "bandwidth_kind": kind if bw is not None else None,
+        "link_limit_bytes_per_s": rate,
+        "link_limit_name": limit.name if limit is not None else None,
+        "link_limit_why": limit.why if limit is not None else None,
+        "link_share": bw / rate if bw is not None and rate else None,
+        "outside_transfers_share_median": _median(outside),
+    }
+
+
 def headline_of(
     primary: ProcessAnalysis | None,
     series: Sequence[SeriesResult],
     source: str,
     others: Sequence[ProcessAnalysis] = (),
+    limit: LinkLimit | None = None,
 ) -> Headline:
     """The headline of an analysis.
 
@@ -66,6 +99,8 @@ def headline_of(
         source: the path analysed (names a series file's numbers).
         others: the run's other processes: the rollout share comes from the first of them
             that marks (or samples) rollout when the primary does not.
+        limit: the link limit of the primary's sync (:func:`wsprof.analysis.link_limit.
+            link_limit`), None when not judged.
 
     Returns:
         The two numbers and what stands beside them.
@@ -135,6 +170,7 @@ def headline_of(
         rollout_source=rollout_source,
         sync_evidence=primary.sync_evidence if primary is not None and syncs else None,
         no_sync_found=no_sync,
+        **_wire_fields(rows, limit),
     )
 
 

@@ -40,6 +40,7 @@ from wsprof.analysis.process import (
 )
 from wsprof.analysis.run import facts_of_wrappers
 from wsprof.analysis.steps import assign_calls, steps_from_markers, sync_spans
+from wsprof.analysis.wire import with_wire
 from wsprof.contracts.counters import NVML_UTIL_PCT, is_nvml_gpu
 from wsprof.contracts.events import Event, EventKind, Patched, WrapperFound
 from wsprof.contracts.overhead import SelfOverhead
@@ -387,6 +388,7 @@ class LiveProcess:
         )
         rows = steps_from_markers(step_calls, spans, step_totals)
         rows = with_sync_starts(rows, spans)
+        rows = with_wire(rows, step_calls, spans, self.meta)
         rows = without_thinned_gaps(rows, self.meta)
         self.sync_phases = self.sync_phases or bool(rows and sync_spans(spans))
         self._add_counters(rows)

@@ -13,7 +13,7 @@ from wsprof.analysis.evidence import Evidence
 from wsprof.analysis.sharing import Sharing
 from wsprof.contracts.overhead import SelfOverhead
 from wsprof.contracts.series import Series
-from wsprof.contracts.units import Unit, fmt_duration
+from wsprof.contracts.units import Unit, fmt_bytes_decimal, fmt_duration, fmt_rate
 from wsprof.contracts.words import Words
 
 #: Every shape a per-step series can get (see :mod:`wsprof.analysis.growth`).
@@ -191,6 +191,62 @@ WAIT_BY_TIMING = "timing"
 
 
 @dataclass(frozen=True)
+class OpWire:
+    """One op's transfers inside one weight sync (:mod:`wsprof.analysis.wire`).
+
+    Attributes:
+        op: the canonical op (``broadcast``).
+        n_calls: its calls that started inside the sync (barriers are not transfers).
+        bytes: the buffers they moved, bytes, as NCCL's tests size a collective: the whole
+            gathered or reduced-then-scattered buffer (a gather recorded from one rank's
+            input counts that times the group size); calls of unknown size left out.
+        bus_bytes: ``bytes`` times each call's bus factor (:func:`wsprof.analysis.wire.
+            bus_factor`), bytes; None when a call's factor is unknown (group size unknown,
+            gather or scatter to one rank).
+        wire_s: time covered by at least one of its calls of known size, from start to
+            completion (overlapping async calls count once), clipped to the sync, s.
+        n_unknown: calls whose size is unknown (object collectives, sparse tensors).
+    """
+
+    op: str
+    n_calls: int
+    bytes: int
+    bus_bytes: float | None
+    wire_s: float
+    n_unknown: int = 0
+
+
+@dataclass(frozen=True)
+class SyncWire:
+    """What one weight sync put on the wire: every op's transfers together
+    (:func:`wsprof.analysis.wire.sync_wire`). Fields as :class:`OpWire`'s, summed over ops;
+    ``wire_s`` is the union over every op's calls; ``ops`` most bytes first; ``groups`` the
+    process groups its transfers ran on (names)."""
+
+    n_calls: int
+    bytes: int
+    bus_bytes: float | None
+    wire_s: float
+    n_unknown: int
+    ops: tuple[OpWire, ...] = ()
+    groups: tuple[str, ...] = ()
+
+    @property
+    def algbw(self) -> float | None:
+        """Algorithm bandwidth, bytes/s: ``bytes / wire_s`` (NCCL tests' ``algbw``); None
+        without transfer time."""
+        return self.bytes / self.wire_s if self.wire_s > 0 and self.bytes > 0 else None
+
+    @property
+    def busbw(self) -> float | None:
+        """Bus bandwidth, bytes/s: ``bus_bytes / wire_s`` (NCCL tests' ``busbw``, comparable
+        to a link's peak whatever the op); None when a factor or the time is unknown."""
+        if self.bus_bytes is None or self.wire_s <= 0 or self.bytes <= 0:
+            return None
+        return self.bus_bytes / self.wire_s
+
+
+@dataclass(frozen=True)
 class StepRow:
     """One training step of one process. Phase times are None where no marker gave them.
 
@@ -225,6 +281,20 @@ class StepRow:
     #: collective by its sequence number) or :data:`WAIT_BY_TIMING` (ranks that met, inferred
     #: from the spread of their starts and ends); None without a wait.
     sync_wait_source: str | None = None
+    #: What the weight sync moved: bytes, time on the wire, per op
+    #: (:func:`wsprof.analysis.wire.with_wire`); None without a sync, or in a step whose
+    #: calls retention thinned.
+    wire: SyncWire | None = None
+
+    @property
+    def outside_transfers_s(self) -> float | None:
+        """The rank's own weight sync (:attr:`own_sync_s`) less its time on the wire, s: the
+        sync's time in no transfer of known size (work between calls, barriers, RPCs, object
+        collectives); None without both."""
+        own = self.own_sync_s
+        if own is None or self.wire is None:
+            return None
+        return max(own - self.wire.wire_s, 0.0)
 
     @property
     def own_sync_s(self) -> float | None:
@@ -608,6 +678,7 @@ class WrapperFact:
 CAUSES = (
     "wrapper",  # a wrapper on the collective names: time between the API and the backend grows
     "call_count",  # more collective calls every step
+    "payload",  # more bytes in each weight sync every step
     "per_call",  # each call slower, with no wrapper time growing: the backend or communication
     "gaps",  # time in the weight sync outside any collective grows
     "outlier_rank",  # one rank apart from the others
@@ -804,6 +875,43 @@ class Headline:
     rollout_source: str | None = None
     sync_evidence: str | None = None
     no_sync_found: str | None = None
+    #: Median bytes a step's weight sync moved (NCCL tests' sizes), bytes.
+    sync_bytes_median: float | None = None
+    #: Median time a step's weight sync spent in transfers, s.
+    sync_wire_median_s: float | None = None
+    #: Median bus bandwidth of a step's weight sync (algorithm bandwidth where a factor is
+    #: unknown: :attr:`bandwidth_kind`), bytes/s.
+    sync_bandwidth_median: float | None = None
+    #: ``busbw`` or ``algbw``: which bandwidth :attr:`sync_bandwidth_median` is.
+    bandwidth_kind: str | None = None
+    #: The link limit it is held against, bytes/s (None: unknown), what it is and why.
+    link_limit_bytes_per_s: float | None = None
+    link_limit_name: str | None = None
+    link_limit_why: str | None = None
+    #: sync_bandwidth_median / link_limit_bytes_per_s, 0..1 (None when either is unknown).
+    link_share: float | None = None
+    #: Median share of a step's own weight sync in no transfer of known size, 0..1.
+    outside_transfers_share_median: float | None = None
+
+    def wire_summary(self) -> str | None:
+        """``14.2 GB at 7.5 GB/s bus bandwidth = 17% of the 45 GB/s NIC ... limit; 61% of
+        the sync outside transfers``: the third number; None without bytes."""
+        if self.sync_bytes_median is None:
+            return None
+        text = f"{fmt_bytes_decimal(self.sync_bytes_median)} per sync"
+        if self.sync_bandwidth_median is not None:
+            kind = "bus" if self.bandwidth_kind == "busbw" else "algorithm"
+            text += f" at {fmt_rate(self.sync_bandwidth_median)} {kind} bandwidth"
+        if self.link_share is not None and self.link_limit_bytes_per_s is not None:
+            text += (
+                f" = {self.link_share:.0%} of the {fmt_rate(self.link_limit_bytes_per_s)} "
+                f"{self.link_limit_name} limit"
+            )
+        elif self.link_limit_name is not None:
+            text += f" (link limit {self.link_limit_name})"
+        if self.outside_transfers_share_median is not None:
+            text += f"; {self.outside_transfers_share_median:.0%} of the sync outside transfers"
+        return text
 
     def summary(self) -> str | None:
         """``rollout 18% of each step (median); weight sync 1.06 s median, 1.73 s last step
@@ -817,7 +925,9 @@ class Headline:
         last = self.own_sync_last_s if self.own_sync_last_s is not None else None
         last = last if last is not None else self.weight_sync_last_s
         if sync is not None:
-            parts.append(f"weight sync {fmt_duration(sync)} median, {fmt_duration(last)} last step")
+            text = f"weight sync {fmt_duration(sync)} median, {fmt_duration(last)} last step"
+            wire = self.wire_summary()
+            parts.append(f"{text}: {wire}" if wire else text)
         elif self.no_sync_found is not None:
             parts.append(f"no weight sync found ({self.no_sync_found})")
         if not parts:

@@ -18,10 +18,15 @@ from wsprof.contracts.series import (
     ROLLOUT_S,
     ROLLOUT_SHARE,
     STEP_S,
+    SYNC_ALGBW,
+    SYNC_BUSBW,
+    SYNC_BYTES,
     SYNC_GAP_S,
     SYNC_WAIT_S,
+    SYNC_WIRE_S,
     WEIGHT_SYNC_S,
     Series,
+    SeriesKind,
     counter_key,
     op_median_key,
 )
@@ -38,6 +43,7 @@ def _series(
     rows: Sequence[StepRow],
     values: Sequence[float | None],
     unit_text: str = "",
+    kind: SeriesKind | None = None,
 ) -> Series | None:
     pts = [(r.step, v) for r, v in zip(rows, values) if v is not None and np.isfinite(v)]
     if not pts:
@@ -48,6 +54,7 @@ def _series(
         tuple(p[0] for p in pts),
         tuple(float(p[1]) for p in pts),
         unit_text=unit_text,
+        kind=kind,
     )
 
 
@@ -78,8 +85,47 @@ def row_series(rows: Sequence[StepRow], step_source: str) -> list[Series]:
         _series(BETWEEN_LAYERS_S, Unit.SECONDS, rows, [r.between_layers_s for r in rows]),
         _series(COLLECTIVE_CALLS, Unit.OTHER, rows, [float(r.n_calls) for r in rows]),
         _series(SYNC_GAP_S, Unit.SECONDS, rows, [r.sync_gap_s for r in rows]),
+        *wire_series(rows),
     ]
     return [x for x in out if x is not None]
+
+
+def wire_series(rows: Sequence[StepRow]) -> list[Series | None]:
+    """What each step's weight sync put on the wire (:attr:`StepRow.wire`): ``weight_sync_bytes``
+    (judged: a payload that grows is a finding of its own), ``weight_sync_wire_s``, and the
+    bandwidths ``weight_sync_busbw`` and ``weight_sync_algbw`` (rates: shown, never judged as
+    growth). None where a step has no sync or moved no bytes of known size."""
+    wires = [r.wire if r.wire is not None and r.wire.bytes > 0 else None for r in rows]
+    return [
+        _series(
+            SYNC_BYTES,
+            Unit.BYTES,
+            rows,
+            [None if w is None else float(w.bytes) for w in wires],
+            kind=SeriesKind.BYTES,
+        ),
+        _series(
+            SYNC_WIRE_S,
+            Unit.SECONDS,
+            rows,
+            [None if w is None else w.wire_s for w in wires],
+            kind=SeriesKind.DURATION,
+        ),
+        _series(
+            SYNC_BUSBW,
+            Unit.BYTES_PER_SECOND,
+            rows,
+            [None if w is None else w.busbw for w in wires],
+            kind=SeriesKind.RATE,
+        ),
+        _series(
+            SYNC_ALGBW,
+            Unit.BYTES_PER_SECOND,
+            rows,
+            [None if w is None else w.algbw for w in wires],
+            kind=SeriesKind.RATE,
+        ),
+    ]
 
 
 def op_medians(

@@ -35,6 +35,7 @@ from wsprof.analysis.steps import (
     sync_spans,
 )
 from wsprof.analysis.updates import evidence_line, steps_from_updates, updates
+from wsprof.analysis.wire import with_wire
 from wsprof.contracts.counters import NVML_UTIL_PCT, counter_unit, is_nvml_gpu, share_counter
 from wsprof.contracts.ops import FLIGHT_LAYER
 from wsprof.contracts.overhead import SelfOverhead
@@ -525,6 +526,7 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
         steps, source, evidence, left_out = unmarked_steps(trace)
     steps = with_sync_starts(steps, trace.spans)
     steps = with_sync_keys(steps, calls)
+    steps = with_wire(steps, calls, trace.spans, trace.meta)
     pa = process_analysis(
         label=trace.label,
         rank=trace.rank,

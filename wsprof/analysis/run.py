@@ -14,6 +14,7 @@ from wsprof.analysis.facts import TIME_BUDGETS_S, Facts
 from wsprof.analysis.growth import classify, hold_newest
 from wsprof.analysis.hang import hangs_of
 from wsprof.analysis.headline import headline_of
+from wsprof.analysis.link_limit import link_limit
 from wsprof.analysis.model import (
     WAIT_BY_SEQ,
     WAIT_BY_TIMING,
@@ -44,6 +45,7 @@ from wsprof.analysis.process import (
 )
 from wsprof.analysis.ranks import RankInput, peer_waits, rank_series, seq_waits
 from wsprof.analysis.steps import assign_calls
+from wsprof.analysis.wire import sync_backends
 from wsprof.analysis.workload import ENGINE_CALLS
 from wsprof.analysis.worlds import ROLE_ORDER, find_worlds
 from wsprof.contracts.counters import is_gpu_counter
@@ -523,7 +525,9 @@ def engine_work_series(
     return []
 
 
-def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> Analysis:
+def _analyze_digests(
+    digests: list[_Digest], source: str, notes: list[str], link_gbps: float | None = None
+) -> Analysis:
     # The lines of traces that could not be read (the notes a run starts with) are kept for
     # the verdict and the coverage: what was not read was not judged.
     unread = tuple(n for n in notes if n.startswith("skipped "))
@@ -589,7 +593,17 @@ def _analyze_digests(digests: list[_Digest], source: str, notes: list[str]) -> A
         [world_of[id(d)].label if several and id(d) in world_of else None for d in procs],
     )
     errors = [e.detail for d in procs for e in d.trace.events if e.kind is EventKind.INTERNAL_ERROR]
-    head = headline_of(analyses[0] if analyses else None, results, source, analyses)
+    limit = (
+        link_limit(
+            analyses[0].meta,
+            sync_backends(analyses[0].steps, analyses[0].meta),
+            {str(h) for d in procs if (h := d.trace.meta.get("host"))},
+            link_gbps,
+        )
+        if analyses
+        else None
+    )
+    head = headline_of(analyses[0] if analyses else None, results, source, analyses, limit)
     facts = Facts(
         {r.series.name: r for r in results},
         analyses,
@@ -813,12 +827,14 @@ def analyze_series(series: Sequence[Series], source: str) -> Analysis:
     )
 
 
-def analyze(loaded: Loaded) -> Analysis:
+def analyze(loaded: Loaded, link_gbps: float | None = None) -> Analysis:
     """Analyse what :func:`wsprof.inputs.load` read: a run's traces (one at a time, each
     released after its analysis but the primary's), or a series file's or log's series.
 
     Args:
         loaded: the input.
+        link_gbps: the link's limit as the user states it, GB/s (``--link-gbps``): the weight
+            sync's bandwidth is held against it instead of the link capture detected.
 
     Returns:
         The analysis (its notes begin with how a series or log was read).
@@ -827,7 +843,7 @@ def analyze(loaded: Loaded) -> Analysis:
         wsprof.errors.InputError: no trace of a run could be read.
     """
     if isinstance(loaded, LoadedRun):
-        return analyze_loaded_run(loaded).analysis
+        return analyze_loaded_run(loaded, link_gbps).analysis
     imported = loaded.imported
     analysis = analyze_series(imported.series, loaded.path)
     return replace(analysis, notes=imported.notes + analysis.notes)
@@ -849,15 +865,16 @@ class RunResult:
     primary_windows: tuple[SampleWindow, ...]
 
 
-def analyze_loaded_run(run: LoadedRun) -> RunResult:
+def analyze_loaded_run(run: LoadedRun, link_gbps: float | None = None) -> RunResult:
     """Analyse a run read by :func:`wsprof.inputs.load`, each trace read once; keep the
-    primary's trace (with its calls) for whoever compares it.
+    primary's trace (with its calls) for whoever compares it (``link_gbps``: as
+    :func:`analyze`'s).
 
     Raises:
         wsprof.errors.InputError: no trace of the run could be read.
     """
     digests = _digest_all(run.traces())
-    analysis = _analyze_digests(digests, run.path, list(run.problems))
+    analysis = _analyze_digests(digests, run.path, list(run.problems), link_gbps)
     procs = sorted((d for d in digests if not d.sampler_only), key=_Digest.key) or sorted(
         digests, key=_Digest.key
     )
@@ -871,11 +888,11 @@ def analyze_loaded_run(run: LoadedRun) -> RunResult:
     return RunResult(analysis, trace, tuple(windows))
 
 
-def analyze_path(path: str) -> Analysis:
-    """``analyze(load(path))``: a run folder, a trace file, a CSV series file or a training
-    log (a convenience for scripts and tests).
+def analyze_path(path: str, link_gbps: float | None = None) -> Analysis:
+    """``analyze(load(path), link_gbps)``: a run folder, a trace file, a CSV series file or a
+    training log (a convenience for scripts and tests).
 
     Raises:
         wsprof.errors.InputError: the path cannot be read as any of those.
     """
-    return analyze(load(path))
+    return analyze(load(path), link_gbps)

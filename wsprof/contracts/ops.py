@@ -285,3 +285,53 @@ def flight_op(profiling_name: str) -> str:
     _, _, rest = profiling_name.partition(":")
     name = (rest or profiling_name).split(" ", 1)[0].strip()
     return API_OPS.get(name) or BACKEND_OPS.get(name) or FLIGHT_OPS.get(name) or name
+
+
+# ----------------------------------------------------------------------------- payload sizes
+
+#: The gathers (all-gather family) and the reduce-scatters: a recorded call's payload is the
+#: first tensor (or tensor list) among its first arguments (:mod:`wsprof.capture.collectives`),
+#: which is the whole gathered buffer for some names and one rank's share for others.
+GATHER_OPS = frozenset({"all_gather", "all_gather_into_tensor"})
+REDUCE_SCATTER_OPS = frozenset({"reduce_scatter", "reduce_scatter_tensor"})
+
+#: Namespaces whose calls take the *input* first (``_c10d_functional.all_gather_into_tensor(
+#: input, group_size, group_name)``); the Flight Recorder's calls (layer :data:`FLIGHT_LAYER`)
+#: carry their input sizes too.
+INPUT_FIRST_NAMESPACES = frozenset({"_c10d_functional", "_c10d_functional_autograd", "_dtensor"})
+
+#: Gather names (after the namespace) whose first tensor argument is the whole output buffer
+#: (``dist.all_gather(tensor_list, tensor)``, ``dist.all_gather_into_tensor(output, input)``,
+#: ``ProcessGroup._allgather_base(output, input)``, ``c10d::_allgather_base_(output, input)``);
+#: every other gather outside :data:`INPUT_FIRST_NAMESPACES` (``ProcessGroup.allgather``,
+#: ``c10d::allgather_``, ``dist.all_gather_coalesced``: their outputs are lists of lists, so
+#: the inputs are what was recorded) records one rank's input.
+WHOLE_FIRST_GATHERS = frozenset(
+    {
+        "all_gather",
+        "all_gather_into_tensor",
+        "_all_gather_base",
+        "all_gather_single",
+        "_allgather_base",
+        "_allgather_base_",
+        "allgather_into_tensor_coalesced",
+        "allgather_into_tensor_coalesced_",
+        "all_gather_single_coalesced",
+    }
+)
+
+
+def payload_is_one_rank(op: str, api: str, layer: str) -> bool:
+    """Whether a recorded call's payload bytes are one rank's share of the buffer the
+    collective moves (so the whole is that times the group size), per the argument order of
+    the name it was called by: a gather recorded from its input (the functional ops,
+    ``ProcessGroup.allgather``, the Flight Recorder's input sizes), a reduce-scatter recorded
+    from its output (``dist.reduce_scatter_tensor(output, input)``, ``ProcessGroup`` and
+    ``c10d`` methods). Every other op's payload is the whole buffer."""
+    namespace, _, name = api.rpartition(".")
+    input_first = layer == FLIGHT_LAYER or namespace in INPUT_FIRST_NAMESPACES
+    if op in GATHER_OPS:
+        return input_first or name not in WHOLE_FIRST_GATHERS
+    if op in REDUCE_SCATTER_OPS:
+        return not input_first
+    return False

@@ -36,6 +36,14 @@ BETWEEN_LAYERS_S = "between_layers_s"
 COLLECTIVE_CALLS = "collective_calls"
 #: Time in weight-sync phases covered by no collective call, per step, s.
 SYNC_GAP_S = "sync_gap_s"
+#: Bytes the weight sync moved per step (NCCL tests' sizes, :mod:`wsprof.analysis.wire`).
+SYNC_BYTES = "weight_sync_bytes"
+#: Time the weight sync spent in transfers of known size per step, s.
+SYNC_WIRE_S = "weight_sync_wire_s"
+#: The weight sync's bus bandwidth per step (NCCL tests' busbw), bytes/s.
+SYNC_BUSBW = "weight_sync_busbw"
+#: The weight sync's algorithm bandwidth per step (bytes over wire time), bytes/s.
+SYNC_ALGBW = "weight_sync_algbw"
 #: Weight-sync share of each sampling window's active samples (no steps: ``wsprof attach``).
 WINDOW_WEIGHT_SYNC_SHARE = "window_weight_sync_share"
 #: Rollout share of each sampling window's active samples.

@@ -33,6 +33,7 @@ class Unit(Enum):
     MICROSECONDS = "us"
     NANOSECONDS = "ns"
     BYTES = "bytes"
+    BYTES_PER_SECOND = "bytes/s"
     SHARE = "share"
     COUNT = "count"
     OTHER = "other"
@@ -69,6 +70,8 @@ class Unit(Enum):
             return fmt_duration(x / 1e9)
         if self is Unit.BYTES:
             return fmt_bytes(x)
+        if self is Unit.BYTES_PER_SECOND:
+            return fmt_rate(x)
         if self is Unit.SHARE:
             return fmt_pct(x)
         if self is Unit.COUNT:
@@ -115,6 +118,15 @@ UNIT_TEXTS: dict[str, tuple[Unit, float]] = {
     "GiB": (Unit.BYTES, 2.0**30),
     "TB": (Unit.BYTES, 1e12),
     "TiB": (Unit.BYTES, 2.0**40),
+    "bytes/s": (Unit.BYTES_PER_SECOND, 1.0),
+    "B/s": (Unit.BYTES_PER_SECOND, 1.0),
+    "kB/s": (Unit.BYTES_PER_SECOND, 1e3),
+    "MB/s": (Unit.BYTES_PER_SECOND, 1e6),
+    "MiB/s": (Unit.BYTES_PER_SECOND, 2.0**20),
+    "GB/s": (Unit.BYTES_PER_SECOND, 1e9),
+    "GiB/s": (Unit.BYTES_PER_SECOND, 2.0**30),
+    "Gb/s": (Unit.BYTES_PER_SECOND, 1e9 / 8),
+    "Gbps": (Unit.BYTES_PER_SECOND, 1e9 / 8),
     "share": (Unit.SHARE, 1.0),
     "fraction": (Unit.SHARE, 1.0),
     "%": (Unit.SHARE, 0.01),
@@ -192,6 +204,30 @@ def fmt_duration(seconds: float | None) -> str:
     if a < 600:
         return f"{seconds:.3g} s"
     return f"{seconds / 60:.3g} min"
+
+
+def fmt_rate(bytes_per_s: float | None) -> str:
+    """Bytes per second as a short bandwidth in decimal units, as NCCL's tests and link
+    rates are given (``7.5 GB/s``, ``812 MB/s``, ``3.1 kB/s``); None → ``—``."""
+    if bytes_per_s is None or not math.isfinite(bytes_per_s):
+        return "—"
+    a = abs(bytes_per_s)
+    for scale, name in ((1e12, "TB/s"), (1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s")):
+        if a >= scale:
+            return f"{bytes_per_s / scale:.3g} {name}"
+    return f"{bytes_per_s:.3g} B/s"
+
+
+def fmt_bytes_decimal(n: float | None) -> str:
+    """Bytes in decimal units, beside a bandwidth in decimal units (``14.2 GB``, ``5.78 MB``,
+    ``812 kB``, ``96 B``); None → ``—``."""
+    if n is None or not math.isfinite(n):
+        return "—"
+    a = abs(n)
+    for scale, name in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if a >= scale:
+            return f"{n / scale:.3g} {name}"
+    return f"{n:.0f} B"
 
 
 def fmt_us(us: float | None) -> str:

@@ -95,6 +95,7 @@ _UNIT_LABELS = {
     Unit.MICROSECONDS: "microseconds",
     Unit.NANOSECONDS: "nanoseconds",
     Unit.BYTES: "bytes",
+    Unit.BYTES_PER_SECOND: "bytes_per_second",
     Unit.SHARE: "ratio",
 }
 

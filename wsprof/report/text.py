@@ -16,11 +16,12 @@ from wsprof.analysis.model import (
     Analysis,
     Diagnosis,
     Finding,
+    Headline,
     ProcessAnalysis,
     RankSeries,
 )
 from wsprof.contracts.safe_text import escape_controls
-from wsprof.contracts.units import fmt_duration
+from wsprof.contracts.units import fmt_bytes_decimal, fmt_duration, fmt_rate
 
 WIDTH = 80
 
@@ -212,6 +213,48 @@ def _verdict_lines(analysis: Analysis) -> list[str]:
     return lines
 
 
+def _wire_lines(pa: ProcessAnalysis, head: Headline) -> list[str]:
+    """The transfers of each weight sync (:attr:`StepRow.wire`): bytes (NCCL tests' sizes),
+    time on the wire, the share of the sync outside transfers, bus and algorithm bandwidth;
+    then each op's part in the median step and the link limit. Nothing without bytes."""
+    rows = [s for s in pa.steps if s.wire is not None and s.wire.bytes > 0]
+    if not rows:
+        return []
+    lines = [
+        "",
+        f"weight-sync transfers of {pa.label} (bytes as NCCL's tests size them):",
+        f"{'step':>5} {'sync s':>9} {'bytes':>10} {'wire s':>9} {'outside':>8} "
+        f"{'busbw':>11} {'algbw':>11} {'calls':>6}",
+    ]
+    for s in rows:
+        w = s.wire
+        assert w is not None
+        own = s.own_sync_s
+        out = s.outside_transfers_s
+        share = f"{out / own:8.0%}" if out is not None and own else f"{'-':>8}"
+        lines.append(
+            f"{s.step:>5} {own if own is not None else float('nan'):9.3f} "
+            f"{fmt_bytes_decimal(w.bytes):>10} {w.wire_s:9.3f} {share} "
+            f"{fmt_rate(w.busbw):>11} {fmt_rate(w.algbw):>11} {w.n_calls:>6}"
+        )
+    mid = sorted(rows, key=lambda r: r.wire.bytes if r.wire else 0)[len(rows) // 2].wire
+    if mid is not None:
+        ops = ", ".join(
+            f"{o.op} {o.n_calls} calls {fmt_bytes_decimal(o.bytes)} in {fmt_duration(o.wire_s)}"
+            for o in mid.ops
+        )
+        lines += _wrap(f"per op (median step): {ops}", WIDTH, subsequent_indent="  ")
+    if head.link_limit_why:
+        limit = fmt_rate(head.link_limit_bytes_per_s) if head.link_limit_bytes_per_s else ""
+        lines += _wrap(
+            f"link limit: {head.link_limit_name}{' ' + limit if limit else ''} "
+            f"({head.link_limit_why})",
+            WIDTH,
+            subsequent_indent="  ",
+        )
+    return lines
+
+
 #: Label width of a chain's links (``symptom:``, ``where:``, ``why:``, ``next:``).
 _LINK_WIDTH = 9
 
@@ -356,6 +399,7 @@ def render_text(analysis: Analysis, colour: bool = False, max_findings: int | No
                 "sync s: the rank's own weight-sync time; wait s: waiting for slower "
                 f"ranks to join it (from {' and '.join(sources) or 'timing'})"
             )
+        lines += _wire_lines(pa, headline(analysis))
     if len(analysis.ranks) >= 2:
         lines += _ranks_lines(analysis)
     if pa is not None and pa.windows:

@@ -20,6 +20,7 @@ from wsprof.analysis.rules.phases import RolloutShare, SampledPhaseShare
 from wsprof.analysis.rules.ranks.rule import OutlierRank
 from wsprof.analysis.rules.sharing import SharedBucketsKept
 from wsprof.analysis.rules.slowdown import AccumulatingSlowdown
+from wsprof.analysis.rules.wire import SyncWireRule
 from wsprof.analysis.rules.wrapper import BetweenLayers
 
 RULES: tuple[Rule, ...] = (
@@ -27,6 +28,7 @@ RULES: tuple[Rule, ...] = (
     AccumulatingSlowdown(),
     BetweenLayers(),
     PerCallVsCallCount(),
+    SyncWireRule(),
     CounterCorrelation(),
     SharedBucketsKept(),
     CounterGrowth(),

@@ -129,6 +129,18 @@ class PerCallCause(Cause):
             wrapper.findings.append(f)
             wrapper.where = _with_per_call(wrapper.where, f, parts, ctx)
             return None
+        # Bigger payloads make each call slower: one cause, the bytes.
+        payload = next(
+            (d for d in drafts if d.cause in ("payload", "call_count") and d.where), None
+        )
+        if (
+            payload is not None
+            and payload.where is not None
+            and any(x.kind == "sync_bytes_growth" for x in payload.findings)
+        ):
+            payload.findings.append(f)
+            payload.where = _with_per_call(payload.where, f, parts, ctx)
+            return None
         detail = ", ".join(f"{op} {_first_last(d)} per call" for op, d in parts)
         rows = tuple((f"{op} per call (median)", _first_last(d)) for op, d in parts)
         ops = ", ".join(op for op, _ in parts) or "the collectives"
