@@ -41,7 +41,15 @@ import numpy.typing as npt
 from wsprof.analysis.model import ProcessAnalysis, StepRow
 from wsprof.contracts.phases import WEIGHT_SYNC, resolve_phase
 from wsprof.contracts.series import ROLLOUT_SHARE, STEP_S, WEIGHT_SYNC_S
-from wsprof.contracts.units import Unit, fmt_duration, fmt_in_unit, fmt_pct, unit_family
+from wsprof.contracts.units import (
+    Unit,
+    fmt_bytes_decimal,
+    fmt_duration,
+    fmt_in_unit,
+    fmt_pct,
+    fmt_rate,
+    unit_family,
+)
 from wsprof.errors import InputError, quote
 from wsprof.inputs import Loaded, LoadedLog, LoadedRun, LoadedSeries, load
 from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow, Span
@@ -237,6 +245,9 @@ class DiffResult:
             and ``calls_per_step`` is per step; ``second`` when a run side has none: both
             sides as whole-run rates, per second of the wall time each covers (time per
             second, calls per second; latency per call stays per call).
+        sync_bytes: median bytes a weight sync moved (NCCL tests' sizes), bytes.
+        sync_bandwidth: median bandwidth of a weight sync, bytes/s (bus bandwidth where
+            every step has a factor, else algorithm bandwidth: :attr:`StepRow.wire`).
     """
 
     before: SideSummary
@@ -252,6 +263,8 @@ class DiffResult:
     verdict: tuple[str, ...]
     notes: tuple[str, ...] = ()
     basis: str = BASIS_STEP
+    sync_bytes: Delta = Delta(None, None, None, None)
+    sync_bandwidth: Delta = Delta(None, None, None, None)
 
     @property
     def per(self) -> str:
@@ -300,6 +313,8 @@ class Side:
         units: the steps that per-step numbers are divided by (1 for a side without steps:
             its per-step numbers are whole-run totals until :func:`diff_sides` makes them
             rates).
+        sync_bytes: median bytes per weight sync, bytes (None where unknown).
+        sync_bandwidth: median weight-sync bandwidth, bytes/s (None where unknown).
     """
 
     summary: SideSummary
@@ -310,6 +325,8 @@ class Side:
     items: dict[tuple[str, str], Measure] = field(default_factory=dict)
     kinds: frozenset[str] = frozenset()
     units: int = 1
+    sync_bytes: float | None = None
+    sync_bandwidth: float | None = None
 
 
 def parse_step_range(text: str, option: str = "steps") -> StepRange:
@@ -691,6 +708,7 @@ def measure_process(
         notes=tuple(notes),
         wall_s=_wall_s(trace, rows if pa.steps else None),
     )
+    wire = _wire_medians(rows)
     return Side(
         summary=summary,
         step_s=_median([r.step_s for r in timed]),
@@ -700,7 +718,18 @@ def measure_process(
         items=items,
         kinds=frozenset(kinds),
         units=units,
+        sync_bytes=wire[0],
+        sync_bandwidth=wire[1],
     )
+
+
+def _wire_medians(rows: Sequence[StepRow]) -> tuple[float | None, float | None]:
+    """Median bytes and bandwidth of the rows' weight syncs (:attr:`StepRow.wire`): bus
+    bandwidth where every sync has a factor, else algorithm bandwidth."""
+    wires = [r.wire for r in rows if r.wire is not None and r.wire.bytes > 0]
+    bus = [w.busbw for w in wires]
+    bws = bus if all(b is not None for b in bus) else [w.algbw for w in wires]
+    return _median([float(w.bytes) for w in wires]), _median([b for b in bws if b is not None])
 
 
 def _wall_s(trace: ProcessTrace, rows: Sequence[StepRow] | None) -> float | None:
@@ -1076,6 +1105,14 @@ def diff_sides(before: Side, after: Side) -> DiffResult:
         )
     )
     verdict = [_headline(step_s, sync, collective, series, reference, basis)]
+    nbytes = Delta.of(before.sync_bytes, after.sync_bytes)
+    bandwidth = Delta.of(before.sync_bandwidth, after.sync_bandwidth)
+    if nbytes.before is not None and nbytes.after is not None:
+        verdict.append(
+            f"each weight sync moved {fmt_bytes_decimal(nbytes.before)} -> "
+            f"{fmt_bytes_decimal(nbytes.after)} at {fmt_rate(bandwidth.before)} -> "
+            f"{fmt_rate(bandwidth.after)} (median)"
+        )
     if faster:
         verdict.append(f"got faster: {_named(faster, per)}")
     if slower:
@@ -1106,6 +1143,8 @@ def diff_sides(before: Side, after: Side) -> DiffResult:
         verdict=tuple(verdict),
         notes=tuple(_comparability(b, a, basis)),
         basis=basis,
+        sync_bytes=nbytes,
+        sync_bandwidth=bandwidth,
     )
 
 

@@ -49,6 +49,7 @@ from wsprof.analysis.coverage import coverage_of
 from wsprof.analysis.facts import TIME_BUDGETS_S, Facts
 from wsprof.analysis.growth import classify, hold_newest
 from wsprof.analysis.headline import headline_of
+from wsprof.analysis.link_limit import link_limit
 from wsprof.analysis.live_process import LiveProcess, rows_in
 from wsprof.analysis.model import (
     Analysis,
@@ -65,6 +66,7 @@ from wsprof.analysis.process import (
 from wsprof.analysis.ranks import RankInput, judged_series, rank_series, sync_lags
 from wsprof.analysis.run import with_unread
 from wsprof.analysis.snapshot import LiveRank, OpTotal, WatchSnapshot
+from wsprof.analysis.wire import sync_backends
 from wsprof.contracts.series import (
     BETWEEN_LAYERS_S,
     SYNC_GAP_S,
@@ -174,6 +176,7 @@ class LiveRun:
             ``wsprof analyze``'s, :data:`~wsprof.analysis.facts.TIME_BUDGETS_S`).
         rank_budget_s: wall time per refresh for judging ranks' own series again, s.
         clock: the wall clock of a refresh's duration (injectable for tests).
+        link_gbps: the link limit the user states, GB/s (``--link-gbps``); None: detected.
     """
 
     def __init__(
@@ -183,8 +186,10 @@ class LiveRun:
         sync_budget_s: float | None = None,
         rank_budget_s: float = RANK_JUDGE_BUDGET_S,
         clock: Any = time.perf_counter,
+        link_gbps: float | None = None,
     ) -> None:
         self.folder = folder
+        self.link_gbps = link_gbps
         self.budgets = dict(TIME_BUDGETS_S)
         if sync_budget_s is not None:
             self.budgets[WEIGHT_SYNC_S] = float(sync_budget_s)
@@ -401,7 +406,17 @@ class LiveRun:
         ranks = self._rank_rows(procs, pas, notes)
         wrappers = procs[0].wrappers() if procs else []
         errors = [e for p in procs for e in p.internal_errors]
-        head = headline_of(analyses[0] if analyses else None, results, self.folder, analyses)
+        limit = (
+            link_limit(
+                analyses[0].meta,
+                sync_backends(analyses[0].steps, analyses[0].meta),
+                {str(h) for p in procs if (h := p.meta.get("host"))},
+                self.link_gbps,
+            )
+            if analyses
+            else None
+        )
+        head = headline_of(analyses[0] if analyses else None, results, self.folder, analyses, limit)
         facts = Facts(
             {r.series.name: r for r in results},
             analyses,

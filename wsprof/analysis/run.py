@@ -880,7 +880,12 @@ def analyze_loaded_run(run: LoadedRun, link_gbps: float | None = None) -> RunRes
     )
     if not procs:
         return RunResult(analysis, None, ())
-    trace = procs[0].trace
+    # The analysis's primary (its worlds put a trainer first), whose calls were kept.
+    primary = analysis.primary
+    trace = next(
+        (d.trace for d in procs if primary is not None and d.trace.meta.get("pid") == primary.pid),
+        procs[0].trace,
+    )
     pid = trace.meta.get("pid")
     windows = trace.samples or [
         w for d in digests for w in d.trace.samples if isinstance(pid, int) and w.pid == pid

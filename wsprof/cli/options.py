@@ -9,10 +9,22 @@ import tempfile
 import time
 from collections.abc import Sequence
 
+import click
+
 from wsprof.analysis.model import SEVERITIES, Analysis
 from wsprof.errors import InputError
 from wsprof.trace.model import TRACE_SUFFIX
 from wsprof.trace.outputs import SQLITE_SIDE_FILES, make_private_dir
+
+#: ``--link-gbps`` of analyze, report and watch: the link limit a weight sync is held against.
+LINK_GBPS = click.option(
+    "--link-gbps",
+    type=click.FloatRange(min=0, min_open=True, max=1e6),
+    default=None,
+    metavar="GB/S",
+    help="the link's limit per direction in GB/s (1e9 bytes/s), held against each weight "
+    "sync's bandwidth instead of the link wsprof detected (gloo over TCP has none)",
+)
 
 
 def default_report_path(source: str) -> str:

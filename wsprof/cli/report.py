@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from wsprof.cli.options import default_report_path
+from wsprof.cli.options import LINK_GBPS, default_report_path
 from wsprof.contracts.safe_text import escape_controls
 from wsprof.errors import EXIT_OK
 
@@ -18,7 +18,8 @@ from wsprof.errors import EXIT_OK
     default=None,
     help="HTML file to write (default: reports/wsprof-<host>-<run>-<time>.html)",
 )
-def report(path: str, output: str | None) -> int:
+@LINK_GBPS
+def report(path: str, output: str | None, link_gbps: float | None) -> int:
     """Write the HTML report for PATH (run folder, .wsprof trace or CSV series)."""
     from wsprof.analysis.run import analyze
     from wsprof.inputs import load
@@ -26,7 +27,7 @@ def report(path: str, output: str | None) -> int:
     from wsprof.report.renderers import REPORT_RENDERERS
 
     renderer = REPORT_RENDERERS["html"]
-    analysis = analyze(load(path))
+    analysis = analyze(load(path), link_gbps)
     wrote = write_text(output or default_report_path(path), renderer.render(analysis), "the report")
     click.echo(escape_controls(wrote))
     return EXIT_OK

@@ -21,7 +21,7 @@ import click
 
 from wsprof.analysis.model import SEVERITIES
 from wsprof.analysis.snapshot import WatchSnapshot
-from wsprof.cli.options import fails
+from wsprof.cli.options import LINK_GBPS, fails
 from wsprof.contracts.safe_text import escape_controls
 from wsprof.errors import EXIT_FINDINGS, EXIT_OK, InputError
 
@@ -162,6 +162,7 @@ def _fail_level(snapshot: WatchSnapshot, fail_on: str | None) -> bool:
     help="with --serve: seconds the final page stays served after every trace has ended "
     "(so that the last scrape sees the end)",
 )
+@LINK_GBPS
 def watch(
     run_dir: str,
     serve_at: str | None,
@@ -172,6 +173,7 @@ def watch(
     once: bool,
     forever: bool,
     linger: float,
+    link_gbps: float | None,
 ) -> int:
     """Follow RUN_DIR (a run folder being written by `wsprof run` or wsprof.patch()): a line
     per completed step, a block per verdict change, OpenMetrics with --serve. Ends when every
@@ -190,7 +192,9 @@ def watch(
     if serve_at is not None:
         bound = serve(*parse_serve(serve_at), collector)
         _echo(f"wsprof watch: serving http://{address(*bound)}/metrics", err=True)
-    run = LiveRun(os.path.abspath(run_dir), host=host, sync_budget_s=sync_budget)
+    run = LiveRun(
+        os.path.abspath(run_dir), host=host, sync_budget_s=sync_budget, link_gbps=link_gbps
+    )
     stop = threading.Event()
     try:
         if not run.follower.exists():

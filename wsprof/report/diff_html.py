@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from jinja2 import Environment
 
 from wsprof.analysis.diff import BASIS_STEP, Delta, DiffResult, ItemDiff, fmt_change_s, fmt_rel
-from wsprof.contracts.units import fmt_duration, fmt_in_unit, fmt_pct, fmt_us
+from wsprof.contracts.units import (
+    fmt_bytes_decimal,
+    fmt_duration,
+    fmt_in_unit,
+    fmt_pct,
+    fmt_rate,
+    fmt_us,
+)
 from wsprof.report.diff_text import fmt_count, headline_rows, range_option
 from wsprof.report.files import write_text
 from wsprof.report.templating import environment
@@ -119,6 +126,8 @@ def _environment() -> Environment:
             pts=_pts,
             direction=_direction,
             in_unit=fmt_in_unit,
+            size=fmt_bytes_decimal,
+            rate=fmt_rate,
         )
     )
 
@@ -147,7 +156,10 @@ def render_diff_html(result: DiffResult, max_rows: int = MAX_ROWS) -> str:
             )
     r = result
     per = r.per_words
-    headline = [(n if k == "share" else _per(n, per), d, k) for n, d, k in headline_rows(r)]
+    headline = [
+        (n if k in ("share", "bytes", "rate") else _per(n, per), d, k)
+        for n, d, k in headline_rows(r)
+    ]
     template = _environment().get_template(_TEMPLATE)
     return template.render(
         r=r,

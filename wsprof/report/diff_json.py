@@ -39,8 +39,10 @@ def diff_to_dict(result: DiffResult) -> dict[str, Any]:
     process, step_source, step_range {start, stop} (null ends open) or null, steps, n_calls,
     n_samples, notes, wall_s); ``per_step`` (per ``basis``: ``step_s`` median in s, null with
     the ``second`` basis; ``weight_sync_s``, the one weight-sync figure, total / steps in s
-    (no item repeats it); ``rollout_share`` median 0..1; ``collective_s`` mean in s; each
-    {before, after, change, rel_change}); ``items`` (kind, name, detail, ``s_per_step`` s,
+    (no item repeats it); ``rollout_share`` median 0..1; ``collective_s`` mean in s;
+    ``sync_bytes`` median bytes per weight sync; ``sync_bandwidth_bytes_per_s`` its median
+    bandwidth (bus, else algorithm); each {before, after, change, rel_change}); ``items``
+    (kind, name, detail, ``s_per_step`` s,
     ``calls_per_step``, ``median_us`` µs, ``share`` 0..1, ``value`` in ``unit``: each a
     {before, after, change, rel_change} or null), largest absolute change of time per step
     first; ``faster``, ``slower``, ``moved_to`` ([{kind, name}], most first); ``notes``.
@@ -59,6 +61,8 @@ def diff_to_dict(result: DiffResult) -> dict[str, Any]:
             "weight_sync_s": dataclasses.asdict(r.weight_sync_s),
             "rollout_share": dataclasses.asdict(r.rollout_share),
             "collective_s": dataclasses.asdict(r.collective_s),
+            "sync_bytes": dataclasses.asdict(r.sync_bytes),
+            "sync_bandwidth_bytes_per_s": dataclasses.asdict(r.sync_bandwidth),
         },
         "items": [dataclasses.asdict(i) for i in r.items],
         "faster": [_ref(i) for i in r.faster],

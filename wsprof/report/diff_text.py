@@ -10,7 +10,14 @@ from collections.abc import Callable, Sequence
 
 from wsprof.analysis.diff import BASIS_STEP, Delta, DiffResult, ItemDiff, fmt_change_s, fmt_rel
 from wsprof.contracts.safe_text import escape_controls
-from wsprof.contracts.units import fmt_duration, fmt_in_unit, fmt_pct, fmt_us
+from wsprof.contracts.units import (
+    fmt_bytes_decimal,
+    fmt_duration,
+    fmt_in_unit,
+    fmt_pct,
+    fmt_rate,
+    fmt_us,
+)
 from wsprof.report.text import shorten_frame
 
 WIDTH = 80
@@ -66,13 +73,16 @@ def _share_change(d: Delta) -> str:
 
 def headline_rows(r: DiffResult) -> list[tuple[str, Delta, str]]:
     """The headline numbers a renderer shows: ``(name, delta, kind)`` with kind ``s`` (a
-    time per step, or per second of wall time with the ``second`` basis) or ``share``; only
-    those known on a side. Weight sync appears once, here (no item repeats it)."""
+    time per step, or per second of wall time with the ``second`` basis), ``share``,
+    ``bytes`` (per weight sync) or ``rate`` (bytes/s); only those known on a side. Weight
+    sync appears once, here (no item repeats it)."""
     rows = [
         ("step time (median)", r.step_s, "s"),
         ("weight sync (mean)", r.weight_sync_s, "s"),
         ("rollout share (median)", r.rollout_share, "share"),
         ("in collectives", r.collective_s, "s"),
+        ("bytes per sync (median)", r.sync_bytes, "bytes"),
+        ("sync bandwidth (median)", r.sync_bandwidth, "rate"),
     ]
     return [row for row in rows if row[1].before is not None or row[1].after is not None]
 
@@ -86,6 +96,9 @@ def _headline_lines(r: DiffResult) -> list[str]:
         if kind == "share":
             fmt: Callable[[float | None], str] = fmt_pct
             change, rel = _share_change(d), ""
+        elif kind in ("bytes", "rate"):
+            fmt = fmt_bytes_decimal if kind == "bytes" else fmt_rate
+            change, rel = "", fmt_rel(d)
         else:
             fmt, change, rel = fmt_duration, fmt_change_s(d.change), fmt_rel(d)
         lines.append(f"{name:<24} {fmt(d.before):>10} {fmt(d.after):>10} {change:>10} {rel:>6}")

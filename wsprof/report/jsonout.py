@@ -18,6 +18,7 @@ from wsprof.analysis.model import (
     Headline,
     Link,
     RankSeries,
+    StepRow,
 )
 
 #: Version of the ``wsprof analyze --format json`` document: bumped when a field is removed or
@@ -75,6 +76,35 @@ def _rank(r: RankSeries) -> dict[str, Any]:
     }
 
 
+def _wire(s: StepRow) -> dict[str, Any] | None:
+    """A step's transfers (:attr:`StepRow.wire`), units in the keys; None without a sync."""
+    w = s.wire
+    if w is None:
+        return None
+    return {
+        "bytes": w.bytes,
+        "bus_bytes": w.bus_bytes,
+        "wire_s": w.wire_s,
+        "algbw_bytes_per_s": w.algbw,
+        "busbw_bytes_per_s": w.busbw,
+        "outside_transfers_s": s.outside_transfers_s,
+        "n_calls": w.n_calls,
+        "n_unknown": w.n_unknown,
+        "groups": list(w.groups),
+        "ops": [
+            {
+                "op": o.op,
+                "n_calls": o.n_calls,
+                "bytes": o.bytes,
+                "bus_bytes": o.bus_bytes,
+                "wire_s": o.wire_s,
+                "n_unknown": o.n_unknown,
+            }
+            for o in w.ops
+        ],
+    }
+
+
 def _headline(h: Headline) -> dict[str, Any]:
     d = dataclasses.asdict(h)
     d.pop("weight_sync_result", None)  # the series itself is in ``series``
@@ -86,7 +116,11 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
     numbers, computed once by :func:`wsprof.analysis.headline.headline_of`: source, process,
     step_source, n_steps, step_median_s, rollout_share_median/first/last (0..1),
     weight_sync_median_s/first_s/last_s, own_sync_median_s, own_sync_last_s,
-    own_sync_last_step_s, sync_wait_median_s (s), weight_sync_share_median (0..1)),
+    own_sync_last_step_s, sync_wait_median_s (s), weight_sync_share_median (0..1); the third
+    number: sync_bytes_median (bytes, NCCL tests' sizes), sync_wire_median_s (s),
+    sync_bandwidth_median (bytes/s; bandwidth_kind busbw or algbw), link_limit_bytes_per_s
+    (null: unknown), link_limit_name, link_limit_why, link_share (0..1),
+    outside_transfers_share_median (0..1)),
     ``verdict`` {status problems | no_problem | inconclusive, n_problems (causes: diagnoses at
     warning or above), n_findings (findings at warning or above), reasons}, ``diagnoses``
     (most severe first: id D1.., cause (wrapper, call_count, per_call, gaps, outlier_rank,
@@ -103,7 +137,10 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
     null period when none), projection {step, value, model, fit_first_step, fit_last_step}, steps,
     values), ``findings`` (id F1.., kind, severity, title, evidence, rows (the evidence as
     [{label, value}] in units), where, next_step), ``steps`` of the primary process (with
-    sync_wait_s: waiting for slower ranks, and own_sync_s: weight sync less that wait), ``notes``,
+    sync_wait_s: waiting for slower ranks, own_sync_s: weight sync less that wait, and wire:
+    the sync's transfers {bytes, bus_bytes, wire_s, algbw_bytes_per_s, busbw_bytes_per_s,
+    outside_transfers_s, n_calls, n_unknown, groups, ops [{op, n_calls, bytes, bus_bytes,
+    wire_s, n_unknown}]} or null), ``notes``,
     ``wrappers`` (the wrapper audit: api, kind, qualname, module, file, line, wraps,
     after_patch, between_s), ``windows`` of the primary process (its py-spy sampling windows:
     index, t_start_ns, t_end_ns, n_samples, n_active, top_frame {frame, samples, total, share}
@@ -188,6 +225,7 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
                 "sync_gap_s": s.sync_gap_s,
                 "sync_wait_s": s.sync_wait_s,
                 "own_sync_s": s.own_sync_s,
+                "wire": _wire(s),
             }
             for s in pa.steps
         ]

@@ -31,6 +31,22 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "wsprof_step": ("gauge", "last completed step number of the process"),
     "wsprof_steps_completed": ("counter", "steps the process completed so far"),
     "wsprof_weight_sync_seconds": ("gauge", "weight-sync time of the last completed step"),
+    "wsprof_weight_sync_bytes": (
+        "gauge",
+        "bytes the last completed step's weight sync moved (NCCL tests' sizes)",
+    ),
+    "wsprof_weight_sync_wire_seconds": (
+        "gauge",
+        "time the last completed step's weight sync spent in transfers",
+    ),
+    "wsprof_weight_sync_bandwidth_bytes_per_second": (
+        "gauge",
+        "bandwidth of the last completed step's weight sync (kind: bus or algorithm)",
+    ),
+    "wsprof_link_limit_bytes_per_second": (
+        "gauge",
+        "the link limit the weight sync is held against (absent when unknown)",
+    ),
     "wsprof_rollout_seconds": ("gauge", "rollout time of the last completed step"),
     "wsprof_rollout_ratio": ("gauge", "rollout share of the last completed step (0..1)"),
     "wsprof_step_seconds": ("gauge", "duration of the last completed step"),
@@ -132,6 +148,9 @@ def families(snapshot: WatchSnapshot, rows_read_total: int) -> list[Metric]:
     step = _gauge("wsprof_step", _RANK_LABELS)
     steps = _counter("wsprof_steps_completed", _RANK_LABELS)
     sync = _gauge("wsprof_weight_sync_seconds", _RANK_LABELS)
+    sync_bytes = _gauge("wsprof_weight_sync_bytes", _RANK_LABELS)
+    wire_s = _gauge("wsprof_weight_sync_wire_seconds", _RANK_LABELS)
+    bandwidth = _gauge("wsprof_weight_sync_bandwidth_bytes_per_second", [*_RANK_LABELS, "kind"])
     rollout = _gauge("wsprof_rollout_seconds", _RANK_LABELS)
     ratio = _gauge("wsprof_rollout_ratio", _RANK_LABELS)
     step_s = _gauge("wsprof_step_seconds", _RANK_LABELS)
@@ -160,6 +179,13 @@ def families(snapshot: WatchSnapshot, rows_read_total: int) -> list[Metric]:
             step.add_metric(lv, row.step)
             if row.own_sync_s is not None:
                 sync.add_metric(lv, row.own_sync_s)
+            w = row.wire
+            if w is not None and w.bytes > 0:
+                sync_bytes.add_metric(lv, w.bytes)
+                wire_s.add_metric(lv, w.wire_s)
+                for kind, bw in (("bus", w.busbw), ("algorithm", w.algbw)):
+                    if bw is not None:
+                        bandwidth.add_metric([*lv, kind], bw)
             if row.rollout_s is not None:
                 rollout.add_metric(lv, row.rollout_s)
             if row.rollout_share is not None:
@@ -201,6 +227,12 @@ def families(snapshot: WatchSnapshot, rows_read_total: int) -> list[Metric]:
             growth.add_metric([*lv, res.series.name, unit], v.slope_per_step)
             judged.add_metric([*lv, res.series.name], primary.steps)
     out += [step, steps, sync, rollout, ratio, step_s, calls, call_s]
+    out += [sync_bytes, wire_s, bandwidth]
+    head = a.headline
+    if head is not None and head.link_limit_bytes_per_s is not None:
+        limit = _gauge("wsprof_link_limit_bytes_per_second", ["link"])
+        limit.add_metric([head.link_limit_name or ""], head.link_limit_bytes_per_s)
+        out.append(limit)
     out += [acc, shape, growth, judged, proj]
     out += [issued, recorded, overhead, dropped, lost, errors, readable]
     verdict = StateSetMetricFamily(
