@@ -25,6 +25,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from wsprof.capture.links import STATED_LIMIT_RULE, stated_limit
+
 #: No-op ``wsprof.patch()`` (a yes/no flag).
 ENV_DISABLE = "WSPROF_DISABLE"
 #: Hook layers, ``both`` or ``api``.
@@ -41,6 +43,10 @@ ENV_DEVICE_TIME = "WSPROF_DEVICE_TIME"
 ENV_COUNTERS = "WSPROF_COUNTERS"
 #: Share of wall time all counter probes may cost, percent in (0, 100].
 ENV_PROBE_BUDGET_PCT = "WSPROF_PROBE_BUDGET_PCT"
+#: The link limit a weight sync's bandwidth is judged against, GB/s (1e9 bytes/s) per
+#: direction, a number > 0; unset: the limits read from the machine
+#: (:func:`wsprof.capture.links.read_links`).
+ENV_LINK_GBPS = "WSPROF_LINK_GBPS"
 #: The allocator probe's interval inside sync bursts, ms (an integer >= 1).
 ENV_PROBE_INTERVAL_MS = "WSPROF_PROBE_INTERVAL_MS"
 #: Capacity of the capture ring, records (an integer >= 1).
@@ -95,6 +101,8 @@ class Settings:
             (0, 1]; None: :data:`DEFAULT_PROBE_BUDGET_FRACTION`.
         probe_interval_ms: ``WSPROF_PROBE_INTERVAL_MS``, ms; None:
             :data:`DEFAULT_PROBE_INTERVAL_MS`.
+        link_gbps: ``WSPROF_LINK_GBPS``, the link limit the user states, GB/s (1e9 bytes/s)
+            per direction, > 0; None: the limits read from the machine.
         ring_records: ``WSPROF_RING_RECORDS`` (else ``WSPROF_MAX_PENDING``), records; None:
             ``ring.DEFAULT_CAPACITY``.
         native: ``WSPROF_NATIVE`` (default True).
@@ -121,6 +129,7 @@ class Settings:
     counters: bool = True
     probe_budget_fraction: float | None = None
     probe_interval_ms: int | None = None
+    link_gbps: float | None = None
     ring_records: int | None = None
     native: bool = True
     extra: tuple[str, ...] = ()
@@ -244,6 +253,12 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
                 f"ignoring {ENV_PROBE_BUDGET_PCT}={pct!r}: not a percent in (0, 100]; "
                 f"using {DEFAULT_PROBE_BUDGET_FRACTION * 100:g}"
             )
+    link_gbps, link_error = stated_limit(r.raw(ENV_LINK_GBPS))
+    if link_error is not None:
+        r.warnings.append(
+            f"ignoring {ENV_LINK_GBPS}={r.raw(ENV_LINK_GBPS)!r}: not {STATED_LIMIT_RULE}; "
+            "using the limits read from the machine"
+        )
     preset = r.text(ENV_PRESET)
     if preset is not None:
         from wsprof.frameworks import NAMES  # data only; imported when a preset is named
@@ -269,6 +284,7 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
         counters=r.flag(ENV_COUNTERS, True),
         probe_budget_fraction=fraction,
         probe_interval_ms=r.integer(ENV_PROBE_INTERVAL_MS, 1),
+        link_gbps=link_gbps,
         ring_records=ring,
         native=r.flag(ENV_NATIVE, True),
         extra=tuple(t.strip() for t in r.raw(ENV_EXTRA).split(",") if t.strip()),

@@ -41,7 +41,7 @@ from wsprof.analysis.model import (
     StepRow,
 )
 from wsprof.contracts.series import Series
-from wsprof.contracts.units import Unit, fmt_bytes, fmt_pct
+from wsprof.contracts.units import Unit, fmt_bytes, fmt_bytes_decimal, fmt_pct, fmt_rate
 
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType  # matplotlib >= 3.9; only for the type checker
@@ -415,6 +415,68 @@ def step_breakdown_figure(steps: Sequence[StepRow]) -> str | None:
         _legend_below(fig, ax)
         ax.grid(axis="x", visible=False)
         return _to_svg(fig, "stacked time per step: rollout, train, weight sync, other")
+
+
+def wire_figure(
+    steps: Sequence[StepRow],
+    limit_bytes_per_s: float | None = None,
+    limit_name: str | None = None,
+) -> str | None:
+    """Each weight sync on the wire, per step: bytes moved (bars, left) and bandwidth (right:
+    bus bandwidth, else algorithm bandwidth) with the link limit as a dashed line when it is
+    known (:attr:`StepRow.wire`; the headline's limit).
+
+    Args:
+        steps: the step table of one process.
+        limit_bytes_per_s: the link limit, bytes/s; None when unknown (said in the title).
+        limit_name: what the limit is (``NVLink 4 x18``).
+
+    Returns:
+        An inline SVG, or None when no step moved bytes of known size.
+    """
+    rows = [r for r in steps if r.wire is not None and r.wire.bytes > 0]
+    if not rows:
+        return None
+    if len(rows) > MAX_POINTS:
+        rows = [rows[int(i)] for i in np.linspace(0, len(rows) - 1, MAX_POINTS).astype(int)]
+    x = np.asarray([r.step for r in rows], dtype=np.float64)
+    nbytes = np.asarray([r.wire.bytes if r.wire else 0 for r in rows], dtype=np.float64)
+    bus = [r.wire.busbw if r.wire else None for r in rows]
+    kind = "bus" if all(b is not None for b in bus) else "algorithm"
+    bw = np.asarray(
+        [
+            (b if kind == "bus" else (r.wire.algbw if r.wire else None)) or np.nan
+            for r, b in zip(rows, bus)
+        ],
+        dtype=np.float64,
+    )
+    with _figure(2.8) as fig:
+        left, right = fig.subplots(1, 2)
+        left.bar(x, nbytes, color=_C_SYNC, width=0.8, linewidth=0)
+        left.set_title("Bytes per weight sync", loc="left")
+        left.set_xlabel("step")
+        left.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: fmt_bytes_decimal(v)))
+        _integer_axis(left)
+        left.grid(axis="x", visible=False)
+        right.plot(x, bw, marker="o", markersize=4, color=_C_POINTS, label=f"{kind} bandwidth")
+        right.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: fmt_rate(v)))
+        right.set_xlabel("step")
+        _integer_axis(right)
+        if limit_bytes_per_s is not None:
+            right.axhline(
+                limit_bytes_per_s,
+                color=_C_PROJ,
+                linestyle="--",
+                linewidth=1.2,
+                label=f"limit: {plain(limit_name or 'link')} {fmt_rate(limit_bytes_per_s)}",
+            )
+            right.set_ylim(0, max(limit_bytes_per_s, float(np.nanmax(bw))) * 1.1)
+            right.set_title("Bandwidth against the link limit", loc="left")
+        else:
+            right.set_ylim(0, float(np.nanmax(bw)) * 1.15 if np.isfinite(bw).any() else 1.0)
+            right.set_title(f"Bandwidth ({plain(limit_name or 'link limit unknown')})", loc="left")
+        _legend_below(fig, right)
+        return _to_svg(fig, "bytes per weight sync and its bandwidth per step, link limit")
 
 
 def _call_arrays(

@@ -58,10 +58,12 @@ from wsprof.contracts.series import (
 )
 from wsprof.contracts.units import (
     fmt_bytes,
+    fmt_bytes_decimal,
     fmt_duration,
     fmt_in_unit,
     fmt_num,
     fmt_pct,
+    fmt_rate,
     fmt_us,
 )
 from wsprof.report import figures
@@ -640,6 +642,8 @@ def _environment() -> Environment:
             in_unit=fmt_in_unit,
             sval=fmt_series_value,
             plural=plural,
+            size=fmt_bytes_decimal,
+            rate=fmt_rate,
         )
     )
 
@@ -735,6 +739,11 @@ def render_html(analysis: Analysis) -> str:
         ws_figure=_svg(ws_figure),
         breakdown_figure=_svg(
             figures.step_breakdown_figure(primary.steps) if primary is not None else None
+        ),
+        wire_figure=_svg(
+            figures.wire_figure(primary.steps, head.link_limit_bytes_per_s, head.link_limit_name)
+            if primary is not None
+            else None
         ),
         steps=step_table(primary.steps) if primary is not None else None,
         primary=primary,
