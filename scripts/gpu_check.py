@@ -28,6 +28,9 @@ Checks what cannot be checked on CPU machines and prints one line per check, PAS
    trains a few steps under ``wsprof.patch()``; DDP's reducer all-reduces from C++ (no hook
    sees them) are recorded from the recorder as calls of layer ``c10d`` with their bytes and
    NCCL's device time (:mod:`wsprof.capture.flight`); prints what the reader took.
+9. Link limits (:func:`wsprof.capture.links.read_links`): prints per GPU its NVLink links up,
+   version and GB/s, and its PCIe gen x width and GB/s (current and max), and each RDMA NIC
+   port; checks that NVML gave one PCIe entry per GPU it counts, gen and width known.
 
 Usage: python scripts/gpu_check.py [--calls 200]
 Exit status 0 when every check passed.
@@ -56,6 +59,7 @@ import torch.distributed as dist
 
 import wsprof
 from wsprof.analysis.run import analyze_path
+from wsprof.capture.links import MAX_GPUS, read_links
 from wsprof.contracts.events import ShareHolder
 from wsprof.trace.reader import find_traces, read_trace
 
@@ -481,6 +485,64 @@ def sharing_case() -> None:
     )
 
 
+def _cell(value: object, fmt: str = "") -> str:
+    return "?" if value is None else format(value, fmt)
+
+
+def links_case() -> None:
+    """Check 9: the link limits wsprof stores in the trace's meta."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            count = min(int(pynvml.nvmlDeviceGetCount()), MAX_GPUS)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception as e:  # noqa: BLE001 - a FAIL line, and the other checks still run
+        check("link limits: one PCIe entry per GPU", False, f"NVML: {type(e).__name__}: {e}")
+        return
+    got = read_links()
+    nvlink = {n["gpu"]: n for n in got["nvlink"]}
+    print(
+        f"links: NVML counts {count} GPUs, torch sees {torch.cuda.device_count()}; "
+        "GB/s per direction"
+    )
+    print(
+        "gpu  bus_id            nvlink_up  version  nvlink_GB/s  source         pcie     GB/s  max"
+    )
+    for p in got["pcie"]:
+        n = nvlink.get(p["gpu"], {})
+        print(
+            f"{p['gpu']:3}  {_cell(p.get('bus_id')):16}  {_cell(n.get('links_up')):>9}  "
+            f"{_cell(n.get('version')):>7}  {_cell(n.get('gbytes_per_s'), '.1f'):>11}  "
+            f"{_cell(n.get('rate_source')):13}  "
+            f"{_cell(p.get('gen'))}x{_cell(p.get('width')):<5}  "
+            f"{_cell(p.get('gbytes_per_s'), '.1f'):>5}  "
+            f"{_cell(p.get('max_gen'))}x{_cell(p.get('max_width'))} "
+            f"{_cell(p.get('max_gbytes_per_s'), '.1f')}"
+            + "".join(f"  ({w})" for w in (p.get("why"), n.get("why")) if w),
+            flush=True,
+        )
+    for nic in got["nics"]:
+        print(
+            f"nic  {nic['device']}:{nic['port']}  {_cell(nic.get('state'))}  "
+            f"{_cell(nic.get('link_layer'))}  {_cell(nic.get('gbit_per_s'))} Gbit/s  "
+            f"({_cell(nic.get('rate_text'))})" + (f"  {nic['why']}" if nic.get("why") else ""),
+            flush=True,
+        )
+    for part, line in got["why"].items():
+        print(f"   why {part}: {line}", flush=True)
+    gpus = [p["gpu"] for p in got["pcie"]]
+    known = all(p.get("gen") and p.get("width") for p in got["pcie"])
+    check(
+        "link limits: one PCIe entry per GPU",
+        gpus == list(range(count)) and known and "nvml" not in got["why"],
+        f"{len(gpus)} PCIe entries for {count} GPUs, gen and width known: {known}; "
+        f"{len(got['nvlink'])} with NVLink, {len(got['nics'])} NIC ports",
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=200)
@@ -540,6 +602,7 @@ def main() -> int:
     flight_case()
     dist.destroy_process_group()
     sharing_case()
+    links_case()
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-m", "cuda", "tests"],
         capture_output=True,

@@ -194,3 +194,12 @@ def test_no_other_module_reads_a_wsprof_variable_from_the_environment() -> None:
         if pattern.search(p.read_text(encoding="utf-8"))
     ]
     assert found == []
+
+
+def test_link_gbps_is_a_limit_in_gbytes_per_s() -> None:
+    assert _read(LINK_GBPS=" 450 ").link_gbps == 450.0
+    s = _read(LINK_GBPS="-1")
+    assert s.link_gbps is None and s.warnings == (
+        "ignoring WSPROF_LINK_GBPS='-1': not a link limit in GB/s (a finite number > 0); "
+        "using the limits read from the machine",
+    )

@@ -83,14 +83,17 @@ def _intra_host(links: Mapping[str, Any]) -> LinkLimit | None:
             f"NCCL on one host with NVLink up: {name}, {fmt_rate(rate * 1e9)} per direction "
             "(the slowest GPU's)",
         )
+    # An idle GPU drops its PCIe link to a lower generation (read at patch time): the link's
+    # maximum is what a transfer gets.
     pcie = [
         (rate, e)
         for e in _entries(links, "pcie")
-        if (rate := _num(e.get("gbytes_per_s"))) is not None
+        if (rate := _num(e.get("max_gbytes_per_s")) or _num(e.get("gbytes_per_s"))) is not None
     ]
     if pcie:
         rate, e = min(pcie, key=lambda x: x[0])
-        name = f"PCIe gen{e.get('gen')} x{e.get('width')}"
+        gen, width = e.get("max_gen") or e.get("gen"), e.get("max_width") or e.get("width")
+        name = f"PCIe gen{gen} x{width}"
         return LinkLimit(
             rate * 1e9,
             name,

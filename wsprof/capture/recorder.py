@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from wsprof.capture import buffer
 from wsprof.capture import settings as cfg
+from wsprof.capture.links import read_links
 from wsprof.capture.world import WorldProbe
 from wsprof.contracts.events import EventKind
 from wsprof.contracts.overhead import ProbeBudget, SelfOverhead
@@ -204,6 +205,8 @@ class Recorder:
         self.pid = os.getpid()
         self.flush_interval_s = float(flush_interval_s)
         s = cfg.Settings() if settings is None else settings
+        #: the link limit the user stated (``WSPROF_LINK_GBPS``), GB/s; None: detected
+        self.link_gbps = s.link_gbps
         # $WSPROF_RING_RECORDS, else $WSPROF_MAX_PENDING (its older name), else the default
         records = ring_records or s.ring_records or fmt.DEFAULT_CAPACITY
         self.capacity = fmt.capacity_for(records)
@@ -340,8 +343,22 @@ class Recorder:
         ``detail`` (the format :func:`wsprof.contracts.events.parse_event` reads)."""
         self.events.append((_now(), kind.value, detail))
 
+    def _describe_links(self) -> None:
+        """The links this machine has (NVLink, PCIe, NIC ports) and the limit the user stated,
+        into ``meta['links']`` (:func:`wsprof.capture.links.read_links`, which never raises),
+        read once on this thread: NVML's start-up stays off the training thread."""
+        try:
+            links = read_links()
+            if self.link_gbps is not None:
+                links["stated_gbytes_per_s"] = self.link_gbps
+            with self.lock:
+                self._writer.set_meta({"links": links})
+        except Exception as e:  # noqa: BLE001 - never raised into training
+            self.internal_error("links", e)
+
     def _run(self) -> None:
         wait_s = self.flush_interval_s
+        self._describe_links()
         while not self._stop.wait(wait_s):
             busy = self.ring.head - self.ring.drained > self.capacity // 4
             self.flush()
