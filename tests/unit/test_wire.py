@@ -322,3 +322,23 @@ def test_the_headline_says_the_third_number() -> None:
     )
     assert stated.link_share == pytest.approx(stated.sync_bandwidth_median / 45e9)
     assert "of the 45 GB/s stated (--link-gbps) limit" in stated.wire_summary()
+
+
+def test_a_logged_sync_size_is_the_third_number(tmp_path: Any) -> None:
+    from wsprof.analysis.run import analyze_path
+    from wsprof.contracts.phases import sync_size_series
+
+    assert sync_size_series("perf/update_weights_gb") == "size"
+    assert sync_size_series("weight_sync_bytes") == "size"
+    assert sync_size_series("timing_s/update_weights_bandwidth") == "rate"
+    assert sync_size_series("rollout/response_lengths") is None
+    assert sync_size_series("perf/update_weights_time") is None
+    csv = tmp_path / "run.csv"
+    csv.write_text(
+        "step,update_weights_time_s,update_weights_gb\n"
+        + "".join(f"{i},{1.9 + 0.01 * i},14.2\n" for i in range(8))
+    )
+    head = analyze_path(str(csv)).headline
+    assert head is not None
+    assert head.sync_bytes_median == pytest.approx(14.2e9)
+    assert "14.2 GB per sync" in (head.summary() or "")

@@ -16,9 +16,17 @@ from typing import Any
 from wsprof.analysis.link_limit import LinkLimit
 from wsprof.analysis.model import Analysis, Headline, ProcessAnalysis, SeriesResult, StepRow
 from wsprof.analysis.pushes import MIN_PUSH_BYTES
-from wsprof.contracts.phases import phase_of_series
-from wsprof.contracts.series import ROLLOUT_S, ROLLOUT_SHARE, STEP_S, WEIGHT_SYNC_S
-from wsprof.contracts.units import fmt_bytes
+from wsprof.contracts.phases import phase_of_series, sync_size_series
+from wsprof.contracts.series import (
+    ROLLOUT_S,
+    ROLLOUT_SHARE,
+    STEP_S,
+    SYNC_ALGBW,
+    SYNC_BUSBW,
+    SYNC_BYTES,
+    WEIGHT_SYNC_S,
+)
+from wsprof.contracts.units import Unit, fmt_bytes, unit_family
 
 #: Why a run's steps have no weight sync (:mod:`wsprof.analysis.pushes`).
 NO_PUSH_EVIDENCE = (
@@ -52,6 +60,47 @@ def _rollout_elsewhere(others: Sequence[ProcessAnalysis]) -> tuple[list[float], 
         if any(shares):
             return [float(x) for x in shares], f"sampling windows of {p.label}"
     return [], None
+
+
+def _in_family(r: SeriesResult, family: Unit) -> list[float] | None:
+    """A series' values in ``family``'s base unit (bytes, bytes/s) when its unit is of that
+    family (``GB`` is 1e9 bytes), else None."""
+    unit, scale = (
+        (r.series.unit, 1.0) if r.series.unit is family else unit_family(r.series.unit_text)
+    )
+    return [v * scale for v in r.series.values] if unit is family else None
+
+
+def _logged_wire(series: Sequence[SeriesResult], limit: LinkLimit | None) -> dict[str, Any]:
+    """The third number from a log's or CSV's own weight-sync size and bandwidth columns
+    (:func:`~wsprof.contracts.phases.sync_size_series`; ``weight_sync_bytes``,
+    ``weight_sync_algbw`` of an exported trace too)."""
+    size = rate = None
+    for r in series:
+        kind = (
+            "size"
+            if r.series.name == SYNC_BYTES
+            else "rate"
+            if r.series.name in (SYNC_BUSBW, SYNC_ALGBW)
+            else sync_size_series(r.series.name)
+        )
+        if kind == "size" and size is None:
+            size = _in_family(r, Unit.BYTES)
+        elif kind == "rate" and rate is None:
+            rate = _in_family(r, Unit.BYTES_PER_SECOND)
+    if size is None and rate is None:
+        return {}
+    bw = _median(rate) if rate else None
+    limit_rate = limit.bytes_per_s if limit is not None else None
+    return {
+        "sync_bytes_median": _median(size) if size else None,
+        "sync_bandwidth_median": bw,
+        "bandwidth_kind": "algbw" if bw is not None else None,
+        "link_limit_bytes_per_s": limit_rate,
+        "link_limit_name": limit.name if limit is not None else None,
+        "link_limit_why": limit.why if limit is not None else None,
+        "link_share": bw / limit_rate if bw is not None and limit_rate else None,
+    }
 
 
 def _wire_fields(rows: Sequence[StepRow], limit: LinkLimit | None) -> dict[str, Any]:
@@ -170,7 +219,7 @@ def headline_of(
         rollout_source=rollout_source,
         sync_evidence=primary.sync_evidence if primary is not None and syncs else None,
         no_sync_found=no_sync,
-        **_wire_fields(rows, limit),
+        **(_wire_fields(rows, limit) or _logged_wire(series, limit)),
     )
 
 

@@ -106,3 +106,23 @@ def phase_of_series(name: str) -> str | None:
             key = key[: -len(suffix)]
             break
     return canonical_phase(key)
+
+
+#: Name endings of a logged weight-sync size (``update_weights_bytes``, ``sync_gb``): the stem
+#: before them names the phase (:func:`sync_size_series`).
+_SIZE_ENDINGS = ("_size_bytes", "_bytes", "_size", "_gib", "_gb", "_mib", "_mb")
+#: ... and of a logged weight-sync bandwidth (``update_weights_bandwidth``).
+_RATE_ENDINGS = ("_bandwidth", "_throughput", "_bw")
+
+
+def sync_size_series(name: str) -> str | None:
+    """Whether a logged series is the weight sync's size or bandwidth: ``size`` for a name
+    whose stem is the weight-sync phase and whose ending is a size (``perf/update_weights_gb``,
+    ``weight_sync_bytes``), ``rate`` for a bandwidth or throughput ending; None otherwise.
+    The series' unit says the scale (an unknown unit is not read as bytes)."""
+    key = phase_key(name.rsplit("/", 1)[-1])
+    for endings, kind in ((_SIZE_ENDINGS, "size"), (_RATE_ENDINGS, "rate")):
+        for end in endings:
+            if key.endswith(end) and canonical_phase(key[: -len(end)]) == WEIGHT_SYNC:
+                return kind
+    return None
