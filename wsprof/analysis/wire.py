@@ -122,11 +122,46 @@ def _union(starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], lo: int, 
     return covered_ns(starts[order], ends[order], lo, hi)
 
 
+def _codes(col: npt.NDArray[np.object_]) -> tuple[npt.NDArray[np.int64], list[str]]:
+    """A string column as integer codes and the values they stand for (None as '')."""
+    text = np.array(["" if v is None else str(v) for v in col.tolist()], dtype=object)
+    values, inverse = np.unique(text.astype(str), return_inverse=True)
+    return inverse.astype(np.int64), [str(v) for v in values]
+
+
+def call_sizes(
+    calls: CallTable, sizes: Mapping[str, int]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Each call's size ``S`` (:func:`whole_bytes`), bytes, and bus factor
+    (:func:`bus_factor`); NaN where unknown. Decided once per (op, name, layer, group)."""
+    n = len(calls)
+    if n == 0:
+        return np.zeros(0), np.zeros(0)
+    parts = [_codes(calls.op), _codes(calls.api), _codes(calls.layer), _codes(calls.grp)]
+    key = np.zeros(n, dtype=np.int64)
+    for codes, values in parts:
+        key = key * (len(values) + 1) + codes
+    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    mult = np.full(len(uniq), np.nan)
+    factor = np.full(len(uniq), np.nan)
+    for k, i in enumerate(first.tolist()):
+        op, api, layer = str(calls.op[i]), str(calls.api[i]), str(calls.layer[i])
+        grp = calls.grp[i]
+        size = sizes.get(str(grp)) if grp is not None else None
+        one = whole_bytes(op, api, layer, 1, size)
+        mult[k] = np.nan if one is None else one
+        f = bus_factor(op, size)
+        factor[k] = np.nan if f is None else f
+    recorded = calls.bytes.astype(np.float64)
+    whole = np.where(recorded >= 0, recorded * mult[inverse], np.nan)
+    return whole, factor[inverse]
+
+
 def sync_wire(
     calls: CallTable,
     idx: npt.NDArray[np.int64],
     windows: Sequence[tuple[int, int]],
-    sizes: Mapping[str, int],
+    sized: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]],
 ) -> SyncWire:
     """The transfers of one weight sync.
 
@@ -135,51 +170,45 @@ def sync_wire(
         idx: indices of the calls that started inside the sync.
         windows: the sync's spans ``(start, end)`` ns (several weight-sync phases of one step
             count as one sync); each call's time is clipped to them.
-        sizes: group name -> size (:func:`group_sizes`).
+        sized: every call's size and bus factor (:func:`call_sizes`).
     """
-    ops: list[OpWire] = []
+    whole, factor = sized
     done = _done_ns(calls)
-    all_known: list[int] = []
-    n_calls = n_unknown = total = 0
-    bus_total: float | None = 0.0
-    for op in sorted({str(o) for o in calls.op[idx].tolist()} - NOT_TRANSFERS):
-        mine = idx[calls.op[idx] == op]
-        known: list[int] = []
-        nbytes = 0
-        bus: float | None = 0.0
-        for i in mine.tolist():
-            grp = calls.grp[i]
-            n = sizes.get(str(grp)) if grp is not None else None
-            s = whole_bytes(op, str(calls.api[i]), str(calls.layer[i]), int(calls.bytes[i]), n)
-            if s is None:
-                continue
-            known.append(i)
-            nbytes += s
-            f = bus_factor(op, n)
-            bus = None if bus is None or f is None else bus + s * f
-        sel = np.asarray(known, dtype=np.int64)
+    op_of = calls.op[idx]
+    keep = ~np.isin(op_of.astype(str), list(NOT_TRANSFERS)) if len(idx) else np.zeros(0, bool)
+    idx, op_of = idx[keep], op_of[keep]
+    ops: list[OpWire] = []
+    for op in sorted({str(o) for o in op_of.tolist()}):
+        mine = idx[op_of == op]
+        sel = mine[np.isfinite(whole[mine])]
+        bus = whole[sel] * factor[sel]
         wire_ns = sum(_union(calls.t_start_ns[sel], done[sel], lo, hi) for lo, hi in windows)
         ops.append(
             OpWire(
-                op, len(mine), nbytes, bus if known else None, wire_ns / 1e9, len(mine) - len(known)
+                op,
+                len(mine),
+                int(whole[sel].sum()),
+                float(bus.sum()) if len(sel) and np.isfinite(bus).all() else None,
+                wire_ns / 1e9,
+                len(mine) - len(sel),
             )
         )
-        all_known += known
-        n_calls += len(mine)
-        n_unknown += len(mine) - len(known)
-        total += nbytes
-        if known:
-            bus_total = None if bus_total is None or bus is None else bus_total + bus
-    sel = np.asarray(all_known, dtype=np.int64)
+    sel = idx[np.isfinite(whole[idx])]
     wire_ns = sum(_union(calls.t_start_ns[sel], done[sel], lo, hi) for lo, hi in windows)
     ops.sort(key=lambda o: (-o.bytes, o.op))
+    known = [o for o in ops if o.n_calls > o.n_unknown]
+    bus_total = (
+        sum(o.bus_bytes for o in known if o.bus_bytes is not None)
+        if known and all(o.bus_bytes is not None for o in known)
+        else None
+    )
     groups = sorted({str(g) for g in calls.grp[sel].tolist() if g is not None})
     return SyncWire(
-        n_calls,
-        total,
-        bus_total if all_known else None,
+        len(idx),
+        sum(o.bytes for o in ops),
+        bus_total,
         wire_ns / 1e9,
-        n_unknown,
+        sum(o.n_unknown for o in ops),
         tuple(ops),
         tuple(groups),
     )
@@ -202,7 +231,7 @@ def with_wire(
     calls retention thinned (``meta['retention']``: a sample of them was kept), get None."""
     if not rows:
         return list(rows)
-    sizes = group_sizes(meta)
+    sized = call_sizes(calls, group_sizes(meta))
     thinned = _thinned(meta)
     phases: dict[int, list[tuple[int, int]]] = {}
     for sp in sync_spans(spans):
@@ -225,5 +254,5 @@ def with_wire(
             for lo, hi in windows
         ]
         idx = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
-        out.append(replace(r, wire=sync_wire(calls, idx, windows, sizes)))
+        out.append(replace(r, wire=sync_wire(calls, idx, windows, sized)))
     return out
