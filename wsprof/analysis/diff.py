@@ -1109,8 +1109,8 @@ def diff_sides(before: Side, after: Side) -> DiffResult:
     bandwidth = Delta.of(before.sync_bandwidth, after.sync_bandwidth)
     if nbytes.before is not None and nbytes.after is not None:
         verdict.append(
-            f"each weight sync moved {fmt_bytes_decimal(nbytes.before)} -> "
-            f"{fmt_bytes_decimal(nbytes.after)} at {fmt_rate(bandwidth.before)} -> "
+            f"on the wire: {fmt_bytes_decimal(nbytes.before)} -> "
+            f"{fmt_bytes_decimal(nbytes.after)} per sync at {fmt_rate(bandwidth.before)} -> "
             f"{fmt_rate(bandwidth.after)} (median)"
         )
     if faster:
