@@ -13,7 +13,13 @@ from wsprof.analysis.evidence import Evidence
 from wsprof.analysis.sharing import Sharing
 from wsprof.contracts.overhead import SelfOverhead
 from wsprof.contracts.series import Series
-from wsprof.contracts.units import Unit, fmt_bytes_decimal, fmt_duration, fmt_rate
+from wsprof.contracts.units import (
+    Unit,
+    fmt_bytes_decimal,
+    fmt_duration,
+    fmt_rate,
+    fmt_share_of,
+)
 from wsprof.contracts.words import Words
 
 #: Every shape a per-step series can get (see :mod:`wsprof.analysis.growth`).
@@ -904,7 +910,8 @@ class Headline:
             text += f" at {fmt_rate(self.sync_bandwidth_median)} {kind} bandwidth"
         if self.link_share is not None and self.link_limit_bytes_per_s is not None:
             text += (
-                f" = {self.link_share:.0%} of the {fmt_rate(self.link_limit_bytes_per_s)} "
+                f" = {fmt_share_of(self.link_share)} of the "
+                f"{fmt_rate(self.link_limit_bytes_per_s)} "
                 f"{self.link_limit_name} limit"
             )
         elif self.link_limit_name is not None:

@@ -122,11 +122,13 @@ def _union(starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], lo: int, 
     return covered_ns(starts[order], ends[order], lo, hi)
 
 
-def _codes(col: npt.NDArray[np.object_]) -> tuple[npt.NDArray[np.int64], list[str]]:
-    """A string column as integer codes and the values they stand for (None as '')."""
-    text = np.array(["" if v is None else str(v) for v in col.tolist()], dtype=object)
-    values, inverse = np.unique(text.astype(str), return_inverse=True)
-    return inverse.astype(np.int64), [str(v) for v in values]
+def _codes(col: npt.NDArray[np.object_]) -> tuple[npt.NDArray[np.int64], list[object]]:
+    """A string column as integer codes (first-seen order) and the values they stand for;
+    a hash per value, no sort (a trace's columns hold a handful of distinct names)."""
+    values = col.tolist()
+    index = {v: i for i, v in enumerate(dict.fromkeys(values))}
+    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
+    return codes, list(index)
 
 
 def call_sizes(

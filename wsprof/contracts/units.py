@@ -242,6 +242,14 @@ def fmt_pct(x: float | None) -> str:
     return f"{x:.0%}" if abs(x) >= 0.1 else f"{x:.1%}"
 
 
+def fmt_share_of(x: float | None) -> str:
+    """A share of a limit as a percentage that stays readable when tiny (a gloo sync at
+    0.04% of a stated link): :func:`fmt_pct` from 0.1% on, two significant digits below."""
+    if x is None or not math.isfinite(x) or abs(x) >= 0.001 or x == 0:
+        return fmt_pct(x)
+    return f"{x * 100:.2g}%"
+
+
 def fmt_bytes(n: float | None) -> str:
     """Bytes with a binary unit (``512 B``, ``1.5 GiB``); None → ``—``."""
     if n is None or not math.isfinite(n):

@@ -64,6 +64,7 @@ from wsprof.contracts.units import (
     fmt_num,
     fmt_pct,
     fmt_rate,
+    fmt_share_of,
     fmt_us,
 )
 from wsprof.report import figures
@@ -644,6 +645,7 @@ def _environment() -> Environment:
             plural=plural,
             size=fmt_bytes_decimal,
             rate=fmt_rate,
+            share_of=fmt_share_of,
         )
     )
 

@@ -14,7 +14,7 @@ from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import Finding, Link, ProcessAnalysis, Severity, SyncWire
 from wsprof.analysis.rules.base import CRITICAL_GROWTH_RATIO, Rule
 from wsprof.contracts.series import SYNC_BYTES, WEIGHT_SYNC_S
-from wsprof.contracts.units import fmt_bytes_decimal, fmt_duration, fmt_rate
+from wsprof.contracts.units import fmt_bytes_decimal, fmt_duration, fmt_rate, fmt_share_of
 
 #: Share of each weight sync outside transfers at or above which the wire is said not to be
 #: the problem: most of the sync is work between the transfers (serialization, RPCs,
@@ -280,7 +280,8 @@ def _outside(facts: Facts, outside: float, share: float | None) -> Finding:
     caller = facts.primary.sync_site if facts.primary is not None else None
     where = f", in {caller}" if caller else ""
     limit = (
-        f"; the transfers reach {share:.0%} of the {fmt_rate(head.link_limit_bytes_per_s)} "
+        f"; the transfers reach {fmt_share_of(share)} of the "
+        f"{fmt_rate(head.link_limit_bytes_per_s)} "
         f"{head.link_limit_name} limit"
         if share is not None
         else ""
