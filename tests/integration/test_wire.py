@@ -94,10 +94,16 @@ class Job:
 def _traced_s(calls: CallTable, spans_ns: list[list[Any]]) -> float:
     """The traced time of the job's calls, s: for each call the job made (``[op, start_ns,
     end_ns]`` on the job's clock), exactly one traced call of that op starts and completes
-    within it; their start-to-completion times summed (the calls of a sync run one after
+    within it; their backend-start-to-completion times summed (the calls of a sync run one after
     another, so the sum is their union)."""
     done = np.where(
         calls.t_done_ns >= 0, np.maximum(calls.t_done_ns, calls.t_end_ns), calls.t_end_ns
+    )
+    # On the wire from where the backend took the call (the hook's own time before it is not
+    # a transfer): its return less the backend's time, when the backend was timed.
+    timed = (calls.n_backend > 0) & (calls.backend_ns > 0)
+    begin = np.where(
+        timed, np.maximum(calls.t_start_ns, calls.t_end_ns - calls.backend_ns), calls.t_start_ns
     )
     total = 0
     for op, start, end in spans_ns:
@@ -106,7 +112,7 @@ def _traced_s(calls: CallTable, spans_ns: list[list[Any]]) -> float:
         ).tolist()
         assert calls.op[i] == op, (calls.op[i], op)
         assert done[i] <= end + WIRE_OVER_S * 1e9, "a traced call outlasts the job's own span"
-        total += int(done[i] - calls.t_start_ns[i])
+        total += int(done[i] - begin[i])
     return total / 1e9
 
 

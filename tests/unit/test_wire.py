@@ -342,3 +342,14 @@ def test_a_logged_sync_size_is_the_third_number(tmp_path: Any) -> None:
     assert head is not None
     assert head.sync_bytes_median == pytest.approx(14.2e9)
     assert "14.2 GB per sync" in (head.summary() or "")
+
+
+def test_a_wrappers_time_before_the_backend_is_outside_transfers() -> None:
+    # A call of 10 ms whose backend took the last 4 ms (a free-memory probe ran for 6 ms
+    # before it): 4 ms on the wire, 6 ms outside transfers.
+    row = list(_call(0, 10, "broadcast", 1_000_000))
+    row[2] = 4 * MS  # backend_ns
+    calls = _table([tuple(row)], [None])
+    out = _sync(calls, 0, 10)
+    assert out.wire is not None and out.wire.wire_s == pytest.approx(0.004)
+    assert out.outside_transfers_s == pytest.approx(0.006)

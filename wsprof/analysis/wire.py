@@ -13,7 +13,9 @@ of NCCL's tests:
   broadcast, reduce, send and receive ``1``. ``n`` is the group's size. Gather and scatter to
   one rank have no factor here (None).
 
-A barrier moves nothing and is not a transfer; a call of unknown size (an object collective,
+A call is on the wire from where its backend took it (``end - backend_ns``: the time a wrapper
+spends before the backend, a probe, is outside transfers) to its completion. A barrier moves
+nothing and is not a transfer; a call of unknown size (an object collective,
 a sparse tensor) is counted (``n_unknown``) but neither its bytes nor its time are: the
 sync's time in no transfer of known size is :attr:`~wsprof.analysis.model.StepRow.
 outside_transfers_s`. Pure.
@@ -110,6 +112,16 @@ def sync_backends(rows: Sequence[StepRow], meta: Mapping[str, Any]) -> set[str]:
     return {known[g] for g in names if g in known}
 
 
+def _begin_ns(calls: CallTable) -> npt.NDArray[np.int64]:
+    """Each call's start on the wire, ns: where the backend took it, ``end - backend_ns``,
+    when the call reached a backend the hooks timed (a wrapper's work before it, a free-memory
+    probe, is time outside transfers), else the call's start."""
+    timed = (calls.n_backend > 0) & (calls.backend_ns > 0)
+    return np.where(
+        timed, np.maximum(calls.t_start_ns, calls.t_end_ns - calls.backend_ns), calls.t_start_ns
+    )
+
+
 def _done_ns(calls: CallTable) -> npt.NDArray[np.int64]:
     """Each call's completion, ns: its ``wait()`` for an async call, else its return."""
     return np.where(
@@ -176,6 +188,7 @@ def sync_wire(
     """
     whole, factor = sized
     done = _done_ns(calls)
+    begin = _begin_ns(calls)
     op_of = calls.op[idx]
     keep = ~np.isin(op_of.astype(str), list(NOT_TRANSFERS)) if len(idx) else np.zeros(0, bool)
     idx, op_of = idx[keep], op_of[keep]
@@ -184,7 +197,7 @@ def sync_wire(
         mine = idx[op_of == op]
         sel = mine[np.isfinite(whole[mine])]
         bus = whole[sel] * factor[sel]
-        wire_ns = sum(_union(calls.t_start_ns[sel], done[sel], lo, hi) for lo, hi in windows)
+        wire_ns = sum(_union(begin[sel], done[sel], lo, hi) for lo, hi in windows)
         ops.append(
             OpWire(
                 op,
@@ -196,7 +209,7 @@ def sync_wire(
             )
         )
     sel = idx[np.isfinite(whole[idx])]
-    wire_ns = sum(_union(calls.t_start_ns[sel], done[sel], lo, hi) for lo, hi in windows)
+    wire_ns = sum(_union(begin[sel], done[sel], lo, hi) for lo, hi in windows)
     ops.sort(key=lambda o: (-o.bytes, o.op))
     known = [o for o in ops if o.n_calls > o.n_unknown]
     bus_total = (
