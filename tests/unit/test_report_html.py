@@ -892,3 +892,29 @@ def test_an_outlier_rank_diagnosis_draws_that_rank_against_the_others() -> None:
     lead = _section(render_html(dataclasses.replace(a, diagnoses=(outlier,))), "diagnoses")
     assert 'aria-label="weight-sync time per step of rank 1 against the other ranks"' in lead
     assert "rank 1 differs from the other ranks" in lead
+
+
+def test_the_wire_is_on_the_first_screen_and_in_its_figure() -> None:
+    """Bytes per sync, bandwidth and the link limit: the headline's third number on the first
+    screen, the wire and limit tiles, and the figure with the limit as a line."""
+    from dataclasses import replace
+
+    from wsprof.analysis.headline import headline_of
+    from wsprof.analysis.link_limit import LinkLimit
+    from wsprof.analysis.model import SyncWire
+
+    a = make_run_analysis()
+    pa = a.processes[0]
+    steps = tuple(
+        replace(r, wire=SyncWire(100, 14_200_000_000, 14_200_000_000.0, 1.2, 0, (), ("0",)))
+        for r in pa.steps
+    )
+    pa = replace(pa, steps=steps)
+    limit = LinkLimit(45e9, "NIC mlx5_0 port 1 (400 Gb/s InfiniBand)", "NCCL across hosts")
+    head = headline_of(pa, a.series, a.source, [pa], limit)
+    html = render_html(replace(a, processes=(pa, *a.processes[1:]), headline=head))
+    first = html[html.index('<p class="headline">') : html.index('<p class="how">')]
+    assert "On the wire" in first and "14.2 GB" in first
+    assert "11.8 GB/s" in first and "26% of the 45 GB/s NIC mlx5_0" in first
+    assert 'id="wire"' in html and "Bytes per weight sync" in html
+    assert "limit: NIC mlx5_0 port 1" in html  # the limit's line in the figure's legend
