@@ -12,6 +12,10 @@ training log (by suffix and by the SQLite header); ``analyze``, ``diff``, ``repo
   (:func:`wsprof.importers.metrics_csv.load_csv`).
 - :class:`LoadedLog`: a training log of slime, verl, OpenRLHF or AReaL
   (:func:`wsprof.importers.logs.load_log`).
+- a TensorBoard log directory (event files, no ``.wsprof`` trace) and a W&B run (a
+  ``wandb/run-*`` folder or its ``.wandb`` file) are :class:`LoadedSeries` too
+  (:func:`wsprof.importers.tensorboard.load_tensorboard`,
+  :func:`wsprof.importers.wandb_run.load_wandb_run`): per-step series, as a metric export's.
 
 Every error is a one-line :class:`~wsprof.errors.InputError` that says what cannot be read and
 what to give instead; none names a command-line option (the CLI adds those).
@@ -26,6 +30,8 @@ from dataclasses import dataclass, field
 from wsprof.errors import InputError
 from wsprof.importers.logs import Imported, load_log
 from wsprof.importers.metrics_csv import load_csv
+from wsprof.importers.tensorboard import is_tensorboard_dir, load_tensorboard
+from wsprof.importers.wandb_run import is_wandb_run, load_wandb_run
 from wsprof.trace.flight_dumps import find_dumps, read_dump_trace
 from wsprof.trace.model import TRACE_SUFFIX, ProcessTrace
 from wsprof.trace.reader import (
@@ -126,7 +132,8 @@ def _rank_then_path(t: ProcessTrace) -> tuple[int, str]:
 
 @dataclass(frozen=True)
 class LoadedSeries:
-    """A per-step series file (CSV or TSV; plain or a metric export such as W&B's).
+    """A per-step series file (CSV or TSV; plain or a metric export such as W&B's), or a
+    TensorBoard log directory or a W&B run (``imported.format`` says which).
 
     Attributes:
         path: the path given.
@@ -164,7 +171,10 @@ def load(path: str) -> Loaded:
 
     A file ending in ``.csv``/``.tsv`` is a series; a folder of Flight Recorder dumps (or one
     dump: files that start like a pickle or a dump's JSON, and no ``.wsprof`` trace) is a run
-    of one process per dump (:mod:`wsprof.trace.flight_dumps`); any other file that
+    of one process per dump (:mod:`wsprof.trace.flight_dumps`); a W&B run is a series
+    (:mod:`wsprof.importers.wandb_run`), and so is a folder with TensorBoard event files under
+    it and no ``.wsprof`` trace (:mod:`wsprof.importers.tensorboard`: one run's event files);
+    any other file that
     neither ends in ``.wsprof`` nor starts like SQLite is a training log; everything else (a
     folder, a trace, a missing path) is a run, whose trace files are listed now and read
     later.
@@ -184,7 +194,23 @@ def load(path: str) -> Loaded:
     dumps = find_dumps(path)
     if dumps:  # torch's Flight Recorder dumps (TORCH_FR_DUMP_TEMP_FILE), one per rank
         return LoadedRun(path, tuple(dumps), read=read_dump_trace)
+    # A W&B run (wandb/run-*/run-*.wandb, a run folder or the .wandb file): before the
+    # TensorBoard check (wandb's sync_tensorboard puts event files under a run folder too)
+    # and before the log check (a .wandb file is binary).
+    if is_wandb_run(path):
+        return LoadedSeries(path, load_wandb_run(path))
+    if is_tensorboard_dir(path) and not _has_traces(path):
+        return LoadedSeries(path, load_tensorboard(path))  # one run's TensorBoard event files
     if os.path.isfile(path) and not path.lower().endswith(TRACE_SUFFIX) and not is_sqlite(path):
         return LoadedLog(path, load_log(path))  # a training log: slime, verl, OpenRLHF, AReaL
     require_trace_file(path)
     return LoadedRun(path, tuple(find_traces(path)))
+
+
+def _has_traces(path: str) -> bool:
+    """Whether a folder holds a ``.wsprof`` trace (then it is a run folder, whatever else
+    lies beside the traces)."""
+    try:
+        return bool(find_traces(path))
+    except InputError:
+        return False

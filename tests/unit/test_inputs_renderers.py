@@ -24,6 +24,7 @@ from wsprof.report.renderers import (
     DIFF_RENDERERS,
     EXPORTERS,
     REPORT_RENDERERS,
+    FolderExporter,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,11 +151,14 @@ def _choices(command: str) -> list[str]:
 def test_cli_format_choices_come_from_the_registries() -> None:
     assert _choices("analyze") == list(ANALYZE_RENDERERS) == ["text", "json"]
     assert _choices("diff") == list(DIFF_RENDERERS) == ["text", "json", "html"]
-    assert _choices("export") == list(EXPORTERS) == ["perfetto", "speedscope", "csv"]
+    assert _choices("export") == list(EXPORTERS) == ["perfetto", "speedscope", "csv", "tensorboard"]
     assert list(REPORT_RENDERERS) == ["html"]
     for reg in (ANALYZE_RENDERERS, DIFF_RENDERERS, REPORT_RENDERERS, EXPORTERS):
         for name, r in reg.items():
-            assert r.name == name and r.suffix.startswith(".") and r.description
+            # a folder exporter (TensorBoard: one run per rank) writes no file suffix
+            folder = isinstance(r, FolderExporter)
+            assert r.name == name and r.description
+            assert r.suffix == "" if folder else r.suffix.startswith(".")
 
 
 def test_every_analysis_renderer_renders(tmp_path: Path) -> None:

@@ -3,8 +3,10 @@
 Its own process (analysis never runs inside the training processes): one per run folder, or
 one per node on a shared folder. Every ``--every`` seconds it reads what the traces gained
 (:mod:`wsprof.trace.follow`), makes rows of the steps completed since
-(:mod:`wsprof.analysis.live`), prints a line per step and a block per verdict change, and
-updates what ``/metrics`` serves (:mod:`wsprof.report.openmetrics`).
+(:mod:`wsprof.analysis.live`), prints a line per step and a block per verdict change,
+updates what ``/metrics`` serves (:mod:`wsprof.report.openmetrics`), and with ``--tensorboard``
+appends the new steps' scalars and the changed verdict to TensorBoard event files
+(:mod:`wsprof.report.tensorboard_out`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import os
 import socket
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -24,6 +26,9 @@ from wsprof.analysis.snapshot import WatchSnapshot
 from wsprof.cli.options import LINK_GBPS, fails
 from wsprof.contracts.safe_text import escape_controls
 from wsprof.errors import EXIT_FINDINGS, EXIT_OK, InputError
+
+if TYPE_CHECKING:
+    from wsprof.report.tensorboard_out import TensorBoardOut
 
 #: Default seconds between refreshes: a step of an RL run lasts minutes, and a Prometheus
 #: server scrapes every 15 s by default.
@@ -162,6 +167,16 @@ def _fail_level(snapshot: WatchSnapshot, fail_on: str | None) -> bool:
     help="with --serve: seconds the final page stays served after every trace has ended "
     "(so that the last scrape sees the end)",
 )
+@click.option(
+    "--tensorboard",
+    "tensorboard_dir",
+    default=None,
+    metavar="DIR",
+    type=click.Path(),
+    help="also write each completed step's scalars (wsprof/...) per rank and the verdict, when "
+    "it changes, as TensorBoard event files in DIR (as `wsprof export --format tensorboard`; "
+    "needs wsprof[tensorboard])",
+)
 @LINK_GBPS
 def watch(
     run_dir: str,
@@ -173,11 +188,43 @@ def watch(
     once: bool,
     forever: bool,
     linger: float,
+    tensorboard_dir: str | None,
     link_gbps: float | None,
 ) -> int:
     """Follow RUN_DIR (a run folder being written by `wsprof run` or wsprof.patch()): a line
     per completed step, a block per verdict change, OpenMetrics with --serve. Ends when every
-    trace has ended (a clean exit or a process gone), unless --forever; Ctrl-C stops it."""
+    trace has ended (a clean exit or a process gone), unless --forever; Ctrl-C stops it.
+    With --tensorboard DIR, each completed step's scalars and each verdict change are written
+    to TensorBoard event files in DIR, one run per rank, flushed at every refresh."""
+    tb = None
+    if tensorboard_dir is not None:  # the extra and the folder checked before anything else
+        from wsprof.report.tensorboard_out import TensorBoardOut
+
+        tb = TensorBoardOut(tensorboard_dir, "--tensorboard")
+    try:
+        return _watch(
+            run_dir, serve_at, every, fail_on, host, sync_budget, once, forever, linger, tb,
+            link_gbps,
+        )  # fmt: skip
+    finally:
+        if tb is not None:
+            tb.close()
+
+
+def _watch(
+    run_dir: str,
+    serve_at: str | None,
+    every: float,
+    fail_on: str | None,
+    host: str | None,
+    sync_budget: float | None,
+    once: bool,
+    forever: bool,
+    linger: float,
+    tb: TensorBoardOut | None,
+    link_gbps: float | None,
+) -> int:
+    """The watch loop (:func:`watch`); ``tb``: the TensorBoard output, or None."""
     from wsprof.analysis.live import LiveRun
     from wsprof.report.openmetrics import SnapshotCollector
     from wsprof.report.watch import (
@@ -213,6 +260,9 @@ def watch(
         while True:
             snap = run.refresh()
             collector.update(snap)
+            if tb is not None:
+                tb.add(snap.analysis)
+                tb.flush()
             for p in run.follower.problems():
                 if p not in problems:
                     problems.add(p)

@@ -152,6 +152,31 @@ class MetricKey:
 
 
 @dataclass(frozen=True)
+class TensorBoardLayout:
+    """How a framework writes its scalars into TensorBoard event files (read by
+    :mod:`wsprof.importers.tensorboard`): which step axis each tag is logged against.
+
+    Attributes:
+        step_axis: the framework's name for the step its per-step scalars are logged
+            against (slime: ``rollout/step``, the rollout id); every tag not in ``apart``.
+        axis_tags: tags that are step counters, never metrics (not read when a writer logs
+            them as scalars).
+        apart: ``(tag prefix, axis)`` of tags logged against another step axis (slime's
+            ``train/`` per optimizer step, ``train/step``): kept out of the per-step series.
+        source: the framework files that write the event files.
+    """
+
+    step_axis: str
+    axis_tags: tuple[str, ...] = ()
+    apart: tuple[tuple[str, str], ...] = ()
+    source: str = ""
+
+    def apart_axis(self, tag: str) -> str | None:
+        """The other axis ``tag`` is logged against, or None when it is a per-step tag."""
+        return next((axis for prefix, axis in self.apart if tag.startswith(prefix)), None)
+
+
+@dataclass(frozen=True)
 class Framework:
     """Everything wsprof knows about one framework.
 
@@ -171,6 +196,8 @@ class Framework:
             the batch's tokens: a rate that moves with the batch, not a duration).
         quality_namespaces: key prefixes (``actor/``) of namespaces holding only
             training-quality and data statistics (a learning rate among them is its schedule).
+        tensorboard: the step axes of its TensorBoard scalars, None when wsprof does not know
+            them (every scalar is then read on its event's step).
     """
 
     name: str
@@ -186,6 +213,7 @@ class Framework:
     step_time_keys: tuple[str, ...] = ()
     per_token_prefixes: tuple[str, ...] = ()
     quality_namespaces: tuple[str, ...] = ()
+    tensorboard: TensorBoardLayout | None = None
 
     def patterns(self) -> dict[str, list[str]]:
         """Phase -> frame regexes, phases in :data:`CANONICAL_PHASES` order."""

@@ -18,6 +18,7 @@ from wsprof.frameworks.model import (
     LogFormat,
     MetricKey,
     PhasePattern,
+    TensorBoardLayout,
 )
 
 FRAMEWORK = Framework(
@@ -135,4 +136,17 @@ FRAMEWORK = Framework(
         MetricKey("perf/step_time", STEP_S),
     ),
     timer_keys=(("perf/", "_time"),),
+    # slime/observability/logging_utils.py ``log(args, metrics, step_key)``: every scalar but
+    # the step key goes to ``_TensorboardAdapter.log`` (tensorboard_utils.py, one
+    # SummaryWriter per process) at ``step=metrics[step_key]``. perf/* (train_metric_utils.py
+    # ``log_perf_data``), rollout/* and perf/rollout_time (rollout_metrics.py
+    # ``log_rollout_data``) use ``rollout/step`` (``compute_rollout_step``: the rollout id);
+    # eval/* ``eval/step`` (the same rollout id); train/* (megatron_utils/model.py, per
+    # optimizer step) ``train/step = rollout_id * num_steps_per_rollout + step_id``.
+    tensorboard=TensorBoardLayout(
+        step_axis="rollout/step",
+        axis_tags=("rollout/step", "eval/step", "train/step"),
+        apart=(("train/", "train/step"),),
+        source="slime/observability/logging_utils.py, tensorboard_utils.py",
+    ),
 )

@@ -11,7 +11,8 @@ command:
 - :data:`REPORT_RENDERERS` (``wsprof report``): ``html`` of an analysis;
 - :data:`EXPORTERS` (``wsprof export``): ``perfetto``, ``speedscope``, ``csv`` of a loaded
   input (:mod:`wsprof.inputs`), streamed to a file (a Perfetto trace of millions of calls is
-  never one string in memory).
+  never one string in memory); ``tensorboard``, a folder of event files
+  (:class:`FolderExporter`).
 
 Each renderer module is imported when its format is used (the HTML ones load matplotlib).
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from wsprof.errors import InputError
 
@@ -75,6 +76,42 @@ class Exporter(Protocol):
 
         Raises:
             InputError: ``loaded`` holds nothing this format can export.
+        """
+        ...
+
+
+@runtime_checkable
+class FolderExporter(Protocol):
+    """One export format of a loaded input written as a folder of files (``-o`` names the
+    folder).
+
+    Attributes:
+        name: the ``--format`` value.
+        suffix: empty (a folder).
+        description: what it holds, after the name in ``--help``.
+    """
+
+    name: str
+    suffix: str
+    description: str
+
+    def ready(self) -> None:
+        """Check what it needs before anything is read.
+
+        Raises:
+            InputError: an optional package it needs is missing (one line: how to install).
+        """
+        ...
+
+    def write_folder(self, loaded: Loaded, folder: str, say: Callable[[str], None]) -> str:
+        """Write the export of ``loaded`` into ``folder``; ``say`` takes notes for stderr.
+
+        Returns:
+            What was written, for the line the command prints.
+
+        Raises:
+            InputError: ``loaded`` holds nothing this format can export, or ``folder``
+                cannot be written.
         """
         ...
 
@@ -270,6 +307,36 @@ class StepCsvExporter:
         return "per-step table"
 
 
+class TensorBoardExporter:
+    """Per-step scalars and the verdict as TensorBoard event files, one run per process
+    (:mod:`wsprof.report.tensorboard_out`; needs the ``tensorboard`` extra)."""
+
+    name = "tensorboard"
+    suffix = ""
+    description = (
+        "a folder of TensorBoard event files: per-step scalars (wsprof/...) per rank and the "
+        "verdict as text (needs wsprof[tensorboard])"
+    )
+
+    def ready(self) -> None:
+        """The ``tensorboard`` package must be importable."""
+        from wsprof.report.tensorboard_out import require_tensorboard
+
+        require_tensorboard()
+
+    def write_folder(self, loaded: Loaded, folder: str, say: Callable[[str], None]) -> str:
+        """Write the analysis of ``loaded`` into ``folder``."""
+        from wsprof.analysis.run import analyze
+        from wsprof.report.tensorboard_out import export_tensorboard
+
+        out = export_tensorboard(analyze(loaded), folder)
+        runs = out.runs
+        return (
+            f"{out.points:,} scalars in {len(runs)} run(s) ({', '.join(runs)}); "
+            f"`tensorboard --logdir {folder}`"
+        )
+
+
 def _registry(*items: Any) -> dict[str, Any]:
     return {r.name: r for r in items}
 
@@ -281,13 +348,14 @@ REPORT_RENDERERS: Mapping[str, Renderer[Analysis]] = _registry(AnalysisHtml())
 #: ``wsprof diff --format``.
 DIFF_RENDERERS: Mapping[str, Renderer[DiffResult]] = _registry(DiffText(), DiffJson(), DiffHtml())
 #: ``wsprof export --format``.
-EXPORTERS: Mapping[str, Exporter] = _registry(
-    PerfettoExporter(), SpeedscopeExporter(), StepCsvExporter()
+EXPORTERS: Mapping[str, Exporter | FolderExporter] = _registry(
+    PerfettoExporter(), SpeedscopeExporter(), StepCsvExporter(), TensorBoardExporter()
 )
 
 
 def choices_help(
-    registry: Mapping[str, Renderer[Any]] | Mapping[str, Exporter], sep: str = " "
+    registry: Mapping[str, Renderer[Any]] | Mapping[str, Exporter | FolderExporter],
+    sep: str = " ",
 ) -> str:
     """The ``--help`` of a ``--format`` option: each name with its description
     (``text for people, json for machines``; with ``sep=": "`` joined by ``; ``)."""

@@ -78,7 +78,8 @@ class OutsideEvidence(Evidence):
 @dataclass(frozen=True, kw_only=True)
 class TinyCallsEvidence(Evidence):
     """Transfers too small to use the link: transfers per sync, median bytes per transfer, and
-    what bucketing them would save per step (None without a cost model)."""
+    what bucketing them would save per step (None when bucketing would not reduce them), each
+    avoided call costing its median time on the wire."""
 
     calls_per_sync: float = field(metadata=unit("count"))
     median_call_bytes: float = field(metadata=unit("bytes"))
@@ -319,8 +320,11 @@ def _tiny(pa: ProcessAnalysis, wires: list[SyncWire]) -> Finding | None:
     size = statistics.median(per_call)
     if n < TINY_MIN_CALLS or size >= TINY_CALL_BYTES:
         return None
-    fixed = pa.cost_model.fixed_us if pa.cost_model is not None else None
-    est = bucketing_estimate(pa, n, fixed) if fixed else None
+    # A tiny call's time on the wire is its fixed cost (the bandwidth term is a few kB's):
+    # what each call bucketing avoids saves, read from the syncs themselves, so that watch
+    # (which keeps no per-call points for a cost model) says what analyze says.
+    each_us = statistics.median(w.wire_s / c * 1e6 for w, c in zip(wires, calls) if c > 0)
+    est = bucketing_estimate(pa, n, each_us) if each_us > 0 else None
     return Finding(
         kind="tiny_transfers",
         severity=Severity.INFO,
