@@ -262,3 +262,101 @@ def test_reading_never_writes_into_the_input(tmp_path: Path) -> None:
     a: Analysis = analyze_path(str(copy))
     assert a.series
     assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*")) == before
+
+
+# --------------------------------------------------------------------------- hostile folders
+
+
+def test_a_fifo_named_like_an_event_file_is_not_waited_on(tmp_path: Path) -> None:
+    root = _write_slime_like(tmp_path / "run", [2.0 + 0.1 * k for k in range(N_STEPS)])
+    fifo = root / "20260101_000000" / "events.out.tfevents.0.fifo"
+    os.mkfifo(fifo)  # opening it for reading would block until a writer came
+    res = subprocess.run(
+        [sys.executable, "-m", "wsprof", "analyze", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    assert fifo.name not in res.stdout
+    with pytest.raises(InputError, match="not a regular file"):
+        read_event_file(str(fifo))
+
+
+def test_folders_nested_deeper_than_the_recursion_limit_are_walked(tmp_path: Path) -> None:
+    deep = tmp_path / "run"
+    deep.mkdir()
+    for _ in range(sys.getrecursionlimit() + 100):  # os.walk recursed once a level
+        deep = deep / "d"
+        deep.mkdir(parents=False)  # one at a time: os.makedirs recurses too
+    _write_slime_like(deep, [2.0 + 0.1 * k for k in range(N_STEPS)])
+    try:
+        series = load_tensorboard(str(tmp_path / "run")).series
+        assert any(s.name == WEIGHT_SYNC_S for s in series)
+    finally:
+        # pytest's clean-up (shutil.rmtree) recurses once a level: empty the chain here,
+        # deepest first, so that it never meets it
+        stack, order = [str(tmp_path / "run")], []
+        while stack:  # iterative: os.walk recurses too on Python 3.11
+            top = stack.pop()
+            order.append(top)
+            for entry in os.scandir(top):
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                else:
+                    os.remove(entry.path)
+        for top in reversed(order):
+            os.rmdir(top)
+
+
+def _scalars_plugin_event(step: int, dims: list[int]) -> bytes:
+    """An event of one ``scalars``-plugin tensor of shape ``dims`` holding one float."""
+    from tensorboard.compat.proto import (
+        event_pb2,
+        summary_pb2,
+        tensor_pb2,
+        tensor_shape_pb2,
+        types_pb2,
+    )
+
+    shape = tensor_shape_pb2.TensorShapeProto(
+        dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=d) for d in dims]
+    )
+    tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, tensor_shape=shape, float_val=[2.5])
+    plugin = summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+    value = summary_pb2.Summary.Value(
+        tag="perf/step_time",
+        tensor=tensor,
+        metadata=summary_pb2.SummaryMetadata(plugin_data=plugin),
+    )
+    event = event_pb2.Event(step=step, summary=summary_pb2.Summary(value=[value]))
+    return bytes(event.SerializeToString())
+
+
+def test_a_tensor_declaring_a_huge_shape_is_never_allocated(tmp_path: Path) -> None:
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    path = tmp_path / "events.out.tfevents.1.h"
+    with path.open("wb") as fh:
+        writer = RecordWriter(fh)
+        writer.write(_scalars_plugin_event(0, []))  # a scalar: read
+        writer.write(_scalars_plugin_event(1, [1 << 40]))  # 4 TiB if filled from float_val
+    got = read_event_file(str(path))
+    assert got.scalars == {"perf/step_time": {0: 2.5}}
+    assert got.other_summaries == 1
+
+
+def test_records_read_under_one_folder_are_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wsprof.importers import tensorboard as tb_in
+
+    root = _write_slime_like(tmp_path / "run", [2.0 + 0.1 * k for k in range(N_STEPS)])
+    files = sorted(str(p) for p in root.rglob("events.out.tfevents.*"))
+    first = read_event_file(files[0])
+    monkeypatch.setattr(tb_in, "MAX_RECORDS_READ", first.records + 3)
+    got, unread = tb_in._read_all(files, tb_in._TensorBoard())
+    assert [f.records for f in got] == [first.records, 3] and unread == 0
+    assert got[1].budget_left and not got[1].capped
+    notes = load_tensorboard(str(root)).notes
+    assert any("records read under one folder" in n for n in notes), notes

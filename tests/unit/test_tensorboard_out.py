@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import REPO, load_script
+from helpers import CASES, REPO, load_script
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from wsprof.analysis.live import LiveRun
@@ -343,3 +343,29 @@ def test_watch_once_writes_what_export_writes(exported: dict[str, Any], tmp_path
     verdict = next(ln for ln in exported["text"].splitlines() if ln.startswith("VERDICT: "))
     ((_, text),) = _texts(_events(out / "rank0"))
     assert f"    {verdict}\n" in text
+
+
+def test_a_second_export_leaves_event_files_wsprof_did_not_write(
+    exported: dict[str, Any], tmp_path: Path
+) -> None:
+    out = tmp_path / "tb"
+    shutil.copytree(exported["out"], out)
+    mine = out / "myrun" / "events.out.tfevents.1.myhost"
+    mine.parent.mkdir()
+    shutil.copyfile(_case_event_file(), mine)  # the user's own run, put beside wsprof's
+    (out / "empty").mkdir()
+    assert main(["export", str(exported["run"]), "--format", "tensorboard", "-o", str(out)]) == 0
+    assert mine.read_bytes() == _case_event_file().read_bytes()
+    assert (out / "empty").is_dir()
+    for name in RUNS:
+        (events,) = _event_files(out / name)  # wsprof's own: replaced
+        assert events not in _event_files(exported["out"] / name)
+
+
+def _case_event_file() -> Path:
+    """An event file another writer (slime's SummaryWriter) wrote."""
+    return next(
+        p
+        for p in sorted((CASES / "tensorboard").rglob("*"))
+        if p.is_file() and p.name.startswith("events.out.tfevents.")
+    )

@@ -317,3 +317,17 @@ def test_wandb_panel_csv_export(tmp_path: Path) -> None:
     assert sync.values == pytest.approx([2.0 + 0.5 * s for s in sync.steps])
     verdicts = _verdicts(analyze_series(imported.series, str(path)))
     assert verdicts == {"weight_sync_s": True, "rollout_s": False}
+
+
+def test_a_huge_value_json_is_not_parsed() -> None:
+    from wandb.proto import wandb_internal_pb2
+
+    from wsprof.importers import wandb_run
+
+    item = wandb_internal_pb2.HistoryItem(key="wide")
+    keys = wandb_run.MAX_VALUE_JSON_BYTES // 10 + 1
+    item.value_json = "{" + ",".join(f'"k{i:07d}":1' for i in range(keys)) + "}"
+    assert len(item.value_json) > wandb_run.MAX_VALUE_JSON_BYTES
+    assert wandb_run._item_value(item) is None  # a million keys never parsed nor flattened
+    item.value_json = '{"a": 1.5}'
+    assert wandb_run._item_value(item) == {"a": 1.5}

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -66,6 +67,11 @@ MAX_FOLDERS_WALKED = 10_000
 #: Most records read per event file: a long run logs ~100 scalars a step, so 5M records are
 #: 50,000 steps; a note says when a file had more.
 MAX_RECORDS_PER_FILE = 5_000_000
+#: Most records read under one folder, all files together (reading is ~100,000 records a
+#: second: about a minute); the files after it are not read and a note says so.
+MAX_RECORDS_READ = 5_000_000
+#: Event files whose read note is given one by one; more are summed in one note.
+FILES_NAMED = 10
 #: Longest record taken as one (an event holding a scalar is ~100 bytes; an image a few MiB):
 #: a checked length beyond it is damage.
 MAX_RECORD_BYTES = 256 << 20
@@ -90,11 +96,40 @@ def is_event_file(name: str) -> bool:
     return name.startswith("events.out.") and EVENT_FILE_MARK in name
 
 
+def _walk(path: str) -> Iterator[tuple[int, list[str]]]:
+    """Each folder under ``path`` (``path`` first, then depth first in name order) with its
+    event files: regular files (a link to one included) named like one, never a FIFO, a
+    device or a folder so named. Iterative, so no depth of nesting exhausts the stack;
+    symbolic links to folders are not followed; a folder that cannot be listed is passed."""
+    stack = [path]
+    n = 0
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        files: list[str] = []
+        subs: list[str] = []
+        for e in entries:
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    subs.append(e.path)
+                elif is_event_file(e.name) and e.is_file():
+                    files.append(e.path)
+            except OSError:
+                continue
+        yield n, files
+        n += 1
+        stack.extend(reversed(subs))
+
+
 def find_event_files(path: str) -> tuple[list[str], bool]:
     """Every event file under ``path``, in path order, at most :data:`MAX_EVENT_FILES`.
 
     Symbolic links to folders are not followed; at most :data:`MAX_FOLDERS_WALKED` folders
-    are walked.
+    are walked; only regular files are event files.
 
     Args:
         path: a folder.
@@ -104,12 +139,11 @@ def find_event_files(path: str) -> tuple[list[str], bool]:
     """
     found: list[str] = []
     capped = False
-    for n, (folder, dirs, files) in enumerate(os.walk(path)):
-        dirs.sort()
+    for n, files in _walk(path):
         if n >= MAX_FOLDERS_WALKED:
             capped = True
             break
-        found.extend(os.path.join(folder, f) for f in sorted(files) if is_event_file(f))
+        found.extend(files)
         if len(found) > MAX_EVENT_FILES:
             capped = True
             break
@@ -121,11 +155,10 @@ def is_tensorboard_dir(path: str) -> bool:
     """Whether ``path`` is a folder with a TensorBoard event file under it."""
     if not os.path.isdir(path):
         return False
-    for n, (_folder, dirs, files) in enumerate(os.walk(path)):
-        dirs.sort()
+    for n, files in _walk(path):
         if n >= MAX_FOLDERS_WALKED:
             return False
-        if any(is_event_file(f) for f in files):
+        if files:
             return True
     return False
 
@@ -140,6 +173,8 @@ class EventFile:
         corrupt: records skipped because they failed their check.
         truncated: the file ends inside a record (read up to the last complete one).
         capped: :data:`MAX_RECORDS_PER_FILE` records were read and the rest not.
+        budget_left: the folder's :data:`MAX_RECORDS_READ` records were read before the end
+            of this file: the rest of it (and every file after it) not read.
         lost_tail: a damaged length found no valid record after it within
             :data:`MAX_RESYNC_BYTES`: the rest of the file was not read.
         undecodable: complete records that are no ``Event``.
@@ -153,6 +188,7 @@ class EventFile:
     corrupt: int = 0
     truncated: bool = False
     capped: bool = False
+    budget_left: bool = False
     lost_tail: bool = False
     undecodable: int = 0
     scalars: dict[str, dict[int, float]] = field(default_factory=dict)
@@ -183,13 +219,19 @@ class _TensorBoard:
         self.make_ndarray: Callable[[Any], Any] = tensor_util.make_ndarray
 
 
-def _records(fh: IO[bytes], tb: _TensorBoard, got: EventFile) -> Iterator[bytes]:
-    """The data of each complete, checked record of an open event file; ``got``'s counters
-    say what was skipped and why reading stopped."""
+def _records(
+    fh: IO[bytes], tb: _TensorBoard, got: EventFile, budget: int = MAX_RECORDS_PER_FILE
+) -> Iterator[bytes]:
+    """The data of each complete, checked record of an open event file, at most ``budget``
+    (and :data:`MAX_RECORDS_PER_FILE`); ``got``'s counters say what was skipped and why
+    reading stopped."""
     crc = tb.masked_crc32c
     while True:
         if got.records >= MAX_RECORDS_PER_FILE:
             got.capped = bool(fh.read(1))
+            return
+        if got.records >= budget:
+            got.budget_left = bool(fh.read(1))
             return
         header = fh.read(_HEADER.size)
         if not header:
@@ -240,6 +282,8 @@ def _scalar(value: Any, tb: _TensorBoard) -> float | None:
     if kind == "simple_value":
         number = float(value.simple_value)
     elif kind == "tensor" and value.metadata.plugin_data.plugin_name == "scalars":
+        if any(d.size != 1 for d in value.tensor.tensor_shape.dim):
+            return None  # no scalar; and a declared shape is never allocated (2^40 floats)
         try:
             array = tb.make_ndarray(value.tensor)
         except (ValueError, TypeError):
@@ -252,24 +296,42 @@ def _scalar(value: Any, tb: _TensorBoard) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def read_event_file(path: str, tb: _TensorBoard | None = None) -> EventFile:
+def _open_regular(path: str) -> IO[bytes]:
+    """``path`` opened for reading, without blocking on a FIFO; a file that is not regular
+    (a FIFO, a device, a folder) is refused (one line)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(f"{path}: not a regular file; give a folder of event files")
+        os.set_blocking(fd, True)
+        return open(fd, "rb")  # the caller's with-block closes it
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_event_file(
+    path: str, tb: _TensorBoard | None = None, budget: int = MAX_RECORDS_PER_FILE
+) -> EventFile:
     """Read the scalars of one event file (see the module docstring for damaged files).
 
     Args:
         path: the event file.
         tb: the tensorboard parts (imported here when None).
+        budget: most records read from it (the folder's :data:`MAX_RECORDS_READ` left).
 
     Returns:
         What it held, with its counters.
 
     Raises:
-        InputError: tensorboard is not installed, or the file cannot be opened.
+        InputError: tensorboard is not installed, or the file cannot be opened or is no
+            regular file.
     """
     tb = tb or _TensorBoard()
     got = EventFile(path)
     try:
-        with open(path, "rb") as fh:
-            for data in _records(fh, tb, got):
+        with _open_regular(path) as fh:
+            for data in _records(fh, tb, got, budget):
                 try:
                     event = tb.event_from_bytes(data)
                 except Exception:  # noqa: BLE001 (protobuf's DecodeError: a damaged event)
@@ -286,6 +348,20 @@ def read_event_file(path: str, tb: _TensorBoard | None = None) -> EventFile:
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or e}); check permissions") from e
     return got
+
+
+def _read_all(paths: list[str], tb: _TensorBoard) -> tuple[list[EventFile], int]:
+    """Read the event files in order until :data:`MAX_RECORDS_READ` records are read; the
+    files read and how many were left unread."""
+    files: list[EventFile] = []
+    left = MAX_RECORDS_READ
+    for p in paths:
+        if left <= 0:
+            break
+        f = read_event_file(p, tb, left)
+        files.append(f)
+        left -= f.records
+    return files, len(paths) - len(files)
 
 
 @dataclass(frozen=True)
@@ -375,6 +451,11 @@ def _damage_notes(root: str, f: EventFile) -> list[str]:
             f"{name}: no valid record within {MAX_RESYNC_BYTES:,} bytes after a damaged one; "
             "the rest of the file was not read"
         )
+    if f.budget_left:
+        notes.append(
+            f"{name}: read up to the {MAX_RECORDS_READ:,} records read under one folder; "
+            "the rest of it not read"
+        )
     if f.capped:
         notes.append(
             f"{name}: more than {MAX_RECORDS_PER_FILE:,} records; the first "
@@ -431,7 +512,8 @@ def load_tensorboard(path: str) -> Imported:
             "folder a SummaryWriter wrote"
         )
     tb = _TensorBoard()
-    runs = group_runs(path, [read_event_file(p, tb) for p in paths])
+    read, unread = _read_all(paths, tb)
+    runs = group_runs(path, read)
     runs = [r for r in runs if any(f.scalars for f in r.files)] or runs
     if len(runs) > 1:
         names = ", ".join(quote(r.name, 60) for r in runs[:20])
@@ -474,7 +556,14 @@ def load_tensorboard(path: str) -> Imported:
         f"read as TensorBoard event files: {len(run.files)} file(s), {axis}, {len(steps)} "
         f"steps ({steps[0]}-{steps[-1]}), {len(series)} metrics"
     )
-    found = [_file_note(path, f) for f in run.files]
+    found = [_file_note(path, f) for f in run.files[:FILES_NAMED]]
+    if len(run.files) > FILES_NAMED:
+        rest = run.files[FILES_NAMED:]
+        found.append(
+            f"read {len(rest):,} more event files: "
+            f"{sum(f.records for f in rest):,} records, "
+            f"{sum(len(v) for f in rest for v in f.scalars.values()):,} values"
+        )
     damage = [n for f in run.files for n in _damage_notes(path, f)]
     extra = []
     for other, kept in apart.items():
@@ -491,6 +580,11 @@ def load_tensorboard(path: str) -> Imported:
         extra.append(
             f"more than {MAX_EVENT_FILES:,} event files (or {MAX_FOLDERS_WALKED:,} folders) "
             f"under {path}: the first {MAX_EVENT_FILES:,} in name order read"
+        )
+    if unread:
+        extra.append(
+            f"{unread:,} event file(s) not read: {MAX_RECORDS_READ:,} records were read "
+            f"under {path} before them (at most {MAX_RECORDS_READ:,} per folder)"
         )
     if fw is None:
         extra.append(

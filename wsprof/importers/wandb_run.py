@@ -84,6 +84,10 @@ MAX_RECORDS = 5_000_000
 #: Longest record assembled, bytes: a history row of 500 metrics is a few tens of kB; media
 #: and tables are files beside the log, not in it. Longer is damage.
 MAX_RECORD_BYTES = 64 << 20
+#: Longest ``value_json`` parsed, bytes: a number or a dict of a few hundred numbers is a few
+#: kB; a longer one (a table, a hostile dict of millions of keys, ~20 bytes of memory per byte
+#: parsed) is skipped as no number, unparsed.
+MAX_VALUE_JSON_BYTES = 1 << 20
 #: Deepest nested dict of a logged value read as numbers (``{"a": {"b": 1}}`` -> ``a.b``).
 MAX_NESTING = 4
 #: Metrics always read, whatever their number: every key of a headline series.
@@ -307,6 +311,8 @@ def _item_value(item: Any) -> object:
     if which == "none":
         return None
     text = item.json if which == "json" else item.value_json
+    if len(text) > MAX_VALUE_JSON_BYTES:
+        return None  # skipped as no number, never parsed
     try:
         return json.loads(text) if text else None
     except (ValueError, RecursionError):

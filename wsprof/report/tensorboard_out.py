@@ -85,6 +85,9 @@ INSTALL_HINT = "pip install 'wsprof[tensorboard]'"
 SERIES_RUN = "series"
 #: Longest run folder name made from a label.
 MAX_RUN_NAME = 64
+#: Bytes read of an event file to tell whether wsprof wrote it (its first record, the
+#: ``file_version`` event, is ~40 bytes).
+FIRST_RECORD_BYTES = 4096
 
 _UNSAFE_TAG = re.compile(r"[^A-Za-z0-9_.:/+-]")
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
@@ -272,9 +275,37 @@ def prepare_folder(folder: str, option: str = "-o") -> None:
         raise _cannot_write(folder, option, e) from e
 
 
+def _written_by_wsprof(path: str) -> bool:
+    """Whether ``path`` is a regular file (not a link) whose first record is the event this
+    module opens its files with (``source_metadata.writer`` ``wsprof``): only the first
+    :data:`FIRST_RECORD_BYTES` bytes are read."""
+    from tensorboard.compat.proto import event_pb2
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    with open(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        head = fh.read(FIRST_RECORD_BYTES)
+    if len(head) < 12:
+        return False
+    length = int.from_bytes(head[:8], "little")
+    data = head[12 : 12 + length]
+    if len(data) < length:
+        return False
+    try:
+        event = event_pb2.Event.FromString(data)
+    except Exception:  # noqa: BLE001 (protobuf's DecodeError: not an event of ours)
+        return False
+    return bool(event.source_metadata.writer == "wsprof")
+
+
 def _clear(folder: str, option: str) -> None:
     """Remove the event files of a previous output (regular files named :data:`EVENT_PREFIX`...
-    in its run folders) and the run folders left empty."""
+    in its run folders whose first event says wsprof wrote them) and the run folders they
+    leave empty; other files and folders (the user's own runs put there) are left."""
     st = os.lstat(os.path.join(folder, MARKER))
     if not stat.S_ISREG(st.st_mode):
         raise _refuse(folder, f"{MARKER} in it is not a regular file", option)
@@ -282,12 +313,15 @@ def _clear(folder: str, option: str) -> None:
         sub = os.path.join(folder, name)
         if not stat.S_ISDIR(os.lstat(sub).st_mode):
             continue
+        removed = False
         for f in os.listdir(sub):
             path = os.path.join(sub, f)
-            if f.startswith(EVENT_PREFIX) and stat.S_ISREG(os.lstat(path).st_mode):
+            if f.startswith(EVENT_PREFIX) and _written_by_wsprof(path):
                 os.remove(path)
-        with contextlib.suppress(OSError):
-            os.rmdir(sub)  # empty: a run of the previous output only
+                removed = True
+        if removed:
+            with contextlib.suppress(OSError):
+                os.rmdir(sub)  # empty: a run of the previous output only
 
 
 # --------------------------------------------------------------------------- the writer
