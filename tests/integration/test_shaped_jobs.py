@@ -92,7 +92,16 @@ def test_healthy_gets_no_warning(runs: dict[tuple[str, ...], Any], job: str, var
     # Healthy: no problem (or, at most, growth held back because it rests on the newest step
     # alone: never a warning).
     assert a.verdict.status in ("no_problem", "inconclusive"), row.line()
-    assert all("newest step" in r for r in a.verdict.reasons), a.verdict.reasons
+    # Inconclusive only for growth resting on the newest step, or for calls the capture
+    # itself says it lost: a CI run starved the writer thread of a healthy slime job, whose
+    # full capture buffer refused calls (dropped_calls, counted) that c10d's recorder had
+    # overwritten too, and coverage said so. Any other shortfall is unexplained and fails.
+    dropped = sum(p.self_overhead.dropped_calls for p in a.processes)
+    missing = sum(g.missing or 0 for g in a.coverage.groups) if a.coverage else 0
+    for r in a.verdict.reasons:
+        assert "newest step" in r or (
+            r.startswith("coverage incomplete") and 0 < missing <= dropped
+        ), (r, missing, dropped)
     assert not [d for d in a.diagnoses if d.severity in ("warning", "critical")], row.line()
 
 
