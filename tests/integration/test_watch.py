@@ -237,8 +237,13 @@ def test_a_growing_sync_flips_the_verdict_while_the_job_runs(tmp_path: Path) -> 
                 sync = by_rank(s.fams, "wsprof_weight_sync_seconds")
                 for rank, step in steps.items():
                     own = timings[(int(rank), int(step))]
-                    assert sync[rank] == pytest.approx(own, rel=0.1, abs=0.003), (rank, step)
                     compared += 1
+                    if int(step) == 0:
+                        # The first sync waits for ranks still starting up: that wait is
+                        # taken out of the rank's own sync (a CI run: 6.8 ms of 10.8 ms).
+                        assert 0 < sync[rank] <= own * 1.1 + 0.003, (rank, step)
+                        continue
+                    assert sync[rank] == pytest.approx(own, rel=0.1, abs=0.003), (rank, step)
             assert compared >= 3 * STEPS
             last = scrapes[-1].fams
             # Ranks, ops, coverage and wsprof's own overhead are on the page.
