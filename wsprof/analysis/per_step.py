@@ -96,35 +96,15 @@ def wire_series(rows: Sequence[StepRow]) -> list[Series | None]:
     bandwidths ``weight_sync_busbw`` and ``weight_sync_algbw`` (rates: shown, never judged as
     growth). None where a step has no sync or moved no bytes of known size."""
     wires = [r.wire if r.wire is not None and r.wire.bytes > 0 else None for r in rows]
+    parts = (
+        (SYNC_BYTES, Unit.BYTES, SeriesKind.BYTES, lambda w: float(w.bytes)),
+        (SYNC_WIRE_S, Unit.SECONDS, SeriesKind.DURATION, lambda w: w.wire_s),
+        (SYNC_BUSBW, Unit.BYTES_PER_SECOND, SeriesKind.RATE, lambda w: w.busbw),
+        (SYNC_ALGBW, Unit.BYTES_PER_SECOND, SeriesKind.RATE, lambda w: w.algbw),
+    )
     return [
-        _series(
-            SYNC_BYTES,
-            Unit.BYTES,
-            rows,
-            [None if w is None else float(w.bytes) for w in wires],
-            kind=SeriesKind.BYTES,
-        ),
-        _series(
-            SYNC_WIRE_S,
-            Unit.SECONDS,
-            rows,
-            [None if w is None else w.wire_s for w in wires],
-            kind=SeriesKind.DURATION,
-        ),
-        _series(
-            SYNC_BUSBW,
-            Unit.BYTES_PER_SECOND,
-            rows,
-            [None if w is None else w.busbw for w in wires],
-            kind=SeriesKind.RATE,
-        ),
-        _series(
-            SYNC_ALGBW,
-            Unit.BYTES_PER_SECOND,
-            rows,
-            [None if w is None else w.algbw for w in wires],
-            kind=SeriesKind.RATE,
-        ),
+        _series(name, unit, rows, [None if w is None else of(w) for w in wires], kind=kind)
+        for name, unit, kind, of in parts
     ]
 
 
