@@ -96,7 +96,8 @@ def test_healthy_twin_gets_no_warning_and_waiting_is_not_sync(
     warned = [f.title for f in a.findings if f.severity != "info"]
     assert not warned
     assert a.verdict.status == "no_problem"
-    assert not [f for f in a.findings if f.kind == "outlier_rank"]
+    # No rank named: at most a rank's drift under a tenth of a step, said at info.
+    assert not [f for f in a.findings if f.kind == "outlier_rank" and f.severity != "info"]
     own = [r.own_sync_s for r in pa.steps]
     assert all(v is not None for v in own)
     if not barrier:

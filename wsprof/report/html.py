@@ -371,7 +371,11 @@ def ranks_view(analysis: Analysis) -> Markup | None:
         return None
     steps = sorted({s for r in ranks for s in r.steps})
     values = [[dict(zip(r.steps, r.weight_sync_s)).get(s) for s in steps] for r in ranks]
-    named = {f.evidence.process_named() for f in analysis.findings if f.kind == OUTLIER_RANK}
+    named = {
+        f.evidence.process_named()
+        for f in analysis.findings
+        if f.kind == OUTLIER_RANK and f.severity != "info"
+    }
     labels = [r.label for r in ranks]
     return _svg(figures.ranks_figure(labels, steps, values, [x for x in labels if x in named]))
 

@@ -126,7 +126,7 @@ def _ranks_lines(analysis: Analysis) -> list[str]:
     :data:`MAX_RANK_ROWS` ranks: the primary, the outliers and the accumulating ones, with a
     summary line."""
     ranks = analysis.ranks
-    named = {f.where for f in analysis.findings if f.kind == OUTLIER_RANK}
+    named = {f.where for f in analysis.findings if f.kind == OUTLIER_RANK and f.severity != "info"}
     hosts = sorted({r.host for r in ranks if r.host})
     meds = sorted(r.median_weight_sync_s for r in ranks if r.median_weight_sync_s is not None)
     growing = [r for r in ranks if r.sync is not None and r.sync.accumulating]

@@ -38,8 +38,10 @@ def _rank(
     sync: Sequence[float],
     between: Sequence[float] | None = None,
     world: str | None = None,
+    step: float = 10.0,
 ) -> RankSeries:
-    """Rank ``i`` with per-step weight-sync (and between-layers) times, judged."""
+    """Rank ``i`` with per-step weight-sync (and between-layers) times, judged; steps of
+    ``step`` s."""
     steps = tuple(range(len(sync)))
     own = list(between) if between is not None else [0.001] * len(sync)
     return RankSeries(
@@ -50,15 +52,15 @@ def _rank(
         step_source="markers",
         steps=steps,
         weight_sync_s=tuple(sync),
-        step_s=tuple(10.0 for _ in sync),
+        step_s=tuple(step for _ in sync),
         between_layers_s=tuple(own),
-        start_s=tuple(10.0 * s for s in steps),
+        start_s=tuple(step * s for s in steps),
         sync_start_s=tuple(None for _ in sync),
         clock="host",
         sync=rule_kit.judged(WEIGHT_SYNC_S, sync).verdict,
         between=rule_kit.judged(BETWEEN_LAYERS_S, own).verdict,
         median_weight_sync_s=float(np.median(sync)),
-        median_step_s=10.0,
+        median_step_s=step,
         world=world,
     )
 
@@ -69,9 +71,9 @@ def _flat(level: float = 1.0, n: int = N) -> list[float]:
 
 
 def _ranks(
-    n: int, odd: Mapping[int, Sequence[float]], world: str | None = None
+    n: int, odd: Mapping[int, Sequence[float]], world: str | None = None, step: float = 10.0
 ) -> list[RankSeries]:
-    return [_rank(i, odd.get(i, _flat(1.0 + 0.001 * i)), world=world) for i in range(n)]
+    return [_rank(i, odd.get(i, _flat(1.0 + 0.001 * i)), world=world, step=step) for i in range(n)]
 
 
 def _match(ranks: Sequence[RankSeries]) -> list[tuple[str | None, list[str], str]]:
@@ -116,9 +118,22 @@ def test_a_rank_whose_weight_sync_grows_alone_is_an_outlier() -> None:
         ("rank 2 (host node-a, pid 4002)", ["sync_growth", "level"], "critical")
     ]
     slower = [1.0 + 0.02 * i for i in range(N)]  # 1.0 s -> 1.18 s, median below the excess
-    assert _match(_ranks(8, {2: slower})) == [
+    assert _match(_ranks(8, {2: slower}, step=1.5)) == [
         ("rank 2 (host node-a, pid 4002)", ["sync_growth"], "warning")
     ]
+
+
+def test_a_rank_whose_sync_grows_by_little_of_a_step_is_information() -> None:
+    """0.18 s added to steps of 10 s (under SLOWDOWN_MATERIAL_SHARE) is said at info, as the
+    run's own slowdown would be; the same growth in steps of 1 s is a warning."""
+    slower = [1.0 + 0.02 * i for i in range(N)]
+    ranks = _ranks(8, {2: slower}, step=10.0)
+    found = OutlierRank().match(rule_kit.facts(ranks=ranks))
+    assert [(f.where, _ev(f).reasons, f.severity) for f in found] == [
+        ("rank 2 (host node-a, pid 4002)", ["sync_growth"], "info")
+    ]
+    assert "of a step: watch it, not yet material" in found[0].title
+    assert _match(_ranks(8, {2: slower}, step=1.0))[0][2] == "warning"
 
 
 def test_growth_on_more_than_a_share_of_the_ranks_is_not_one_ranks() -> None:

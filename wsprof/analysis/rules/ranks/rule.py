@@ -17,7 +17,11 @@ from wsprof.analysis.model import (
     Severity,
 )
 from wsprof.analysis.robust import above_the_others, finite, robust_z
-from wsprof.analysis.rules.base import CRITICAL_GROWTH_RATIO, Rule
+from wsprof.analysis.rules.base import (
+    CRITICAL_GROWTH_RATIO,
+    SLOWDOWN_MATERIAL_SHARE,
+    Rule,
+)
 from wsprof.analysis.rules.ranks.cause import OutlierCause
 from wsprof.analysis.rules.ranks.record import OutlierEvidence, _added_s
 from wsprof.contracts.units import Unit, fmt_duration
@@ -215,15 +219,17 @@ class OutlierRank(Rule):
         added = 0.0
         if "sync_growth" in why and r.sync is not None:
             v: GrowthVerdict = r.sync
+            k = min(v.judged_from, len(sync) - 1)  # after a slow first step, judged from there
+            after = f" after a slow first {fmt_duration(sync[0])}" if k else ""
             parts.append(
-                f"weight sync grows ({v.shape}): {fmt_duration(sync[0])} -> "
-                f"{fmt_duration(sync[-1])} over {len(sync)} steps "
+                f"weight sync grows ({v.shape}): {fmt_duration(sync[k])} -> "
+                f"{fmt_duration(sync[-1])} over {len(sync) - k} steps{after} "
                 f"({Unit.SECONDS.fmt_slope(v.slope_per_step)}) while "
                 f"{'the other' if n_flat == len(others) else f'{n_flat} of the other'} "
                 f"{len(others)} ranks stay flat (median {fmt_duration(others_med)})"
             )
-            added = max(added, sync[-1] - sync[0])
-            if _ratio(sync[0], sync[-1]) >= CRITICAL_GROWTH_RATIO:
+            added = max(added, _fitted_rise(v))
+            if _ratio(sync[k], sync[-1]) >= CRITICAL_GROWTH_RATIO:
                 severity = Severity.CRITICAL
         if "own_growth" in why and r.between is not None:
             own = r.between_layers_s
@@ -276,6 +282,15 @@ class OutlierRank(Rule):
             )
             added = max(added, float(r.median_weight_sync_s or 0.0) - med)
         title = f"{r.where()}: " + "; ".join(parts)
+        step = r.median_step_s
+        if why == ["sync_growth"] and step and added < SLOWDOWN_MATERIAL_SHARE * step:
+            # As for the run's own slowdown: growth that adds under a tenth of a step is
+            # information (a CI run's healthy rank drifted 2 ms over 10 steps of 0.3 s).
+            severity = Severity.INFO
+            title += (
+                f"; so far {fmt_duration(added)} added, {added / step:.0%} of a step: "
+                "watch it, not yet material"
+            )
         pid = r.pid if r.pid is not None else "PID"
         on = f" on {r.host}" if r.host else ""
         next_step = (
