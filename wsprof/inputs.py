@@ -12,6 +12,9 @@ training log (by suffix and by the SQLite header); ``analyze``, ``diff``, ``repo
   (:func:`wsprof.importers.metrics_csv.load_csv`).
 - :class:`LoadedLog`: a training log of slime, verl, OpenRLHF or AReaL
   (:func:`wsprof.importers.logs.load_log`).
+- slime's communication timeline (a JSONL file or a folder of them, no ``.wsprof`` trace)
+  is a :class:`LoadedSeries` of the framework's own weight syncs
+  (:func:`wsprof.importers.slime_timeline.load_timeline`);
 - a TensorBoard log directory (event files, no ``.wsprof`` trace) and a W&B run (a
   ``wandb/run-*`` folder or its ``.wandb`` file) are :class:`LoadedSeries` too
   (:func:`wsprof.importers.tensorboard.load_tensorboard`,
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from wsprof.errors import InputError
 from wsprof.importers.logs import Imported, load_log
 from wsprof.importers.metrics_csv import load_csv
+from wsprof.importers.slime_timeline import is_timeline, load_timeline
 from wsprof.importers.tensorboard import is_tensorboard_dir, load_tensorboard
 from wsprof.importers.wandb_run import is_wandb_run, load_wandb_run
 from wsprof.trace.flight_dumps import find_dumps, read_dump_trace
@@ -191,6 +195,8 @@ def load(path: str) -> Loaded:
     """
     if is_series_path(path):
         return LoadedSeries(path, load_csv(path))  # a CSV series or a metric export (W&B)
+    if is_timeline(path) and not _has_traces(path):
+        return LoadedSeries(path, load_timeline(path))  # slime's communication timeline
     dumps = find_dumps(path)
     if dumps:  # torch's Flight Recorder dumps (TORCH_FR_DUMP_TEMP_FILE), one per rank
         return LoadedRun(path, tuple(dumps), read=read_dump_trace)

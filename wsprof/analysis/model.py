@@ -685,6 +685,7 @@ CAUSES = (
     "wrapper",  # a wrapper on the collective names: time between the API and the backend grows
     "call_count",  # more collective calls every step
     "payload",  # more bytes in each weight sync every step
+    "sync_part",  # a part of the framework's own weight sync grows (slime's timeline)
     "per_call",  # each call slower, with no wrapper time growing: the backend or communication
     "gaps",  # time in the weight sync outside any collective grows
     "outlier_rank",  # one rank apart from the others

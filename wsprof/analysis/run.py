@@ -61,10 +61,12 @@ from wsprof.contracts.events import (
 from wsprof.contracts.phases import canonical_phase
 from wsprof.contracts.roles import Role
 from wsprof.contracts.series import (
+    SYNC_BYTES,
     WINDOW_ROLLOUT_SHARE,
     WINDOW_WEIGHT_SYNC_SHARE,
     Series,
     SeriesKind,
+    is_sync_part,
 )
 from wsprof.contracts.units import Unit
 from wsprof.inputs import Loaded, LoadedRun, load
@@ -807,9 +809,17 @@ def analyze_series(series: Sequence[Series], source: str) -> Analysis:
         [],
         headline=head,
         time_series=tuple(
-            r.series.name for r in results if kinds[r.series.name] is SeriesKind.DURATION
+            r.series.name
+            for r in results
+            if kinds[r.series.name] is SeriesKind.DURATION and not is_sync_part(r.series.name)
         ),
-        counter_series=tuple(r.series.name for r in results if kinds[r.series.name] in HELD_KINDS),
+        # The bytes a weight sync sends are its payload, judged with the sync (rules.timeline),
+        # never memory held.
+        counter_series=tuple(
+            r.series.name
+            for r in results
+            if kinds[r.series.name] in HELD_KINDS and r.series.name != SYNC_BYTES
+        ),
     )
     note = kinds_note(kinds)
     return conclude(

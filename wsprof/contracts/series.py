@@ -44,6 +44,37 @@ SYNC_WIRE_S = "weight_sync_wire_s"
 SYNC_BUSBW = "weight_sync_busbw"
 #: The weight sync's algorithm bandwidth per step (bytes over wire time), bytes/s.
 SYNC_ALGBW = "weight_sync_algbw"
+#: The parts of a framework's own weight sync, per step, s (slime's communication timeline,
+#: :mod:`wsprof.importers.slime_timeline`): producing the buckets (``weight_convert``), sending
+#: them (``weight_bucket_send``), waiting for the engines to load them (``engine_load_weights``),
+#: and the sync's time in none of those.
+SYNC_CONVERT_S = "weight_sync_convert_s"
+SYNC_SEND_S = "weight_sync_send_s"
+SYNC_LOAD_S = "weight_sync_engine_load_s"
+SYNC_REST_S = "weight_sync_rest_s"
+#: The parts above, with the name a reader is shown (``send``), in the sync's order.
+SYNC_PARTS = (
+    (SYNC_CONVERT_S, "convert"),
+    (SYNC_SEND_S, "send"),
+    (SYNC_LOAD_S, "engine load"),
+    (SYNC_REST_S, "the rest of the sync"),
+)
+#: Prefix of one bucket's send time per step, s (``bucket_send_s:3``).
+BUCKET_SEND_PREFIX = "bucket_send_s:"
+
+
+def is_sync_part(key: str) -> bool:
+    """Whether ``key`` is a part of the weight sync (:data:`SYNC_PARTS`, a bucket's send): it
+    is judged with the sync it is part of (:mod:`wsprof.analysis.rules.timeline`), never as a
+    slowdown of its own."""
+    return key.startswith(BUCKET_SEND_PREFIX) or key in {name for name, _ in SYNC_PARTS}
+
+
+#: Weight syncs that failed at a step (a count; ``weight_sync_failed:<error type>``).
+SYNC_FAILED = "weight_sync_failed"
+#: Time of a step outside the trainer's own spans (training, weight sync), s: rollout and
+#: waiting, when the framework's timeline has no rollout span to say which.
+OUTSIDE_TRAINER_S = "outside_trainer_s"
 #: Weight-sync share of each sampling window's active samples (no steps: ``wsprof attach``).
 WINDOW_WEIGHT_SYNC_SHARE = "window_weight_sync_share"
 #: Rollout share of each sampling window's active samples.

@@ -20,6 +20,7 @@ from wsprof.analysis.rules.phases import RolloutShare, SampledPhaseShare
 from wsprof.analysis.rules.ranks.rule import OutlierRank
 from wsprof.analysis.rules.sharing import SharedBucketsKept
 from wsprof.analysis.rules.slowdown import AccumulatingSlowdown
+from wsprof.analysis.rules.timeline import TimelineParts
 from wsprof.analysis.rules.wire import SyncWireRule
 from wsprof.analysis.rules.wrapper import BetweenLayers
 
@@ -29,6 +30,7 @@ RULES: tuple[Rule, ...] = (
     BetweenLayers(),
     PerCallVsCallCount(),
     SyncWireRule(),
+    TimelineParts(),
     CounterCorrelation(),
     SharedBucketsKept(),
     CounterGrowth(),
