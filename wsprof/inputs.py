@@ -61,12 +61,16 @@ class LoadedRun:
             :meth:`traces` meets them.
         read: reads one of ``trace_paths``: a Flight Recorder dump for a folder of dumps
             (:func:`wsprof.trace.flight_dumps.read_dump_trace`); None: a wsprof trace.
+        timeline: a slime communication timeline (file or folder) to join with the traces
+            (:mod:`wsprof.analysis.timeline_join`): the run folder when it holds one, or what
+            the user gave; None without one.
     """
 
     path: str
     trace_paths: tuple[str, ...]
     problems: list[str] = field(default_factory=list)
     read: Callable[[str], ProcessTrace] | None = None
+    timeline: str | None = None
     _errors: list[InputError] = field(default_factory=list, repr=False)
 
     def traces(self) -> Iterator[ProcessTrace]:
@@ -210,7 +214,9 @@ def load(path: str) -> Loaded:
     if os.path.isfile(path) and not path.lower().endswith(TRACE_SUFFIX) and not is_sqlite(path):
         return LoadedLog(path, load_log(path))  # a training log: slime, verl, OpenRLHF, AReaL
     require_trace_file(path)
-    return LoadedRun(path, tuple(find_traces(path)))
+    # A run folder that also holds slime's timeline (`wsprof run` sets it there): joined.
+    timeline = path if os.path.isdir(path) and is_timeline(path) else None
+    return LoadedRun(path, tuple(find_traces(path)), timeline=timeline)
 
 
 def _has_traces(path: str) -> bool:

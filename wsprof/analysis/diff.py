@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
-from wsprof.analysis.model import ProcessAnalysis, StepRow
+from wsprof.analysis.model import ProcessAnalysis, StepRow, by_step_number
 from wsprof.contracts.phases import WEIGHT_SYNC, resolve_phase
 from wsprof.contracts.series import ROLLOUT_SHARE, STEP_S, WEIGHT_SYNC_S
 from wsprof.contracts.units import (
@@ -597,7 +597,7 @@ def measure_process(
     notes = list(problems)
     sel = _select_rows(pa, step_range, role, src)
     rows = [pa.steps[i] for i in sel]
-    by_number = pa.step_source == "markers"
+    by_number = by_step_number(pa.step_source)
     units = len(rows) or 1
     calls = trace.calls
     if pa.steps:

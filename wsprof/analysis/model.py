@@ -788,12 +788,19 @@ class StepSource(Words):
     """Where a process's steps came from, strongest evidence first."""
 
     MARKERS = "markers"  # wsprof.step() / phase markers, or a framework preset's
+    TIMELINE = "timeline"  # the framework's own timeline (slime's communication timeline)
     UPDATES = "updates"  # weight updates on its push group
     SHARED = "shared"  # weight buckets it opened by handle (a colocated engine)
     RHYTHM = "rhythm"  # the job's rhythm of collectives
     BURSTS = "bursts"  # bursts of collectives
     SAMPLED = "sampled"  # py-spy windows of the weight-sync phase
     NONE = "none"
+
+
+def by_step_number(source: str) -> bool:
+    """Whether a process's calls carry the number of their step (markers, a framework's
+    timeline), so that they are put in steps by number rather than by time."""
+    return source in (StepSource.MARKERS, StepSource.TIMELINE)
 
 
 class AnalysisKind(Words):

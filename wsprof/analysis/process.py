@@ -519,7 +519,12 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
     steps = steps_from_markers(calls, trace.spans, totals)
     if totals is not None:
         steps = without_thinned_gaps(steps, trace.meta)
-    source = StepSource.MARKERS
+    # A framework's own timeline put its steps on the trace as markers (timeline_join).
+    source = (
+        StepSource.TIMELINE
+        if trace.meta.get("steps_from") == StepSource.TIMELINE
+        else StepSource.MARKERS
+    )
     left_out: list[str] = []
     evidence = "weight-sync phases" if steps and sync_spans(trace.spans) else None
     if not steps:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from wsprof.analysis.align import ProcessClock, RunClock, align, clock_input
@@ -27,6 +28,7 @@ from wsprof.analysis.model import (
     StepSource,
     World,
     WrapperFact,
+    by_step_number,
 )
 from wsprof.analysis.per_step import (
     MIN_STEPS_FOR_OP_SERIES,
@@ -45,6 +47,7 @@ from wsprof.analysis.process import (
 )
 from wsprof.analysis.ranks import RankInput, peer_waits, rank_series, seq_waits
 from wsprof.analysis.steps import assign_calls
+from wsprof.analysis.timeline_join import bucket_series, process_of, with_timeline_steps
 from wsprof.analysis.wire import sync_backends
 from wsprof.analysis.workload import ENGINE_CALLS
 from wsprof.analysis.worlds import ROLE_ORDER, find_worlds
@@ -69,6 +72,8 @@ from wsprof.contracts.series import (
     is_sync_part,
 )
 from wsprof.contracts.units import Unit
+from wsprof.frameworks import RUN_TIMELINE_DIR
+from wsprof.importers.slime_timeline import TimelineRun, pick_run, read_timeline
 from wsprof.inputs import Loaded, LoadedRun, load
 from wsprof.trace.model import CallTable, ProcessTrace, SampleWindow
 
@@ -91,7 +96,7 @@ def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
         return []
     calls = trace.calls
     meds = (
-        op_medians(calls, assign_calls(calls, rows, pa.step_source == "markers"), len(rows))
+        op_medians(calls, assign_calls(calls, rows, by_step_number(pa.step_source)), len(rows))
         if len(calls) and len(rows) >= MIN_STEPS_FOR_OP_SERIES
         else {}
     )
@@ -528,7 +533,11 @@ def engine_work_series(
 
 
 def _analyze_digests(
-    digests: list[_Digest], source: str, notes: list[str], link_gbps: float | None = None
+    digests: list[_Digest],
+    source: str,
+    notes: list[str],
+    link_gbps: float | None = None,
+    timeline: TimelineRun | None = None,
 ) -> Analysis:
     # The lines of traces that could not be read (the notes a run starts with) are kept for
     # the verdict and the coverage: what was not read was not judged.
@@ -577,6 +586,10 @@ def _analyze_digests(
     analyses = _with_peer_waits(analyses, clock, in_world)
     primary = procs[0].trace if procs else None
     series = step_series(analyses[0], primary) if primary is not None else []
+    if timeline is not None and primary is not None and analyses[0].step_source == "timeline":
+        proc = process_of(primary.meta, timeline)
+        if proc is not None:  # the framework's parts and buckets, and the calls inside them
+            series += bucket_series(primary, proc)
     if analyses:
         series += window_series(analyses[0])
     for d in procs:
@@ -883,8 +896,14 @@ def analyze_loaded_run(run: LoadedRun, link_gbps: float | None = None) -> RunRes
     Raises:
         wsprof.errors.InputError: no trace of the run could be read.
     """
-    digests = _digest_all(run.traces())
-    analysis = _analyze_digests(digests, run.path, list(run.problems), link_gbps)
+    timeline = None
+    joined: list[str] = []
+    traces: Iterable[ProcessTrace] = run.traces()
+    if run.timeline is not None:
+        timeline, joined = _timeline_of(run.timeline)
+        traces = _joined(traces, timeline, joined)
+    digests = _digest_all(traces)
+    analysis = _analyze_digests(digests, run.path, [*run.problems, *joined], link_gbps, timeline)
     procs = sorted((d for d in digests if not d.sampler_only), key=_Digest.key) or sorted(
         digests, key=_Digest.key
     )
@@ -901,6 +920,40 @@ def analyze_loaded_run(run: LoadedRun, link_gbps: float | None = None) -> RunRes
         w for d in digests for w in d.trace.samples if isinstance(pid, int) and w.pid == pid
     ]
     return RunResult(analysis, trace, tuple(windows))
+
+
+def _timeline_of(path: str) -> tuple[TimelineRun, list[str]]:
+    """The timeline run to join (the newest under ``path``) and the notes on it."""
+    read = read_timeline(path)
+    run, notes = pick_run(read)
+    ours = all(os.sep + RUN_TIMELINE_DIR + os.sep in f for f in read.files)
+    notes.insert(
+        0,
+        f"slime's communication timeline joined: {len(read.files)} file(s) under {path}"
+        + (
+            " (`wsprof run` set SLIME_COMMUNICATION_TIMELINE there; --no-framework-timeline "
+            "turns it off)"
+            if ours
+            else ""
+        ),
+    )
+    if read.cut_lines:
+        notes.append(f"timeline: {read.cut_lines} last line(s) cut by a killed writer: dropped")
+    return run, notes
+
+
+def _joined(
+    traces: Iterable[ProcessTrace], timeline: TimelineRun, notes: list[str]
+) -> Iterator[ProcessTrace]:
+    """Each trace, with the framework's steps where the timeline holds its process."""
+    for t in traces:
+        proc = process_of(t.meta, timeline)
+        if proc is None:
+            yield t
+            continue
+        t, how = with_timeline_steps(t, proc)
+        notes.append(how.note)
+        yield t
 
 
 def analyze_path(path: str, link_gbps: float | None = None) -> Analysis:

@@ -55,12 +55,22 @@ def hooks_dir() -> str:
     help="when CMD ends, analyse the run folder: print the verdict and diagnoses (on stderr) "
     "and write the HTML report into the folder",
 )
+@click.option(
+    "--framework-timeline/--no-framework-timeline",
+    "framework_timeline",
+    default=True,
+    show_default=True,
+    help="ask the framework to write its own weight-sync timeline into the run folder "
+    "(slime: SLIME_COMMUNICATION_TIMELINE, unless already set); the analysis joins it with "
+    "the recorded collectives",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
     out: str | None,
     allow_shared_out: bool,
     preset: str | None,
     want_report: bool,
+    framework_timeline: bool,
     cmd: tuple[str, ...],
 ) -> int:
     """Run CMD (after `--`) with wsprof patched into every Python process it starts; CMD's
@@ -86,6 +96,8 @@ def run(
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (hooks, env.get("PYTHONPATH", "")) if p)
     env.update(settings.child_env(folder, preset, allow_shared_out=allow))
+    if framework_timeline:
+        env.update(timeline_env(folder, env))
     try:
         proc = subprocess.Popen(list(cmd), env=env)
     except OSError as e:
@@ -107,6 +119,20 @@ def run(
     hint = f" (wsprof analyze {folder})" if traced or not want_report else ""
     sys.stderr.write(f"wsprof: run folder {folder}{hint}\n")
     return rc if rc >= 0 else 128 - rc
+
+
+def timeline_env(folder: str, env: dict[str, str]) -> dict[str, str]:
+    """The variables that make each framework write its own weight-sync timeline into
+    ``folder`` (:attr:`~wsprof.frameworks.model.Framework.timeline_env`), for those the user
+    has not set in ``env`` (only that framework reads its variable; it creates the subfolder
+    :data:`~wsprof.frameworks.RUN_TIMELINE_DIR` inside the user-only run folder)."""
+    from wsprof.frameworks import FRAMEWORKS, RUN_TIMELINE_DIR
+
+    return {
+        fw.timeline_env: os.path.join(folder, RUN_TIMELINE_DIR, fw.timeline_template)
+        for fw in FRAMEWORKS
+        if fw.timeline_env and fw.timeline_env not in env
+    }
 
 
 def _report(folder: str) -> bool:

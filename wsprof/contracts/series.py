@@ -61,13 +61,20 @@ SYNC_PARTS = (
 )
 #: Prefix of one bucket's send time per step, s (``bucket_send_s:3``).
 BUCKET_SEND_PREFIX = "bucket_send_s:"
+#: Prefixes of what the recorded collectives inside one bucket's send do per step (a run
+#: joined with the timeline): their count, and their time between the API name and the
+#: backend, s.
+BUCKET_CALLS_PREFIX = "bucket_calls:"
+BUCKET_BETWEEN_PREFIX = "bucket_between_s:"
 
 
 def is_sync_part(key: str) -> bool:
     """Whether ``key`` is a part of the weight sync (:data:`SYNC_PARTS`, a bucket's send): it
     is judged with the sync it is part of (:mod:`wsprof.analysis.rules.timeline`), never as a
     slowdown of its own."""
-    return key.startswith(BUCKET_SEND_PREFIX) or key in {name for name, _ in SYNC_PARTS}
+    return key.startswith((BUCKET_SEND_PREFIX, BUCKET_CALLS_PREFIX, BUCKET_BETWEEN_PREFIX)) or (
+        key in {name for name, _ in SYNC_PARTS}
+    )
 
 
 #: Weight syncs that failed at a step (a count; ``weight_sync_failed:<error type>``).

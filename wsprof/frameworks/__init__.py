@@ -39,6 +39,10 @@ from wsprof.frameworks.model import (
 )
 
 #: Every framework, in the order that breaks ties.
+#: The run folder's subfolder where ``wsprof run`` asks frameworks to write their own
+#: weight-sync timelines (:attr:`Framework.timeline_env`).
+RUN_TIMELINE_DIR = "framework-timeline"
+
 FRAMEWORKS: tuple[Framework, ...] = (
     slime.FRAMEWORK,
     verl.FRAMEWORK,

@@ -198,6 +198,11 @@ class Framework:
             training-quality and data statistics (a learning rate among them is its schedule).
         tensorboard: the step axes of its TensorBoard scalars, None when wsprof does not know
             them (every scalar is then read on its event's step).
+        timeline_env: the environment variable that makes it write its own communication
+            timeline (a path template), which ``wsprof run`` sets into the run folder; None
+            when it writes none wsprof reads.
+        timeline_template: the file name ``wsprof run`` gives that variable (its placeholders
+            are the framework's).
     """
 
     name: str
@@ -214,6 +219,8 @@ class Framework:
     per_token_prefixes: tuple[str, ...] = ()
     quality_namespaces: tuple[str, ...] = ()
     tensorboard: TensorBoardLayout | None = None
+    timeline_env: str | None = None
+    timeline_template: str = ""
 
     def patterns(self) -> dict[str, list[str]]:
         """Phase -> frame regexes, phases in :data:`CANONICAL_PHASES` order."""

@@ -149,4 +149,9 @@ FRAMEWORK = Framework(
         apart=(("train/", "train/step"),),
         source="slime/observability/logging_utils.py, tensorboard_utils.py",
     ),
+    # slime/observability/communication_timeline.py: one JSONL file per process, its path a
+    # template of {rank}, {trainer_rank}, {local_rank}, {pid}, {hostname}, {role},
+    # {world_size} (read by wsprof.importers.slime_timeline).
+    timeline_env="SLIME_COMMUNICATION_TIMELINE",
+    timeline_template="slime-{role}-{rank}.jsonl",
 )

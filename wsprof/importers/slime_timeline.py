@@ -508,8 +508,13 @@ def _syncs_of(spans: list[Span]) -> list[TimelineSync]:
             continue  # still running, or its end was cut: not a sync yet
         end = min(ends, key=lambda s: s.t0_ns)
         body = [s for s in recs if s.operation not in _SYNC_END and s.t0_ns <= end.t0_ns]
-        t0 = min((s.t0_ns for s in body), default=end.t0_ns)
         t1 = end.t0_ns
+        # A process that sends no bucket (a trainer rank > 0 gathers its shards for rank 0)
+        # syncs from its last training span's end to the complete event.
+        trained = [
+            s.t1_ns for s in train if s.t1_ns <= t1 and (prev_end is None or s.t0_ns >= prev_end)
+        ]
+        t0 = min((s.t0_ns for s in body), default=max(trained, default=t1))
         buckets = _buckets(body)
         parts = {
             "convert": _union_s(

@@ -18,6 +18,8 @@ from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import Finding, Link, SeriesResult, Severity
 from wsprof.analysis.rules.base import CRITICAL_GROWTH_RATIO, SLOWDOWN_MATERIAL_SHARE, Rule
 from wsprof.contracts.series import (
+    BUCKET_BETWEEN_PREFIX,
+    BUCKET_CALLS_PREFIX,
     BUCKET_SEND_PREFIX,
     STEP_S,
     SYNC_BYTES,
@@ -32,9 +34,9 @@ from wsprof.contracts.units import fmt_bytes_decimal, fmt_duration
 FLAT_BYTES_SPREAD = 0.05
 #: A bucket "grows" when its send time rose at least this share of the most any bucket rose.
 BUCKET_GROWN_SHARE = 0.5
-#: Growth in at most this share of the buckets (at least one) is "in a few", named; more is
-#: "in every bucket alike".
-FEW_BUCKETS_SHARE = 0.25
+#: Share of the grown buckets' send growth that their calls' time between the API and the
+#: backend must explain for the wrapper there to be named as the bucket's cost.
+BETWEEN_EXPLAINS = 0.5
 #: Bucket ids a title names before ``...``.
 BUCKETS_NAMED = 8
 
@@ -61,7 +63,7 @@ class SyncPartEvidence(Evidence):
     part_last_s: float = field(metadata=unit("s"))
     part_rise_s: float = field(metadata=unit("s"))
     sync_rise_s: float = field(metadata=unit("s"))
-    share_of_growth: float
+    share_of_growth: float | None
     bytes_first: float | None = optional("bytes")
     bytes_last: float | None = optional("bytes")
     bytes_flat: bool | None = None
@@ -94,8 +96,9 @@ class SyncPartCause(Cause):
         rows: list[tuple[str, str]] = [
             ("part", ev.part),
             ("per step", f"{fmt_duration(ev.part_first_s)} -> {fmt_duration(ev.part_last_s)}"),
-            ("share of the sync's growth", f"{ev.share_of_growth:.0%}"),
         ]
+        if ev.share_of_growth is not None:
+            rows.append(("share of the sync's growth", f"{ev.share_of_growth:.0%}"))
         if ev.bytes_first is not None and ev.bytes_last is not None:
             rows.append(
                 (
@@ -106,7 +109,27 @@ class SyncPartCause(Cause):
         if ev.grown_buckets:
             rows.append(("buckets it grows in", _ids(ev.grown_buckets)))
         if ev.inside:
-            rows.append(("inside the slowest bucket", ev.inside))
+            rows.append(("inside", ev.inside))
+        wrapper = next((d for d in drafts if d.cause == "wrapper" and d.where), None)
+        if wrapper is not None and wrapper.where is not None and ev.inside:
+            # One cause, one diagnosis: the framework's own timeline says where in the sync
+            # the wrapper's time goes.
+            wrapper.findings.append(f)
+            bytes_text = (
+                f" at flat bytes ({fmt_bytes_decimal(ev.bytes_last)})"
+                if ev.bytes_flat and ev.bytes_last is not None
+                else ""
+            )
+            spread = f", {_spread(ev.grown_buckets, ev.buckets)}" if ev.grown_buckets else ""
+            wrapper.where = Link(
+                "where",
+                f"{wrapper.where.text}; in slime's timeline the sync's {ev.part} grows "
+                f"{fmt_duration(ev.part_first_s)} -> {fmt_duration(ev.part_last_s)} per step"
+                f"{bytes_text}{spread}; inside {ev.inside}",
+                (*wrapper.where.finding_ids, f.id),
+                (*wrapper.where.rows, *rows),
+            )
+            return None
         return Draft(
             self.cause,
             f.title,
@@ -118,6 +141,37 @@ class SyncPartCause(Cause):
 
     def tracks(self, series: str) -> bool:
         return is_sync_part(series)
+
+
+def _inside(facts: Facts, buckets: list[int]) -> str | None:
+    """What the recorded collectives inside the grown buckets' sends do (a run joined with
+    the timeline): how many calls a bucket, and what share of the sends' growth is their time
+    between the API name and the backend, with the wrapper there; None without them."""
+    sends = [facts.series.get(f"{BUCKET_SEND_PREFIX}{b}") for b in buckets]
+    between = [facts.series.get(f"{BUCKET_BETWEEN_PREFIX}{b}") for b in buckets]
+    calls = [facts.series.get(f"{BUCKET_CALLS_PREFIX}{b}") for b in buckets]
+    if not buckets or any(x is None for x in (*sends, *between, *calls)):
+        return None
+    send_rise = sum(_rise(x) for x in sends if x is not None)
+    between_rise = sum(_rise(x) for x in between if x is not None)
+    per_bucket = statistics.median(v for x in calls if x is not None for v in x.series.values)
+    text = f"{'each of those buckets' if len(buckets) > 1 else f'bucket {buckets[0]}'}, "
+    text += f"{per_bucket:,.0f} recorded collective calls"
+    if send_rise <= 0:
+        return text
+    share = min(between_rise / send_rise, 1.0)
+    text += f" spend {share:.0%} of its growth between the API and the backend"
+    top = next((w for w in facts.wrappers if w.kind == "name"), None)
+    if top is not None and between_rise >= BETWEEN_EXPLAINS * send_rise:
+        text += f", in the wrapper {top.label()}"
+    return text
+
+
+def _spread(grown: list[int], n_buckets: int) -> str:
+    """``in every bucket alike (8)``, ``in bucket 2 of 8``, ``in buckets 0, 1, 3 of 8``."""
+    if len(grown) >= n_buckets:
+        return f"in every bucket alike ({n_buckets})"
+    return f"in bucket{'s' if len(grown) > 1 else ''} {_ids(grown)} of {n_buckets}"
 
 
 def _ids(ids: list[int]) -> str:
@@ -160,21 +214,25 @@ class TimelineParts(Rule):
             flat = med > 0 and (max(bv) - min(bv)) <= FLAT_BYTES_SPREAD * med
             payload = not flat and nbytes.verdict.accumulating and b_last > b_first
         sync_rise = _rise(sync) if sync is not None and sync.verdict.accumulating else 0.0
-        if not known or (sync_rise <= 0 and not payload):
+        if not known:
             return None
         name, label, r = max(known, key=lambda x: _rise(x[2]))
         rise = _rise(r)
-        if rise <= 0 and not payload:
+        # The sync grows, or (a short, noisy run) its part does on its own curve.
+        grows = rise > 0 and (sync_rise > 0 or r.verdict.accumulating)
+        if not grows and not payload:
             return None
-        share = rise / sync_rise if sync_rise > 0 else 0.0
+        share = rise / sync_rise if sync_rise > 0 else None
         vals = r.series.values
         k = min(r.verdict.judged_from, len(vals) - 1)
         n_buckets, grown = self._buckets(facts)
-        if sync_rise > 0 and rise > 0:
+        if grows:
             title = (
                 f"the weight sync's {label} grows {fmt_duration(vals[k])} -> "
-                f"{fmt_duration(vals[-1])} per step: {min(share, 1.0):.0%} of the sync's growth"
+                f"{fmt_duration(vals[-1])} per step"
             )
+            if share is not None:
+                title += f": {min(share, 1.0):.0%} of the sync's growth"
         else:
             title = "the weight sync sends more every step"
         if flat and nbytes is not None:
@@ -189,12 +247,7 @@ class TimelineParts(Rule):
                 "a bigger payload"
             )
         if grown and n_buckets:
-            few = len(grown) <= max(1, int(n_buckets * FEW_BUCKETS_SHARE))
-            title += (
-                f"; in bucket{'s' if len(grown) > 1 else ''} {_ids(grown)} of {n_buckets}"
-                if few
-                else f"; in every bucket alike ({len(grown)} of {n_buckets})"
-            )
+            title += f"; {_spread(grown, n_buckets)}"
         # Critical when the sync (or, for a payload, its bytes) at least doubled.
         first, last = (
             (b_first, b_last)
@@ -211,9 +264,13 @@ class TimelineParts(Rule):
         step = facts.series.get(STEP_S)
         step_ref = float(np.median(step.series.values)) if step and step.series.values else None
         # A payload that grows is said however little time it costs yet (it only grows).
-        if not payload and step_ref and sync_rise < SLOWDOWN_MATERIAL_SHARE * step_ref:
+        added = max(sync_rise, rise)
+        if not payload and step_ref and added < SLOWDOWN_MATERIAL_SHARE * step_ref:
             severity = Severity.INFO
-            title += f"; so far {sync_rise / step_ref:.0%} of a step: watch it, not yet material"
+            title += f"; so far {added / step_ref:.0%} of a step: watch it, not yet material"
+        inside = _inside(facts, grown)
+        if inside:
+            title += f"; inside {inside}"
         if flat:
             next_step = (
                 f"the same bytes take longer to {label} every step: look at what runs around each "
@@ -245,6 +302,7 @@ class TimelineParts(Rule):
                 bytes_flat=flat,
                 buckets=n_buckets,
                 grown_buckets=grown,
+                inside=inside,
             ),
             where=(
                 f"the sync's {label}"

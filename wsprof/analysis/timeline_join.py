@@ -1,0 +1,202 @@
+"""wsprof's recorded collectives inside slime's own timeline (issue 36): the framework's steps
+and weight syncs become the process's steps and weight-sync phases, and each recorded call
+falls into the bucket whose send span holds it.
+
+**The clock.** slime stamps its spans with ``time.perf_counter_ns`` and wsprof its calls with
+``time.monotonic_ns``: on Linux both read CLOCK_MONOTONIC, one clock per host since boot, so a
+process's spans and calls are on one clock with no offset to find. A process is joined by its
+pid and host. The assumption is checked, never trusted: when under half of the bucket sends
+that a recording process's calls could fall in hold any call, the clocks disagree (another
+OS, a container's clock namespace) and the join is refused with a note, never guessed.
+
+Pure: reads a :class:`~wsprof.trace.model.ProcessTrace` and a
+:class:`~wsprof.importers.slime_timeline.TimelineProcess`, returns new ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from wsprof.analysis.model import StepSource
+from wsprof.contracts.phases import TRAIN, WEIGHT_SYNC
+from wsprof.contracts.series import (
+    BUCKET_BETWEEN_PREFIX,
+    BUCKET_CALLS_PREFIX,
+    OUTSIDE_TRAINER_S,
+    SYNC_FAILED,
+    Series,
+    is_sync_part,
+)
+from wsprof.contracts.units import Unit
+from wsprof.importers.slime_timeline import (
+    MAX_BUCKET_SERIES,
+    TimelineProcess,
+    TimelineRun,
+    timeline_series,
+)
+from wsprof.trace.model import ProcessTrace, Span
+
+#: Share of the bucket sends within a process's recorded time that must hold a call for the
+#: join to stand (below it the clocks are not one; see the module docstring).
+MIN_SENDS_JOINED = 0.5
+
+
+@dataclass(frozen=True)
+class Joined:
+    """What the join did to one process.
+
+    Attributes:
+        label: the timeline process (``trainer rank 0 (pid 4242)``).
+        syncs: framework syncs made the process's steps.
+        sends: bucket sends in the process's recorded time, and how many hold a call.
+        note: one line for the analysis's notes.
+    """
+
+    label: str
+    syncs: int
+    sends: int
+    sends_with_calls: int
+    note: str
+
+
+def process_of(meta: dict[str, object], run: TimelineRun) -> TimelineProcess | None:
+    """The timeline process that is this trace's process: same pid, and same host where both
+    say (a pid is unique on one host only)."""
+    pid = meta.get("pid")
+    host = meta.get("hostname") or meta.get("host")
+    for p in run.processes.values():
+        if p.pid is None or p.pid != pid:
+            continue
+        if p.hostname and isinstance(host, str) and host and p.hostname != host:
+            continue
+        return p
+    return None
+
+
+def _sends_held(trace: ProcessTrace, proc: TimelineProcess) -> tuple[int, int]:
+    """Bucket sends within the trace's recorded time, and how many hold a call's start."""
+    starts = np.sort(trace.calls.t_start_ns)
+    if not len(starts):
+        return 0, 0
+    lo, hi = int(starts[0]), int(starts[-1])
+    n = held = 0
+    for s in proc.syncs():
+        for b in s.buckets:
+            if b.send_t0_ns is None or b.send_t1_ns is None:
+                continue
+            if b.send_t1_ns < lo or b.send_t0_ns > hi:
+                continue
+            n += 1
+            i = int(np.searchsorted(starts, b.send_t0_ns, side="left"))
+            if i < len(starts) and starts[i] <= b.send_t1_ns:
+                held += 1
+    return n, held
+
+
+def with_timeline_steps(trace: ProcessTrace, proc: TimelineProcess) -> tuple[ProcessTrace, Joined]:
+    """The trace with the framework's steps: a ``step`` span per sync (from the previous
+    sync's end, or its step's first training span, to its own end) numbered by the
+    framework's ``global_step``, a ``weight_sync`` phase per sync and a ``train`` phase per
+    step's training spans; each call stamped with the step whose span holds its start.
+
+    Returns the trace unchanged (and the reason in the note) when it has step markers of its
+    own, or when its calls and the timeline are not on one clock.
+    """
+    syncs = [s for s in proc.syncs() if not s.failed]
+    if any(sp.kind == "step" for sp in trace.spans):
+        return trace, Joined(
+            proc.label,
+            0,
+            0,
+            0,
+            f"{trace.label}: has wsprof.step() markers; kept over the timeline's",
+        )
+    if len(syncs) >= 2 and not syncs[0].train and any(s.train for s in syncs[1:]):
+        prev: int | None = syncs[0].t1_ns  # the push before training starts no step
+        syncs = syncs[1:]
+    else:
+        prev = None
+    sends, held = _sends_held(trace, proc)
+    if sends and held < MIN_SENDS_JOINED * sends:
+        return trace, Joined(
+            proc.label,
+            0,
+            sends,
+            held,
+            f"{trace.label}: not joined with the timeline of {proc.label}: {held} of its "
+            f"{sends} bucket sends hold a recorded call (the clocks differ: the timeline's "
+            "perf_counter_ns and wsprof's monotonic_ns are one clock only on one Linux host)",
+        )
+    spans = [sp for sp in trace.spans if sp.kind != "phase"]
+    bounds: list[tuple[int, int, int]] = []
+    for s in syncs:
+        t0 = prev if prev is not None else (s.train_t0_ns if s.train_t0_ns is not None else s.t0_ns)
+        bounds.append((s.step, t0, s.t1_ns))
+        spans.append(Span("step", str(s.step), t0, s.t1_ns, s.step, 0))
+        spans.append(Span("phase", WEIGHT_SYNC, s.t0_ns, s.t1_ns, s.step, 0))
+        if s.train_t0_ns is not None and s.train_t0_ns < s.t0_ns:
+            spans.append(Span("phase", TRAIN, s.train_t0_ns, s.t0_ns, s.step, 0))
+        prev = s.t1_ns
+    calls = trace.calls
+    step = np.full(len(calls), -1, dtype=np.int64)
+    if bounds and len(calls):
+        lo = np.array([b[1] for b in bounds], dtype=np.int64)
+        hi = np.array([b[2] for b in bounds], dtype=np.int64)
+        num = np.array([b[0] for b in bounds], dtype=np.int64)
+        pos = np.clip(np.searchsorted(lo, calls.t_start_ns, side="right") - 1, 0, len(bounds) - 1)
+        inside = (calls.t_start_ns >= lo[pos]) & (calls.t_start_ns <= hi[pos])
+        step = np.where(inside, num[pos], -1)
+    joined = replace(
+        trace,
+        spans=sorted(spans, key=lambda sp: sp.t_start_ns),
+        calls=replace(calls, step=step.astype(np.int64)),
+        meta={**trace.meta, "steps_from": StepSource.TIMELINE.value},
+    )
+    note = (
+        f"{trace.label}: steps and weight syncs from slime's timeline of {proc.label} "
+        f"({len(syncs)} syncs; {held} of {sends} bucket sends hold recorded calls; one "
+        "CLOCK_MONOTONIC, joined by pid and host)"
+    )
+    return joined, Joined(proc.label, len(syncs), sends, held, note)
+
+
+def bucket_series(trace: ProcessTrace, proc: TimelineProcess) -> list[Series]:
+    """The timeline's series the recorded run lacks (the sync's parts, each bucket's send,
+    failed syncs, time outside the trainer), and what the recorded calls inside each bucket's
+    send do per step: ``bucket_calls:<id>`` (calls) and ``bucket_between_s:<id>`` (their time
+    between the API name and the backend, s: a wrapper's)."""
+    series, _ = timeline_series(proc)
+    out = [
+        s
+        for s in series
+        if is_sync_part(s.name) or s.name.startswith(SYNC_FAILED) or s.name == OUTSIDE_TRAINER_S
+    ]
+    calls = trace.calls
+    if not len(calls):
+        return out
+    order = np.argsort(calls.t_start_ns, kind="stable")
+    starts = calls.t_start_ns[order]
+    between = calls.between_layers_ns[order]
+    counts: dict[int, dict[int, float]] = {}
+    waits: dict[int, dict[int, float]] = {}
+    ids = sorted({b.bucket_id for s in proc.syncs() for b in s.buckets})[:MAX_BUCKET_SERIES]
+    for s in proc.syncs():
+        if s.failed:
+            continue
+        for b in s.buckets:
+            if b.bucket_id not in ids or b.send_t0_ns is None or b.send_t1_ns is None:
+                continue
+            i = int(np.searchsorted(starts, b.send_t0_ns, side="left"))
+            j = int(np.searchsorted(starts, b.send_t1_ns, side="right"))
+            counts.setdefault(b.bucket_id, {})[s.step] = float(j - i)
+            waits.setdefault(b.bucket_id, {})[s.step] = float(between[i:j].sum()) / 1e9
+    for prefix, table, u in (
+        (BUCKET_CALLS_PREFIX, counts, Unit.COUNT),
+        (BUCKET_BETWEEN_PREFIX, waits, Unit.SECONDS),
+    ):
+        for bid, by_step in sorted(table.items()):
+            steps = tuple(sorted(by_step))
+            out.append(Series(f"{prefix}{bid}", u, steps, tuple(by_step[k] for k in steps)))
+    return out
