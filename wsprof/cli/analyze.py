@@ -7,7 +7,7 @@ import sys
 import click
 
 from wsprof.analysis.model import SEVERITIES
-from wsprof.cli.options import FAIL_ON, LINK_GBPS, fails
+from wsprof.cli.options import FAIL_ON, LINK_GBPS, TIMELINE, fails, load_joined
 from wsprof.contracts.safe_text import escape_controls
 from wsprof.errors import EXIT_FINDINGS, EXIT_OK
 from wsprof.report.renderers import ANALYZE_RENDERERS, choices_help
@@ -37,15 +37,21 @@ from wsprof.report.renderers import ANALYZE_RENDERERS, choices_help
     help="after the diagnoses, list every finding behind them (with where and next step)",
 )
 @LINK_GBPS
+@TIMELINE
 def analyze(
-    path: str, fmt: str, fail_on: str | None, show_all: bool, link_gbps: float | None
+    path: str,
+    fmt: str,
+    fail_on: str | None,
+    show_all: bool,
+    link_gbps: float | None,
+    timeline: str | None,
 ) -> int:
     """Analyse PATH: a run folder, a .wsprof trace, a CSV series (a step column and numeric
-    columns, W&B exports too) or a training log (slime, verl, OpenRLHF, AReaL)."""
+    columns, W&B exports too), a training log (slime, verl, OpenRLHF, AReaL), a TensorBoard
+    folder, a W&B run or slime's communication timeline."""
     from wsprof.analysis.run import analyze as analyze_input
-    from wsprof.inputs import load
 
-    analysis = analyze_input(load(path), link_gbps)
+    analysis = analyze_input(load_joined(path, timeline), link_gbps)
     limit = len(analysis.findings) if show_all else None
     click.echo(
         ANALYZE_RENDERERS[fmt].render(analysis, colour=sys.stdout.isatty(), max_findings=limit),

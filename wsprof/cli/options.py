@@ -8,6 +8,8 @@ import socket
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,6 +17,9 @@ from wsprof.analysis.model import SEVERITIES, Analysis
 from wsprof.errors import InputError
 from wsprof.trace.model import TRACE_SUFFIX
 from wsprof.trace.outputs import SQLITE_SIDE_FILES, make_private_dir
+
+if TYPE_CHECKING:
+    from wsprof.inputs import Loaded
 
 #: ``--link-gbps`` of analyze, report and watch: the link limit a weight sync is held against.
 LINK_GBPS = click.option(
@@ -25,6 +30,37 @@ LINK_GBPS = click.option(
     help="the link's limit per direction in GB/s (1e9 bytes/s), held against each weight "
     "sync's bandwidth instead of the link wsprof detected (gloo over TCP has none)",
 )
+
+
+TIMELINE = click.option(
+    "--timeline",
+    type=click.Path(exists=True),
+    default=None,
+    metavar="PATH",
+    help="slime's communication timeline (a JSONL file or a folder of them) to join with the "
+    "run's traces: the framework's steps, syncs and buckets (default: the one in the run "
+    "folder, which `wsprof run` asks slime to write)",
+)
+
+
+def load_joined(path: str, timeline: str | None) -> Loaded:
+    """``load(path)``, with ``timeline`` (``--timeline``) to join when given.
+
+    Raises:
+        InputError: ``path`` is not a run of traces (a timeline joins recorded calls only), or
+            it cannot be read.
+    """
+    from wsprof.inputs import LoadedRun, load
+
+    loaded = load(path)
+    if timeline is None:
+        return loaded
+    if not isinstance(loaded, LoadedRun) or loaded.read is not None:
+        raise InputError(
+            f"{path}: --timeline joins a timeline with a run's .wsprof traces, and this is "
+            "not one; give the timeline alone as PATH to read it by itself"
+        )
+    return replace(loaded, timeline=timeline)
 
 
 def default_report_path(source: str) -> str:

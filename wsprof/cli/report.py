@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from wsprof.cli.options import LINK_GBPS, default_report_path
+from wsprof.cli.options import LINK_GBPS, TIMELINE, default_report_path, load_joined
 from wsprof.contracts.safe_text import escape_controls
 from wsprof.errors import EXIT_OK
 
@@ -19,15 +19,15 @@ from wsprof.errors import EXIT_OK
     help="HTML file to write (default: reports/wsprof-<host>-<run>-<time>.html)",
 )
 @LINK_GBPS
-def report(path: str, output: str | None, link_gbps: float | None) -> int:
+@TIMELINE
+def report(path: str, output: str | None, link_gbps: float | None, timeline: str | None) -> int:
     """Write the HTML report for PATH (run folder, .wsprof trace or CSV series)."""
     from wsprof.analysis.run import analyze
-    from wsprof.inputs import load
     from wsprof.report.files import write_text
     from wsprof.report.renderers import REPORT_RENDERERS
 
     renderer = REPORT_RENDERERS["html"]
-    analysis = analyze(load(path), link_gbps)
+    analysis = analyze(load_joined(path, timeline), link_gbps)
     wrote = write_text(output or default_report_path(path), renderer.render(analysis), "the report")
     click.echo(escape_controls(wrote))
     return EXIT_OK
