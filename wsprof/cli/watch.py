@@ -196,6 +196,13 @@ def watch(
     trace has ended (a clean exit or a process gone), unless --forever; Ctrl-C stops it.
     With --tensorboard DIR, each completed step's scalars and each verdict change are written
     to TensorBoard event files in DIR, one run per rank, flushed at every refresh."""
+    if _is_timeline_only(run_dir):
+        if serve_at is not None or tensorboard_dir is not None:
+            raise InputError(
+                f"{run_dir}: a framework's timeline is followed as lines; --serve and "
+                "--tensorboard follow a run folder's .wsprof traces"
+            )
+        return _watch_timeline(run_dir, every, fail_on, once, forever)
     tb = None
     if tensorboard_dir is not None:  # the extra and the folder checked before anything else
         from wsprof.report.tensorboard_out import TensorBoardOut
@@ -302,6 +309,107 @@ def _watch(
             stop.wait(every)
     finally:
         run.close()
+
+
+def _is_timeline_only(path: str) -> bool:
+    """Whether ``path`` holds slime's communication timeline and no ``.wsprof`` trace."""
+    from wsprof.importers.slime_timeline import is_timeline
+    from wsprof.trace.reader import find_traces
+
+    if not os.path.exists(path) or not is_timeline(path):
+        return False
+    try:
+        return not (os.path.isdir(path) and find_traces(path))
+    except InputError:
+        return True
+
+
+def _writers_gone(pids: set[tuple[str | None, int | None]]) -> bool:
+    """Whether every process that wrote the timeline has exited: those on this host are
+    asked; one on another host (or without a pid) is never known to be gone."""
+    import psutil
+
+    here = socket.gethostname()
+    for host, pid in pids:
+        if pid is None or (host is not None and host != here):
+            return False
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                return False  # alive (an exited one its parent has not reaped yet is gone)
+        except psutil.NoSuchProcess:
+            continue
+        except psutil.Error:
+            return False  # not ours to ask: alive as far as we know
+    return bool(pids)
+
+
+def _watch_timeline(path: str, every: float, fail_on: str | None, once: bool, forever: bool) -> int:
+    """Follow slime's communication timeline as it is written: a line per completed weight
+    sync, a block per verdict change; ends when every writer on this host has exited (unless
+    ``forever``)."""
+    from wsprof.analysis.run import analyze_series
+    from wsprof.importers.slime_timeline import TimelineFollower, imported_of, pick_run
+    from wsprof.report.watch import (
+        timeline_change_lines,
+        timeline_sync_line,
+        verdict_key,
+        verdict_word,
+    )
+
+    follower = TimelineFollower(path)
+    stop = threading.Event()
+    printed: set[int] = set()
+    said: str | None = None
+    key: tuple[Any, ...] | None = None
+    while True:
+        read = follower.poll()
+        analysis = None
+        if read.runs:
+            run, _ = pick_run(read)
+            proc = run.primary()
+            syncs = proc.syncs() if proc is not None else []
+            if syncs:
+                imported = imported_of(read)
+                analysis = analyze_series(imported.series, path)
+                verdict = verdict_word(analysis)
+                for sync in syncs:
+                    if sync.weight_version not in printed:
+                        printed.add(sync.weight_version)
+                        if not once:
+                            _echo(timeline_sync_line(sync, verdict))
+                now = verdict_key(analysis)
+                if now != key and not once:
+                    for line in timeline_change_lines(said, analysis, len(syncs)):
+                        _echo(line)
+                    key, said = now, verdict
+            if once:
+                if analysis is None:
+                    raise InputError(
+                        f"{path}: no weight sync has ended in the timeline yet; watch it "
+                        "without --once to wait for the first"
+                    )
+                _echo(
+                    f"{path}: {len(syncs)} weight syncs; "
+                    + (f"{analysis.headline.summary()}; " if analysis.headline else "")
+                    + f"verdict: {verdict_word(analysis)}"
+                )
+            if analysis is not None and fails(analysis, fail_on):
+                _echo(f"wsprof: exit 1: a finding at or above {fail_on}", err=True)
+                return EXIT_FINDINGS
+            if once:
+                return EXIT_OK
+            writers = {(p.hostname, p.pid) for p in run.processes.values()}
+            if not forever and _writers_gone(writers):
+                _echo(
+                    f"wsprof watch: every process that wrote the timeline has exited; "
+                    f"`wsprof analyze {path}` for the whole run",
+                    err=True,
+                )
+                return EXIT_OK
+        elif once:
+            raise InputError(f"{path}: the timeline holds no record yet")
+        sys.stdout.flush()
+        stop.wait(every)
 
 
 def _exit(snap: WatchSnapshot, fail_on: str | None) -> int:

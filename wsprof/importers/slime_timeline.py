@@ -183,6 +183,10 @@ class TimelineProcess:
         who = f"{self.role} rank {self.rank}" if self.rank is not None else self.role
         return f"{who} (pid {self.pid})" if self.pid is not None else who
 
+    def forget(self) -> None:
+        """Drop the syncs computed so far (records were added)."""
+        self._syncs = None
+
     def syncs(self) -> list[TimelineSync]:
         """Its weight syncs in version order (computed once)."""
         if self._syncs is None:
@@ -399,47 +403,103 @@ def read_timeline(path: str) -> TimelineRead:
             '"framework": "slime"); give the file or folder --communication-timeline wrote'
         )
     out = TimelineRead(path, capped=capped)
-    lines_left = MAX_LINES
+    left = MAX_LINES
     for p in files:
-        if lines_left <= 0:
+        if left <= 0:
             out.capped = True
             break
-        try:
-            fh = _open_regular(p)
-        except OSError as e:
-            raise InputError(
-                f"{p}: cannot be read ({e.strerror or e}); check its permissions"
-            ) from e
-        with fh:
-            out.files.append(p)
-            for raw, whole in _lines(fh):
-                lines_left -= 1
-                if lines_left < 0:
-                    out.capped = True
-                    break
-                text = raw.strip()
-                if not text:
-                    if raw and not whole:
-                        out.bad_lines += 1
-                    continue
-                try:
-                    rec = json.loads(text)
-                except (ValueError, RecursionError):
-                    rec = None
-                if not isinstance(rec, dict):
-                    if not whole:
-                        out.cut_lines += 1  # the last line, cut by a killed writer
-                    else:
-                        out.bad_lines += 1
-                    continue
-                _add(out, rec, p)
+        _, left = _read_from(out, p, 0, left, final=True)
+    _require_records(out)
+    return out
+
+
+def _require_records(out: TimelineRead) -> None:
     if not any(p.spans for r in out.runs.values() for p in r.processes.values()):
         raise InputError(
-            f"{path}: {len(out.files)} timeline file(s) but no readable record in them "
+            f"{out.path}: {len(out.files)} timeline file(s) but no readable record in them "
             f"({out.bad_lines:,} lines not JSON, {out.cut_lines} cut); give the files a "
             "finished or running slime job wrote"
         )
-    return out
+
+
+def _read_from(out: TimelineRead, p: str, offset: int, left: int, final: bool) -> tuple[int, int]:
+    """Read ``p`` from byte ``offset`` into ``out``: at most ``left`` lines. A last line with
+    no newline is a record still being written (``final`` False: left for the next read) or
+    one a killed writer cut (``final``: counted, dropped). Returns the offset read up to and
+    the lines left."""
+    try:
+        fh = _open_regular(p)
+    except OSError as e:
+        raise InputError(f"{p}: cannot be read ({e.strerror or e}); check its permissions") from e
+    with fh:
+        if p not in out.files:
+            out.files.append(p)
+        fh.seek(offset)
+        for raw, whole in _lines(fh):
+            if not whole and not final:
+                break  # still being written
+            offset = fh.tell()
+            left -= 1
+            if left < 0:
+                out.capped = True
+                break
+            text = raw.strip()
+            if not text:
+                if raw and not whole:
+                    out.bad_lines += 1
+                continue
+            try:
+                rec = json.loads(text)
+            except (ValueError, RecursionError):
+                rec = None
+            if not isinstance(rec, dict):
+                if not whole:
+                    out.cut_lines += 1  # the last line, cut by a killed writer
+                else:
+                    out.bad_lines += 1
+                continue
+            _add(out, rec, p)
+        return offset, left
+
+
+class TimelineFollower:
+    """Reads a timeline as slime writes it (``wsprof watch``): each :meth:`poll` reads the
+    lines appended since the last, from the files found so far and any new ones; a line
+    still being written waits for its newline. Never writes; the caps of
+    :func:`read_timeline` hold over all polls."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.read = TimelineRead(path)
+        self._offsets: dict[str, int] = {}
+        self._left = MAX_LINES
+
+    def poll(self) -> TimelineRead:
+        """What has been read so far, after reading what was appended.
+
+        Raises:
+            InputError: a record of a schema this reader does not know; a file that cannot
+                be read.
+        """
+        files, capped = find_timeline_files(self.path)
+        self.read.capped = self.read.capped or capped
+        for p in files:
+            if self._left <= 0:
+                self.read.capped = True
+                break
+            start = self._offsets.get(p, 0)
+            try:
+                size = os.stat(p).st_size
+            except OSError:
+                continue
+            if size <= start:
+                continue
+            self._offsets[p], self._left = _read_from(self.read, p, start, self._left, False)
+            for run in self.read.runs.values():
+                for proc in run.processes.values():
+                    if p in proc.paths:
+                        proc.forget()
+        return self.read
 
 
 def _add(out: TimelineRead, rec: dict[str, Any], path: str) -> None:
@@ -710,7 +770,18 @@ def load_timeline(path: str) -> Imported:
     Raises:
         InputError: see :func:`read_timeline`; no weight sync was completed or failed in it.
     """
-    read = read_timeline(path)
+    return imported_of(read_timeline(path))
+
+
+def imported_of(read: TimelineRead) -> Imported:
+    """The per-step series of what ``read`` holds (its newest run; see :func:`load_timeline`),
+    for a whole read or a follower's so far.
+
+    Raises:
+        InputError: no weight sync ended in it.
+    """
+    path = read.path
+    _require_records(read)
     run, notes = pick_run(read)
     proc = run.primary()
     assert proc is not None  # read_timeline raised for a run without records

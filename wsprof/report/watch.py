@@ -1,13 +1,15 @@
 """``wsprof watch``'s terminal lines: one per completed step, and one block per verdict change.
 
-Reads only a :class:`~wsprof.analysis.snapshot.WatchSnapshot`.
+Reads only a :class:`~wsprof.analysis.snapshot.WatchSnapshot` (a framework's timeline: its
+:class:`~wsprof.importers.slime_timeline.TimelineSync` and the analysis).
 """
 
 from __future__ import annotations
 
 from wsprof.analysis.model import SEVERITIES, Analysis, StepRow
 from wsprof.analysis.snapshot import WatchSnapshot
-from wsprof.contracts.units import fmt_duration
+from wsprof.contracts.units import fmt_bytes_decimal, fmt_duration
+from wsprof.importers.slime_timeline import TimelineSync
 from wsprof.report.text import diagnosis_lines
 
 
@@ -109,3 +111,30 @@ def status_line(snapshot: WatchSnapshot) -> str:
         parts.append(summary)
     parts.append(f"verdict: {verdict_word(snapshot.analysis)}")
     return "; ".join(parts)
+
+
+def timeline_sync_line(sync: TimelineSync, verdict: str) -> str:
+    """One line per weight sync a framework's timeline completed (``wsprof watch`` on slime's
+    communication timeline): its step, time and parts, bytes and buckets, or its failure."""
+    head = f"step {sync.step} (weight version {sync.weight_version})"
+    if sync.failed:
+        return f"{head}  weight sync FAILED ({sync.failed}) after {fmt_duration(sync.seconds)}"
+    parts = [head, f"weight sync {fmt_duration(sync.seconds)}"]
+    if sync.buckets:
+        parts.append(", ".join(f"{name} {fmt_duration(sync.parts[key])}" for key, name in _PARTS))
+        parts.append(f"{fmt_bytes_decimal(sync.sent_bytes)} in {len(sync.buckets)} buckets")
+    parts.append(f"verdict: {verdict}")
+    return "  ".join(parts)
+
+
+_PARTS = (("convert", "convert"), ("send", "send"), ("engine_load", "engine load"))
+
+
+def timeline_change_lines(before: str | None, analysis: Analysis, syncs: int) -> list[str]:
+    """The verdict change block of a timeline watch: old and new verdict, each diagnosis."""
+    now = verdict_word(analysis)
+    head = f"verdict: {now}" if before is None else f"verdict changed: {before} -> {now}"
+    lines = [f"{head} (after {syncs} sync{'s' if syncs != 1 else ''})"]
+    for d in analysis.diagnoses:
+        lines += diagnosis_lines(d)
+    return lines
