@@ -49,6 +49,9 @@ from wsprof.analysis.model import (
 from wsprof.analysis.verdict import judge
 from wsprof.contracts.counters import is_gauge
 from wsprof.contracts.series import (
+    BUCKET_BETWEEN_PREFIX,
+    BUCKET_CALLS_PREFIX,
+    BUCKET_SEND_PREFIX,
     COUNTER_PREFIX,
     ROLLOUT_SHARE,
     WEIGHT_SYNC_S,
@@ -654,6 +657,80 @@ def _environment() -> Environment:
     )
 
 
+#: The buckets table shows at most this many steps (the last ones) and buckets.
+MAX_BUCKET_ROWS = 30
+MAX_BUCKET_COLUMNS = 64
+
+
+@dataclass(frozen=True)
+class BucketCell:
+    """One bucket at one step: its send time, s, and the recorded calls inside it (a joined
+    run; None otherwise) with their time between the API and the backend, s."""
+
+    send_s: float | None
+    calls: float | None
+    between_s: float | None
+
+
+@dataclass(frozen=True)
+class BucketRow:
+    step: int
+    cells: tuple[BucketCell, ...]
+
+
+@dataclass(frozen=True)
+class BucketTable:
+    """Each step's buckets (slime's timeline): bucket ids, the rows (the last
+    :data:`MAX_BUCKET_ROWS` steps), how many steps there are, the buckets whose send grows
+    (the ``sync_part`` finding's), and whether the recorded calls inside them are known."""
+
+    ids: tuple[int, ...]
+    rows: tuple[BucketRow, ...]
+    n_total: int
+    grown: tuple[int, ...]
+    inside: bool
+
+
+def bucket_table(analysis: Analysis) -> BucketTable | None:
+    """The buckets table of an analysis with a framework's timeline, None without one."""
+    by_name = {r.series.name: r.series for r in analysis.series}
+
+    def of(prefix: str) -> dict[int, dict[int, float]]:
+        out: dict[int, dict[int, float]] = {}
+        for name, s in by_name.items():
+            if name.startswith(prefix) and name[len(prefix) :].isdigit():
+                out[int(name[len(prefix) :])] = dict(zip(s.steps, s.values))
+        return out
+
+    sends = of(BUCKET_SEND_PREFIX)
+    if not sends:
+        return None
+    calls, between = of(BUCKET_CALLS_PREFIX), of(BUCKET_BETWEEN_PREFIX)
+    ids = tuple(sorted(sends))[:MAX_BUCKET_COLUMNS]
+    steps = sorted({k for v in sends.values() for k in v})
+    rows = tuple(
+        BucketRow(
+            step,
+            tuple(
+                BucketCell(
+                    sends[b].get(step),
+                    calls.get(b, {}).get(step),
+                    between.get(b, {}).get(step),
+                )
+                for b in ids
+            ),
+        )
+        for step in steps[-MAX_BUCKET_ROWS:]
+    )
+    grown: tuple[int, ...] = ()
+    for f in analysis.findings:
+        if f.kind == "sync_part":
+            ids_grown = f.evidence.as_dict().get("grown_buckets")
+            if isinstance(ids_grown, list):
+                grown = tuple(int(i) for i in ids_grown)
+    return BucketTable(ids, rows, len(steps), grown, bool(calls))
+
+
 def render_html(analysis: Analysis) -> str:
     """Render the report of one analysis as a self-contained HTML page.
 
@@ -752,6 +829,7 @@ def render_html(analysis: Analysis) -> str:
             else None
         ),
         steps=step_table(primary.steps) if primary is not None else None,
+        buckets=bucket_table(analysis),
         primary=primary,
         summaries=[_process_summary(p) for p in analysis.processes],
         accumulating=accumulating,
