@@ -64,6 +64,7 @@ class LoadedRun:
         timeline: a slime communication timeline (file or folder) to join with the traces
             (:mod:`wsprof.analysis.timeline_join`): the run folder when it holds one, or what
             the user gave; None without one.
+        timeline_run: the timeline's run id to join (None: its newest run).
     """
 
     path: str
@@ -71,6 +72,7 @@ class LoadedRun:
     problems: list[str] = field(default_factory=list)
     read: Callable[[str], ProcessTrace] | None = None
     timeline: str | None = None
+    timeline_run: str | None = None
     _errors: list[InputError] = field(default_factory=list, repr=False)
 
     def traces(self) -> Iterator[ProcessTrace]:
@@ -174,7 +176,7 @@ def is_series_path(path: str) -> bool:
     return os.path.isfile(path) and path.lower().endswith(SERIES_SUFFIXES)
 
 
-def load(path: str) -> Loaded:
+def load(path: str, timeline_run: str | None = None) -> Loaded:
     """What ``path`` holds: a run (folder or trace), a series file or a training log.
 
     A file ending in ``.csv``/``.tsv`` is a series; a folder of Flight Recorder dumps (or one
@@ -189,6 +191,8 @@ def load(path: str) -> Loaded:
 
     Args:
         path: what the user gave.
+        timeline_run: of slime's communication timeline holding several runs, the run id to
+            read (None: the newest).
 
     Returns:
         The typed result; a series or log is read whole, a run's traces lazily.
@@ -200,7 +204,8 @@ def load(path: str) -> Loaded:
     if is_series_path(path):
         return LoadedSeries(path, load_csv(path))  # a CSV series or a metric export (W&B)
     if is_timeline(path) and not _has_traces(path):
-        return LoadedSeries(path, load_timeline(path))  # slime's communication timeline
+        # slime's communication timeline
+        return LoadedSeries(path, load_timeline(path, timeline_run))
     dumps = find_dumps(path)
     if dumps:  # torch's Flight Recorder dumps (TORCH_FR_DUMP_TEMP_FILE), one per rank
         return LoadedRun(path, tuple(dumps), read=read_dump_trace)
@@ -216,7 +221,7 @@ def load(path: str) -> Loaded:
     require_trace_file(path)
     # A run folder that also holds slime's timeline (`wsprof run` sets it there): joined.
     timeline = path if os.path.isdir(path) and is_timeline(path) else None
-    return LoadedRun(path, tuple(find_traces(path)), timeline=timeline)
+    return LoadedRun(path, tuple(find_traces(path)), timeline=timeline, timeline_run=timeline_run)
 
 
 def _has_traces(path: str) -> bool:

@@ -765,6 +765,7 @@ def _measure_series(loaded: LoadedSeries, step_range: StepRange | None, role: st
     items: dict[tuple[str, str], Measure] = {}
     steps: set[int] = set()
     medians: dict[str, float] = {}
+    sync_mean: float | None = None
     for s in loaded.imported.series:
         vals = [
             v for st, v in zip(s.steps, s.values) if _in_range(st, step_range) and math.isfinite(v)
@@ -774,6 +775,8 @@ def _measure_series(loaded: LoadedSeries, step_range: StepRange | None, role: st
         if med is None:
             continue
         medians[s.name] = med
+        if s.name == WEIGHT_SYNC_S:  # as for a run: its total over the steps / steps
+            sync_mean = math.fsum(vals) / len(vals)
         unit = s.unit_label
         family, scale = unit_family(unit)
         if family is Unit.SECONDS:
@@ -808,7 +811,7 @@ def _measure_series(loaded: LoadedSeries, step_range: StepRange | None, role: st
     return Side(
         summary=summary,
         step_s=medians.get(STEP_S),
-        weight_sync_s=medians.get(WEIGHT_SYNC_S),
+        weight_sync_s=sync_mean,
         rollout_share=medians.get(ROLLOUT_SHARE),
         collective_s=None,
         items=items,

@@ -900,7 +900,7 @@ def analyze_loaded_run(run: LoadedRun, link_gbps: float | None = None) -> RunRes
     joined: list[str] = []
     traces: Iterable[ProcessTrace] = run.traces()
     if run.timeline is not None:
-        timeline, joined = _timeline_of(run.timeline)
+        timeline, joined = _timeline_of(run.timeline, run.timeline_run)
         traces = _joined(traces, timeline, joined)
     digests = _digest_all(traces)
     analysis = _analyze_digests(digests, run.path, [*run.problems, *joined], link_gbps, timeline)
@@ -922,10 +922,11 @@ def analyze_loaded_run(run: LoadedRun, link_gbps: float | None = None) -> RunRes
     return RunResult(analysis, trace, tuple(windows))
 
 
-def _timeline_of(path: str) -> tuple[TimelineRun, list[str]]:
-    """The timeline run to join (the newest under ``path``) and the notes on it."""
+def _timeline_of(path: str, run_id: str | None) -> tuple[TimelineRun, list[str]]:
+    """The timeline run to join (``run_id``, else the newest under ``path``) and the notes on
+    it."""
     read = read_timeline(path)
-    run, notes = pick_run(read)
+    run, notes = pick_run(read, run_id)
     ours = all(os.sep + RUN_TIMELINE_DIR + os.sep in f for f in read.files)
     notes.insert(
         0,

@@ -43,8 +43,18 @@ TIMELINE = click.option(
 )
 
 
-def load_joined(path: str, timeline: str | None) -> Loaded:
-    """``load(path)``, with ``timeline`` (``--timeline``) to join when given.
+TIMELINE_RUN = click.option(
+    "--timeline-run",
+    default=None,
+    metavar="ID",
+    help="of a slime timeline holding several runs (one file appended by a re-run), the "
+    "run_id to read (default: the newest; the others are named in the notes)",
+)
+
+
+def load_joined(path: str, timeline: str | None, timeline_run: str | None = None) -> Loaded:
+    """``load(path)``, with ``timeline`` (``--timeline``) to join when given, and the run
+    ``timeline_run`` (``--timeline-run``) of the timeline.
 
     Raises:
         InputError: ``path`` is not a run of traces (a timeline joins recorded calls only), or
@@ -52,7 +62,7 @@ def load_joined(path: str, timeline: str | None) -> Loaded:
     """
     from wsprof.inputs import LoadedRun, load
 
-    loaded = load(path)
+    loaded = load(path, timeline_run)
     if timeline is None:
         return loaded
     if not isinstance(loaded, LoadedRun) or loaded.read is not None:

@@ -62,9 +62,10 @@ KNOWN_SCHEMAS = (1, 2)
 MAX_FILES = 4_096
 #: Most folders walked looking for them.
 MAX_FOLDERS = 10_000
-#: Most lines read in all (a sync of 100 buckets writes about 700 lines; 10,000 syncs of 4,096
-#: ranks would not fit, the first files in name order are read).
-MAX_LINES = 20_000_000
+#: Most lines read in all: about 1 GB of records held as spans (a sync of 100 buckets writes
+#: about 700 lines: 7,000 syncs of the sending rank). Files are read in name order, so the
+#: sender (rank 0) comes first.
+MAX_LINES = 5_000_000
 #: Longest line read (a record is about 1 KB; metadata can carry an error message).
 MAX_LINE_BYTES = 1 << 20
 #: Bytes read from a file's start to tell whether it is a timeline.
@@ -80,7 +81,7 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Span:
     """One record's interval on its process's monotonic clock, ns (an event: start == end)."""
 
@@ -217,10 +218,11 @@ class TimelineRun:
         if not procs:
             return None
 
-        def key(p: TimelineProcess) -> tuple[int, int, int]:
+        def key(p: TimelineProcess) -> tuple[int, int]:
+            # Not by syncs ended: a killed writer's cut last line must not move the
+            # measurement to another rank.
             sends = sum(1 for s in p.spans if s.operation == "weight_bucket_send")
-            syncs = sum(1 for s in p.spans if s.operation in _SYNC_END)
-            return (-sends, -syncs, p.rank if p.rank is not None else 1 << 30)
+            return (-sends, p.rank if p.rank is not None else 1 << 30)
 
         return min(procs, key=key)
 
@@ -369,8 +371,13 @@ def _span(rec: dict[str, Any]) -> Span | None:
     )
 
 
+#: What :func:`_lines` yields for a line longer than :data:`MAX_LINE_BYTES` (skipped whole).
+_OVERLONG = b"\x00overlong"
+
+
 def _lines(fh: IO[bytes]) -> Iterator[tuple[bytes, bool]]:
-    """Each line with whether it ended in a newline; an overlong line is skipped whole."""
+    """Each line with whether it ended in a newline; an overlong line is skipped whole and
+    yielded as :data:`_OVERLONG` (counted as a bad line)."""
     while True:
         line = fh.readline(MAX_LINE_BYTES + 1)
         if not line:
@@ -378,7 +385,7 @@ def _lines(fh: IO[bytes]) -> Iterator[tuple[bytes, bool]]:
         if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
             while line and not line.endswith(b"\n"):  # skip the rest of the overlong line
                 line = fh.readline(MAX_LINE_BYTES)
-            yield b"", True
+            yield _OVERLONG, True
             continue
         yield line, line.endswith(b"\n")
 
@@ -443,6 +450,9 @@ def _read_from(out: TimelineRead, p: str, offset: int, left: int, final: bool) -
             if left < 0:
                 out.capped = True
                 break
+            if raw is _OVERLONG:
+                out.bad_lines += 1
+                continue
             text = raw.strip()
             if not text:
                 if raw and not whole:
@@ -675,11 +685,12 @@ def pick_run(read: TimelineRead, run_id: str | None = None) -> tuple[TimelineRun
             f"{sum(len(p.spans) for p in r.processes.values()):,} records)"
             for r in others[:5]
         )
+        which = "the one asked for" if run_id is not None else "the newest"
         notes.append(
             f"{len(runs)} timeline runs under {read.path}, never mixed: read "
-            f"{quote(run.run_id, 40)} (the newest); also here: {named}"
-            f"{', ...' if len(others) > 5 else ''}; to read one of those, put its files in a "
-            "folder of their own"
+            f"{quote(run.run_id, 40)} ({which}); also here: {named}"
+            f"{', ...' if len(others) > 5 else ''}; to read another, name its run id "
+            "(--timeline-run ID)"
         )
     return run, notes
 
@@ -763,26 +774,28 @@ def timeline_series(proc: TimelineProcess) -> tuple[list[Series], list[str]]:
     return series, notes
 
 
-def load_timeline(path: str) -> Imported:
+def load_timeline(path: str, run_id: str | None = None) -> Imported:
     """Read a slime communication timeline (a file or a folder of them) as per-step series of
-    the process that sends the buckets (see :func:`timeline_series`).
+    the process that sends the buckets (see :func:`timeline_series`); of run ``run_id``, else
+    of the newest run.
 
     Raises:
-        InputError: see :func:`read_timeline`; no weight sync was completed or failed in it.
+        InputError: see :func:`read_timeline`; no run ``run_id``; no weight sync was
+            completed or failed in it.
     """
-    return imported_of(read_timeline(path))
+    return imported_of(read_timeline(path), run_id)
 
 
-def imported_of(read: TimelineRead) -> Imported:
-    """The per-step series of what ``read`` holds (its newest run; see :func:`load_timeline`),
-    for a whole read or a follower's so far.
+def imported_of(read: TimelineRead, run_id: str | None = None) -> Imported:
+    """The per-step series of what ``read`` holds (run ``run_id``, else its newest; see
+    :func:`load_timeline`), for a whole read or a follower's so far.
 
     Raises:
-        InputError: no weight sync ended in it.
+        InputError: no run ``run_id``; no weight sync ended in it.
     """
     path = read.path
     _require_records(read)
-    run, notes = pick_run(read)
+    run, notes = pick_run(read, run_id)
     proc = run.primary()
     assert proc is not None  # read_timeline raised for a run without records
     series, more = timeline_series(proc)
@@ -809,7 +822,10 @@ def imported_of(read: TimelineRead) -> Imported:
             "before them are read)"
         )
     if read.bad_lines:
-        damage.append(f"{read.bad_lines:,} line(s) not a timeline record: skipped")
+        damage.append(
+            f"{read.bad_lines:,} line(s) not a timeline record (not JSON, or over "
+            f"{MAX_LINE_BYTES:,} bytes): skipped"
+        )
     if read.capped:
         damage.append(
             f"more than {MAX_FILES:,} timeline files or {MAX_LINES:,} lines under {path}: "
