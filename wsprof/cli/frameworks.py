@@ -26,8 +26,9 @@ def framework_record(fw: Framework) -> dict[str, Any]:
         ``name``, ``title``, ``modules``, ``distribution`` (PyPI, null when not there),
         ``repository``, ``entry_points`` (phase and ``module:qualname`` paths),
         ``phase_patterns`` (phase, frame regex, its parts, ``legacy``), ``log_format`` (null
-        when none) and ``log_keys`` (framework key -> wsprof series, with the steps it is
-        logged late by).
+        when none), ``log_keys`` (framework key -> wsprof series, with the steps it is
+        logged late by), ``tensorboard`` (its scalars' step axis and the tags kept apart) and
+        ``timeline`` (the variable that makes it write its own weight-sync timeline).
     """
     fmt = fw.log_format
     return {
@@ -65,6 +66,15 @@ def framework_record(fw: Framework) -> dict[str, Any]:
         ],
         "timer_keys": [{"prefix": prefix, "suffix": suffix} for prefix, suffix in fw.timer_keys],
         "step_time_keys": list(fw.step_time_keys),
+        "tensorboard": None
+        if fw.tensorboard is None
+        else {
+            "step_axis": fw.tensorboard.step_axis,
+            "apart": [{"prefix": a, "axis": b} for a, b in fw.tensorboard.apart],
+        },
+        "timeline": None
+        if fw.timeline_env is None
+        else {"env": fw.timeline_env, "file": fw.timeline_template},
     }
 
 
@@ -90,6 +100,13 @@ def render_text(items: tuple[Framework, ...]) -> str:
         for m in fw.metric_keys:
             late = f" (logged {m.shift_steps} step late)" if m.shift_steps else ""
             lines.append(f"    {m.key} -> {m.series}{late}")
+        if fw.tensorboard is not None:
+            lines.append(f"  TensorBoard: scalars on {fw.tensorboard.step_axis}")
+        if fw.timeline_env is not None:
+            lines.append(
+                f"  own weight-sync timeline: {fw.timeline_env} (wsprof run sets it to "
+                f"RUN/framework-timeline/{fw.timeline_template})"
+            )
         lines.append(f"  sampled-phase patterns ({len(fw.phase_patterns)}):")
         for p in fw.phase_patterns:
             where = f" in {p.file}" if p.file else ""
