@@ -605,3 +605,18 @@ def test_cli_report_names_the_send(
     assert "send" in page
     assert "per-call overhead" in page
     assert "in every bucket alike" in page
+
+
+def test_cli_report_marks_the_slow_bucket_in_the_bucket_table(
+    case: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, truth = case("slow_bucket")
+    html = tmp_path / "r.html"
+    assert main(["report", str(folder), "--output", str(html)]) == 0
+    capsys.readouterr()
+    page = html.read_text()
+    assert 'id="buckets"' in page
+    slow = truth["slow_bucket"]
+    # Every bucket has a column; the slow one alone is marked as growing.
+    assert page.count(" ▲</th>") == 1 and f"bucket {slow} ▲</th>" in page
+    assert all(f">bucket {b}" in page for b in range(truth["buckets"]) if b != slow)
