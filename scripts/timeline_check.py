@@ -160,6 +160,26 @@ def read_speed(root: Path, syncs: int = 1500, buckets: int = 32) -> str:
     )
 
 
+def many_syncs(root: Path, syncs: int = 50_000) -> str:
+    """A timeline of many short syncs (one training span and one end each): the reader is one
+    pass over the syncs, not a pass per sync."""
+    clock = ManualClock(1_760_000_000_000_000_000, 5_000_000_000_000)
+    folder = root / "many"
+    tl = Timeline(str(folder / "slime-{role}-{rank}.jsonl"), rank=0, world_size=1, clock=clock)
+    for step in range(syncs):
+        with tl.context(global_step=step), tl.span("train_forward_backward"):
+            clock.advance(0.001)
+        with tl.context(weight_version=step + 1):
+            tl.event("weight_sync_complete")
+        clock.advance(0.001)
+    tl.close()
+    t0 = time.perf_counter()
+    a = analyze_path(str(folder))
+    wall = time.perf_counter() - t0
+    n = len(next(r for r in a.series if r.series.name == "step_s").series.values)
+    return f"{syncs:,} syncs of two records each: analysed in {wall:.1f} s ({n:,} steps)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--no-job", action="store_true", help="skip the gloo job (about 1 min)")
@@ -176,6 +196,7 @@ def main() -> None:
                 print(job_row(root, leak, args.steps), flush=True)
         print()
         print(read_speed(root))
+        print(many_syncs(root))
 
 
 if __name__ == "__main__":

@@ -203,7 +203,7 @@ def load(path: str, timeline_run: str | None = None) -> Loaded:
     """
     if is_series_path(path):
         return LoadedSeries(path, load_csv(path))  # a CSV series or a metric export (W&B)
-    if is_timeline(path) and not _has_traces(path):
+    if is_timeline(path) and (os.path.isfile(path) or not _has_traces(path)):
         # slime's communication timeline
         return LoadedSeries(path, load_timeline(path, timeline_run))
     dumps = find_dumps(path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +124,22 @@ def test_the_healthy_twin_gets_no_warning(runs: dict[int, Any]) -> None:
     warned = [f.title for f in a.findings if f.severity != "info"]
     assert not warned
     assert a.verdict.status == "no_problem", a.verdict.reasons
+
+
+def test_a_timeline_on_another_clock_is_not_joined(runs: dict[int, Any], tmp_path: Path) -> None:
+    """The same run with its timeline shifted by three hours (another clock): the join is
+    refused and said, and the steps are wsprof's own, never the timeline's misplaced ones."""
+    _, _, out = runs[0]
+    shifted = tmp_path / "shifted"
+    shutil.copytree(out, shifted)
+    hours = 3 * 3600 * 10**9
+    for f in (shifted / RUN_TIMELINE_DIR).iterdir():
+        recs = [json.loads(line) for line in f.read_text().splitlines()]
+        for r in recs:
+            for k in ("api_launch_monotonic_ns", "completion_monotonic_ns"):
+                if isinstance(r.get(k), int):
+                    r[k] += hours
+        f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    a = analyze_path(str(shifted))
+    assert any("not joined with the timeline" in n and "clocks differ" in n for n in a.notes)
+    assert a.primary is not None and a.primary.step_source != "timeline"

@@ -32,6 +32,7 @@ from wsprof.contracts.series import SYNC_BYTES, SYNC_FAILED, WEIGHT_SYNC_S
 from wsprof.errors import InputError
 from wsprof.importers import slime_timeline
 from wsprof.importers.slime_timeline import (
+    TimelineFollower,
     find_timeline_files,
     is_timeline,
     load_timeline,
@@ -620,3 +621,59 @@ def test_cli_report_marks_the_slow_bucket_in_the_bucket_table(
     # Every bucket has a column; the slow one alone is marked as growing.
     assert page.count(" ▲</th>") == 1 and f"bucket {slow} ▲</th>" in page
     assert all(f">bucket {b}" in page for b in range(truth["buckets"]) if b != slow)
+
+
+@pytest.mark.pure
+def test_corrupt_values_are_skipped_and_said(tmp_path: Path) -> None:
+    """A record with a negative or huge time or step is corrupt: skipped, counted, said; a
+    stray earlier end of a version does not make its sync 0 s; a single file reads alone."""
+    truth = write_case("healthy", tmp_path)
+    f = tmp_path / "slime-trainer-0.jsonl"
+    recs = [json.loads(line) for line in f.read_text().splitlines()]
+    sends = [r for r in recs if r["operation"] == "weight_bucket_send"]
+    sends[5]["api_launch_monotonic_ns"] = -(10**30)
+    converts = [r for r in recs if r["operation"] == "weight_convert"]
+    converts[9]["global_step"] = 10**30
+    stray = dict(next(r for r in recs if r["operation"] == "weight_sync_complete"))
+    stray["api_launch_monotonic_ns"] -= 1000 * 10**9
+    stray["completion_monotonic_ns"] = stray["api_launch_monotonic_ns"]
+    f.write_text("".join(json.dumps(r) + "\n" for r in [stray, *recs]))
+    read = read_timeline(str(f))
+    assert read.out_of_range == 2
+    imported = load_timeline(str(f))
+    assert any("2 record(s) with a time, step" in n for n in imported.notes), imported.notes
+    sync = next(s for s in imported.series if s.name == "weight_sync_s")
+    assert min(sync.values) > 0.3 and max(sync.values) < 0.5, sync.values
+    assert list(sync.steps) == truth["steps"]
+
+
+@pure
+def test_the_follower_reads_what_is_appended_and_starts_over_when_replaced(
+    tmp_path: Path,
+) -> None:
+    src = tmp_path / "written"
+    write_case("healthy", src)
+    data = (src / "slime-trainer-0.jsonl").read_bytes()
+    live = tmp_path / "live"
+    live.mkdir()
+    f = live / "slime-trainer-0.jsonl"
+    cut = len(data) // 3 + 17  # mid-line: a record still being written
+    f.write_bytes(data[:cut])
+    follower = TimelineFollower(str(live))
+
+    def syncs() -> int:
+        read = follower.poll()
+        run = next(iter(read.runs.values()))
+        proc = run.primary()
+        assert proc is not None
+        return len(proc.syncs())
+
+    first = syncs()
+    assert 0 < first < 12 and follower.read.cut_lines == 0  # the partial line waits
+    with f.open("ab") as fh:
+        fh.write(data[cut:])
+    assert syncs() == 12 and not follower.restarted
+    half = data[: data.index(b"\n", len(data) // 2) + 1]
+    (live / "new").write_bytes(half)
+    os.replace(live / "new", f)  # another file under the same name
+    assert syncs() < 12 and follower.restarted == [str(f)]

@@ -930,7 +930,7 @@ def _timeline_of(path: str, run_id: str | None) -> tuple[TimelineRun, list[str]]
     ours = all(os.sep + RUN_TIMELINE_DIR + os.sep in f for f in read.files)
     notes.insert(
         0,
-        f"slime's communication timeline joined: {len(read.files)} file(s) under {path}"
+        f"slime's communication timeline found: {len(read.files)} file(s) under {path}"
         + (
             " (`wsprof run` set SLIME_COMMUNICATION_TIMELINE there; --no-framework-timeline "
             "turns it off)"
@@ -940,6 +940,11 @@ def _timeline_of(path: str, run_id: str | None) -> tuple[TimelineRun, list[str]]
     )
     if read.cut_lines:
         notes.append(f"timeline: {read.cut_lines} last line(s) cut by a killed writer: dropped")
+    if read.bad_lines or read.out_of_range:
+        notes.append(
+            f"timeline: {read.bad_lines:,} line(s) not a record and {read.out_of_range:,} "
+            "record(s) out of range: skipped"
+        )
     return run, notes
 
 
@@ -947,14 +952,22 @@ def _joined(
     traces: Iterable[ProcessTrace], timeline: TimelineRun, notes: list[str]
 ) -> Iterator[ProcessTrace]:
     """Each trace, with the framework's steps where the timeline holds its process."""
+    matched = 0
     for t in traces:
         proc = process_of(t.meta, timeline)
         if proc is None:
             yield t
             continue
+        matched += 1
         t, how = with_timeline_steps(t, proc)
         notes.append(how.note)
         yield t
+    if not matched:
+        who = ", ".join(p.label for p in list(timeline.processes.values())[:4])
+        notes.append(
+            f"timeline not joined: none of its processes ({who}) is a recorded process (by "
+            "pid and host); was it written by another run?"
+        )
 
 
 def analyze_path(path: str, link_gbps: float | None = None) -> Analysis:

@@ -5,9 +5,10 @@ falls into the bucket whose send span holds it.
 **The clock.** slime stamps its spans with ``time.perf_counter_ns`` and wsprof its calls with
 ``time.monotonic_ns``: on Linux both read CLOCK_MONOTONIC, one clock per host since boot, so a
 process's spans and calls are on one clock with no offset to find. A process is joined by its
-pid and host. The assumption is checked, never trusted: when under half of the bucket sends
-that a recording process's calls could fall in hold any call, the clocks disagree (another
-OS, a container's clock namespace) and the join is refused with a note, never guessed.
+pid and host. The assumption is checked, never trusted: when none of the bucket sends (a
+process that sends none: its syncs) falls within a process's recorded calls, or under half of
+those that do hold a call, the clocks disagree (another OS, a container's clock namespace, a
+shifted file) and the join is refused with a note, never guessed.
 
 Pure: reads a :class:`~wsprof.trace.model.ProcessTrace` and a
 :class:`~wsprof.importers.slime_timeline.TimelineProcess`, returns new ones.
@@ -38,8 +39,9 @@ from wsprof.importers.slime_timeline import (
 )
 from wsprof.trace.model import ProcessTrace, Span
 
-#: Share of the bucket sends within a process's recorded time that must hold a call for the
-#: join to stand (below it the clocks are not one; see the module docstring).
+#: Share of the bucket sends (syncs, for a process that sends none) within a process's recorded
+#: time that must hold a call for the join to stand; when none falls within it, the join is
+#: refused too (below it the clocks are not one; see the module docstring).
 MIN_SENDS_JOINED = 0.5
 
 
@@ -75,24 +77,29 @@ def process_of(meta: dict[str, object], run: TimelineRun) -> TimelineProcess | N
     return None
 
 
-def _sends_held(trace: ProcessTrace, proc: TimelineProcess) -> tuple[int, int]:
-    """Bucket sends within the trace's recorded time, and how many hold a call's start."""
+def _windows_held(trace: ProcessTrace, proc: TimelineProcess) -> tuple[int, int, int]:
+    """The timeline's windows that should hold this process's calls (its bucket sends; for a
+    process that sends none, its syncs), how many fall within the trace's recorded time, and
+    how many of those hold a call's start."""
+    windows = [
+        (b.send_t0_ns, b.send_t1_ns)
+        for s in proc.syncs()
+        for b in s.buckets
+        if b.send_t0_ns is not None and b.send_t1_ns is not None
+    ] or [(s.t0_ns, s.t1_ns) for s in proc.syncs() if not s.failed]
     starts = np.sort(trace.calls.t_start_ns)
     if not len(starts):
-        return 0, 0
+        return len(windows), 0, 0
     lo, hi = int(starts[0]), int(starts[-1])
-    n = held = 0
-    for s in proc.syncs():
-        for b in s.buckets:
-            if b.send_t0_ns is None or b.send_t1_ns is None:
-                continue
-            if b.send_t1_ns < lo or b.send_t0_ns > hi:
-                continue
-            n += 1
-            i = int(np.searchsorted(starts, b.send_t0_ns, side="left"))
-            if i < len(starts) and starts[i] <= b.send_t1_ns:
-                held += 1
-    return n, held
+    inside = held = 0
+    for t0, t1 in windows:
+        if t1 < lo or t0 > hi:
+            continue
+        inside += 1
+        i = int(np.searchsorted(starts, t0, side="left"))
+        if i < len(starts) and starts[i] <= t1:
+            held += 1
+    return len(windows), inside, held
 
 
 def with_timeline_steps(trace: ProcessTrace, proc: TimelineProcess) -> tuple[ProcessTrace, Joined]:
@@ -104,7 +111,7 @@ def with_timeline_steps(trace: ProcessTrace, proc: TimelineProcess) -> tuple[Pro
     Returns the trace unchanged (and the reason in the note) when it has step markers of its
     own, or when its calls and the timeline are not on one clock.
     """
-    syncs = [s for s in proc.syncs() if not s.failed]
+    syncs = proc.syncs()
     if any(sp.kind == "step" for sp in trace.spans):
         return trace, Joined(
             proc.label,
@@ -115,10 +122,24 @@ def with_timeline_steps(trace: ProcessTrace, proc: TimelineProcess) -> tuple[Pro
         )
     if len(syncs) >= 2 and not syncs[0].train and any(s.train for s in syncs[1:]):
         prev: int | None = syncs[0].t1_ns  # the push before training starts no step
+        prev_version: int | None = syncs[0].weight_version
         syncs = syncs[1:]
     else:
-        prev = None
-    sends, held = _sends_held(trace, proc)
+        prev = prev_version = None
+    windows, sends, held = _windows_held(trace, proc)
+    clocks = (
+        "the clocks differ: the timeline's perf_counter_ns and wsprof's monotonic_ns are one "
+        "clock only on one Linux host"
+    )
+    if windows and len(trace.calls) and not sends:
+        return trace, Joined(
+            proc.label,
+            0,
+            0,
+            0,
+            f"{trace.label}: not joined with the timeline of {proc.label}: none of its "
+            f"{windows} sync or bucket windows falls within the calls' recorded time ({clocks})",
+        )
     if sends and held < MIN_SENDS_JOINED * sends:
         return trace, Joined(
             proc.label,
@@ -126,12 +147,17 @@ def with_timeline_steps(trace: ProcessTrace, proc: TimelineProcess) -> tuple[Pro
             sends,
             held,
             f"{trace.label}: not joined with the timeline of {proc.label}: {held} of its "
-            f"{sends} bucket sends hold a recorded call (the clocks differ: the timeline's "
-            "perf_counter_ns and wsprof's monotonic_ns are one clock only on one Linux host)",
+            f"{sends} sync or bucket windows hold a recorded call ({clocks})",
         )
     spans = [sp for sp in trace.spans if sp.kind != "phase"]
     bounds: list[tuple[int, int, int]] = []
     for s in syncs:
+        if prev_version is not None and s.weight_version != prev_version + 1:
+            prev = None  # a version with no end between: this step starts at its training
+        prev_version = s.weight_version
+        if s.failed:  # the engines kept the old weights: no step of its own
+            prev = None
+            continue
         t0 = prev if prev is not None else (s.train_t0_ns if s.train_t0_ns is not None else s.t0_ns)
         bounds.append((s.step, t0, s.t1_ns))
         spans.append(Span("step", str(s.step), t0, s.t1_ns, s.step, 0))
@@ -156,8 +182,8 @@ def with_timeline_steps(trace: ProcessTrace, proc: TimelineProcess) -> tuple[Pro
     )
     note = (
         f"{trace.label}: steps and weight syncs from slime's timeline of {proc.label} "
-        f"({len(syncs)} syncs; {held} of {sends} bucket sends hold recorded calls; one "
-        "CLOCK_MONOTONIC, joined by pid and host)"
+        f"({len(bounds)} syncs; {held} of {sends} sync or bucket windows hold recorded calls; "
+        "one CLOCK_MONOTONIC, joined by pid and host)"
     )
     return joined, Joined(proc.label, len(syncs), sends, held, note)
 

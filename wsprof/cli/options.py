@@ -60,9 +60,18 @@ def load_joined(path: str, timeline: str | None, timeline_run: str | None = None
         InputError: ``path`` is not a run of traces (a timeline joins recorded calls only), or
             it cannot be read.
     """
-    from wsprof.inputs import LoadedRun, load
+    from wsprof.inputs import LoadedRun, LoadedSeries, load
 
     loaded = load(path, timeline_run)
+    if timeline_run is not None and timeline is None:
+        is_timeline = (isinstance(loaded, LoadedRun) and loaded.timeline is not None) or (
+            isinstance(loaded, LoadedSeries) and loaded.imported.format == "slime-timeline"
+        )
+        if not is_timeline:
+            raise InputError(
+                f"{path}: --timeline-run picks a run of slime's communication timeline, and "
+                "this holds none; leave it out, or add --timeline PATH"
+            )
     if timeline is None:
         return loaded
     if not isinstance(loaded, LoadedRun) or loaded.read is not None:

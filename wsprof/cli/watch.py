@@ -111,7 +111,7 @@ def _fail_level(snapshot: WatchSnapshot, fail_on: str | None) -> bool:
 
 
 @click.command()
-@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.argument("run_dir", type=click.Path())
 @click.option(
     "--serve",
     "serve_at",
@@ -196,6 +196,11 @@ def watch(
     trace has ended (a clean exit or a process gone), unless --forever; Ctrl-C stops it.
     With --tensorboard DIR, each completed step's scalars and each verdict change are written
     to TensorBoard event files in DIR, one run per rank, flushed at every refresh."""
+    if os.path.isfile(run_dir) and not _is_timeline_only(run_dir):
+        raise InputError(
+            f"{run_dir}: a file; give the run folder the job writes (`wsprof run --out`, "
+            "$WSPROF_OUT) or slime's communication timeline"
+        )
     if _is_timeline_only(run_dir):
         if serve_at is not None or tensorboard_dir is not None:
             raise InputError(
@@ -358,11 +363,17 @@ def _watch_timeline(path: str, every: float, fail_on: str | None, once: bool, fo
 
     follower = TimelineFollower(path)
     stop = threading.Event()
-    printed: set[int] = set()
+    printed: set[tuple[str, int]] = set()
+    elsewhere_said = False
     said: str | None = None
     key: tuple[Any, ...] | None = None
     while True:
         read = follower.poll()
+        for p in follower.restarted:
+            _echo(f"wsprof watch: {p} was truncated or replaced: read again from its start")
+        if follower.restarted:
+            printed.clear()
+            key, said = None, None
         analysis = None
         if read.runs:
             run, _ = pick_run(read)
@@ -373,8 +384,8 @@ def _watch_timeline(path: str, every: float, fail_on: str | None, once: bool, fo
                 analysis = analyze_series(imported.series, path)
                 verdict = verdict_word(analysis)
                 for sync in syncs:
-                    if sync.weight_version not in printed:
-                        printed.add(sync.weight_version)
+                    if (run.run_id, sync.weight_version) not in printed:
+                        printed.add((run.run_id, sync.weight_version))
                         if not once:
                             _echo(timeline_sync_line(sync, verdict))
                 now = verdict_key(analysis)
@@ -399,6 +410,19 @@ def _watch_timeline(path: str, every: float, fail_on: str | None, once: bool, fo
             if once:
                 return EXIT_OK
             writers = {(p.hostname, p.pid) for p in run.processes.values()}
+            here = socket.gethostname()
+            if (
+                not forever
+                and not elsewhere_said
+                and any(pid is None or (host is not None and host != here) for host, pid in writers)
+            ):
+                elsewhere_said = True
+                _echo(
+                    "wsprof watch: the timeline was written on another host (or without "
+                    "pids): its end cannot be seen from here; Ctrl-C stops, --once says "
+                    "where it stands",
+                    err=True,
+                )
             if not forever and _writers_gone(writers):
                 _echo(
                     f"wsprof watch: every process that wrote the timeline has exited; "

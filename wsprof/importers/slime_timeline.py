@@ -28,6 +28,7 @@ not a JSON object is counted; neither is fatal unless nothing reads.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import stat
@@ -68,8 +69,8 @@ MAX_FOLDERS = 10_000
 MAX_LINES = 5_000_000
 #: Longest line read (a record is about 1 KB; metadata can carry an error message).
 MAX_LINE_BYTES = 1 << 20
-#: Bytes read from a file's start to tell whether it is a timeline.
-SNIFF_BYTES = 64 << 10
+#: A UTF-8 byte order mark some editors put at a file's start (read past, as JSON allows).
+_BOM = b"\xef\xbb\xbf"
 #: Most buckets whose send time gets a series of its own (``bucket_send_s:<id>``).
 MAX_BUCKET_SERIES = 64
 
@@ -77,8 +78,23 @@ _TRAIN_OPS = ("train_forward_backward", "grad_sync", "optimizer_step")
 _SYNC_END = ("weight_sync_complete", "weight_sync_failed")
 
 
+#: Largest value of a time, step, version, bucket id or size read (2^62: 146 years in ns;
+#: beyond it a value is corrupt, and numpy's int64 could not hold sums of it).
+MAX_VALUE = 1 << 62
+
+
+class _OutOfRange(ValueError):
+    """A field holds an integer outside 0..MAX_VALUE: the record is corrupt."""
+
+
 def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    """An integer field: None when absent or not an integer; :class:`_OutOfRange` when it is
+    an integer outside ``0..MAX_VALUE``."""
+    if not isinstance(v, int) or isinstance(v, bool):
+        return None
+    if not 0 <= v <= MAX_VALUE:
+        raise _OutOfRange(v)
+    return v
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +253,8 @@ class TimelineRead:
         files: the timeline files read.
         cut_lines: last lines cut by a killed writer (dropped).
         bad_lines: lines that are not a JSON object, or a record without the fields read.
+        out_of_range: records with a time, step, version, bucket id or size outside
+            ``0..MAX_VALUE`` (negative, or beyond 2^62): corrupt, skipped.
         capped: a cap (files, lines) left something unread.
     """
 
@@ -245,6 +263,7 @@ class TimelineRead:
     files: list[str] = field(default_factory=list)
     cut_lines: int = 0
     bad_lines: int = 0
+    out_of_range: int = 0
     capped: bool = False
 
     def ordered(self) -> list[TimelineRun]:
@@ -285,10 +304,9 @@ def is_timeline_file(path: str) -> bool:
     """Whether ``path`` is a regular file whose first line is a slime timeline record."""
     try:
         with _open_regular(path) as fh:
-            head = fh.read(SNIFF_BYTES)
+            first = fh.readline(MAX_LINE_BYTES).removeprefix(_BOM).strip()
     except (OSError, InputError):
         return False
-    first = head.split(b"\n", 1)[0].strip()
     return bool(first) and first.startswith(b"{") and _looks_like_record(first)
 
 
@@ -347,6 +365,11 @@ def is_timeline(path: str) -> bool:
 
 
 def _span(rec: dict[str, Any]) -> Span | None:
+    """The span of a record; None when it lacks an operation or a start time.
+
+    Raises:
+        _OutOfRange: a time, step, version, bucket id or size outside ``0..MAX_VALUE``.
+    """
     op = rec.get("operation")
     t0 = _int(rec.get("api_launch_monotonic_ns"))
     t1 = _int(rec.get("completion_monotonic_ns"))
@@ -424,8 +447,8 @@ def _require_records(out: TimelineRead) -> None:
     if not any(p.spans for r in out.runs.values() for p in r.processes.values()):
         raise InputError(
             f"{out.path}: {len(out.files)} timeline file(s) but no readable record in them "
-            f"({out.bad_lines:,} lines not JSON, {out.cut_lines} cut); give the files a "
-            "finished or running slime job wrote"
+            f"({out.bad_lines:,} lines not a record, {out.out_of_range:,} out of range, "
+            f"{out.cut_lines} cut); give the files a finished or running slime job wrote"
         )
 
 
@@ -453,7 +476,7 @@ def _read_from(out: TimelineRead, p: str, offset: int, left: int, final: bool) -
             if raw is _OVERLONG:
                 out.bad_lines += 1
                 continue
-            text = raw.strip()
+            text = raw.removeprefix(_BOM).strip()
             if not text:
                 if raw and not whole:
                     out.bad_lines += 1
@@ -482,26 +505,51 @@ class TimelineFollower:
         self.path = path
         self.read = TimelineRead(path)
         self._offsets: dict[str, int] = {}
+        self._inodes: dict[str, tuple[int, int]] = {}
         self._left = MAX_LINES
+        #: Files found truncated or replaced at the last :meth:`poll` (everything was then
+        #: read again from the start).
+        self.restarted: list[str] = []
 
     def poll(self) -> TimelineRead:
-        """What has been read so far, after reading what was appended.
+        """What has been read so far, after reading what was appended. A file that shrank
+        below what was read, or was replaced (another inode), makes the whole timeline be read
+        again from its start (:attr:`restarted` names it): records already read may be gone.
 
         Raises:
             InputError: a record of a schema this reader does not know; a file that cannot
                 be read.
         """
         files, capped = find_timeline_files(self.path)
+        self.restarted = []
+        stats: dict[str, os.stat_result] = {}
+        for p in files:
+            try:
+                stats[p] = os.stat(p)
+            except OSError:
+                continue
+            st = stats[p]
+            known = self._inodes.get(p)
+            if known is not None and (
+                known != (st.st_dev, st.st_ino) or st.st_size < self._offsets.get(p, 0)
+            ):
+                self.restarted.append(p)
+        if self.restarted:
+            self.read = TimelineRead(self.path)
+            self._offsets.clear()
+            self._inodes.clear()
+            self._left = MAX_LINES
         self.read.capped = self.read.capped or capped
         for p in files:
             if self._left <= 0:
                 self.read.capped = True
                 break
-            start = self._offsets.get(p, 0)
-            try:
-                size = os.stat(p).st_size
-            except OSError:
+            st_p = stats.get(p)
+            if st_p is None:
                 continue
+            self._inodes[p] = (st_p.st_dev, st_p.st_ino)
+            start = self._offsets.get(p, 0)
+            size = st_p.st_size
             if size <= start:
                 continue
             self._offsets[p], self._left = _read_from(self.read, p, start, self._left, False)
@@ -514,13 +562,18 @@ class TimelineFollower:
 
 def _add(out: TimelineRead, rec: dict[str, Any], path: str) -> None:
     version = rec.get("schema_version")
-    if version not in KNOWN_SCHEMAS:
+    if isinstance(version, bool) or version not in KNOWN_SCHEMAS:
         raise InputError(
             f"{path}: slime communication timeline schema_version {quote(str(version), 20)}; "
             f"wsprof reads versions {', '.join(map(str, KNOWN_SCHEMAS))}: upgrade wsprof, or "
             "write the timeline with a slime that writes one of those"
         )
-    span = _span(rec)
+    try:
+        span = _span(rec)
+        rank, pid = _int(rec.get("rank")), _int(rec.get("pid"))
+    except _OutOfRange:
+        out.out_of_range += 1
+        return
     if span is None:
         out.bad_lines += 1
         return
@@ -529,7 +582,6 @@ def _add(out: TimelineRead, rec: dict[str, Any], path: str) -> None:
     if run is None:
         run = out.runs[run_id] = TimelineRun(run_id)
     role = str(rec.get("role") or "trainer")[:40]
-    rank, pid = _int(rec.get("rank")), _int(rec.get("pid"))
     key = (role, rank, pid)
     proc = run.processes.get(key)
     if proc is None:
@@ -540,7 +592,10 @@ def _add(out: TimelineRead, rec: dict[str, Any], path: str) -> None:
     if not proc.paths or proc.paths[-1] != path:
         proc.paths.append(path)
     proc.spans.append(span)
-    wall = _int(rec.get("completion_timestamp_ns")) or _int(rec.get("api_launch_timestamp_ns"))
+    try:
+        wall = _int(rec.get("completion_timestamp_ns")) or _int(rec.get("api_launch_timestamp_ns"))
+    except _OutOfRange:
+        wall = None
     if wall is not None and wall > run.last_wall_ns:
         run.last_wall_ns = wall
 
@@ -569,22 +624,30 @@ def _syncs_of(spans: list[Span]) -> list[TimelineSync]:
         if s.weight_version is not None and s.operation not in _TRAIN_OPS:
             by_version.setdefault(s.weight_version, []).append(s)
     train = sorted((s for s in spans if s.operation in _TRAIN_OPS), key=lambda s: s.t0_ns)
+    starts = [s.t0_ns for s in train]
     out: list[TimelineSync] = []
     prev_end: int | None = None
     for version in sorted(by_version):
         recs = by_version[version]
-        ends = [s for s in recs if s.operation in _SYNC_END]
+        ends = sorted((s for s in recs if s.operation in _SYNC_END), key=lambda s: s.t0_ns)
         if not ends:
-            continue  # still running, or its end was cut: not a sync yet
-        end = min(ends, key=lambda s: s.t0_ns)
+            # Still running, or its end was cut or corrupt: not a sync; the next one's
+            # training starts after what it did.
+            prev_end = max(prev_end or 0, max(s.t1_ns for s in recs))
+            continue
+        work = [s.t0_ns for s in recs if s.operation not in _SYNC_END]
+        # The end after the version's last bucket work (a stray earlier end is not its end).
+        last_work = max(work, default=None)
+        end = next((e for e in ends if last_work is None or e.t0_ns >= last_work), ends[-1])
         body = [s for s in recs if s.operation not in _SYNC_END and s.t0_ns <= end.t0_ns]
         t1 = end.t0_ns
+        # The training spans since the previous sync (by start: bisected, one pass in all).
+        lo = bisect.bisect_left(starts, prev_end) if prev_end is not None else 0
         # A process that sends no bucket (a trainer rank > 0 gathers its shards for rank 0)
         # syncs from its last training span's end to the complete event.
-        trained = [
-            s.t1_ns for s in train if s.t1_ns <= t1 and (prev_end is None or s.t0_ns >= prev_end)
-        ]
-        t0 = min((s.t0_ns for s in body), default=max(trained, default=t1))
+        upto = bisect.bisect_right(starts, t1)
+        trained = max((s.t1_ns for s in train[lo:upto] if s.t1_ns <= t1), default=t1)
+        t0 = min((s.t0_ns for s in body), default=trained)
         buckets = _buckets(body)
         parts = {
             "convert": _union_s(
@@ -599,7 +662,7 @@ def _syncs_of(spans: list[Span]) -> list[TimelineSync]:
         }
         covered = _union_s([(s.t0_ns, min(s.t1_ns, t1)) for s in body if s.t1_ns > s.t0_ns])
         parts["rest"] = max((t1 - t0) / 1e9 - covered, 0.0)
-        before = [s for s in train if (prev_end is None or s.t0_ns >= prev_end) and s.t0_ns < t0]
+        before = train[lo : bisect.bisect_left(starts, t0, lo=lo)]
         steps = [s.global_step for s in before if s.global_step is not None]
         step_of_sync = next(
             (s.global_step for s in recs if s.global_step is not None), steps[-1] if steps else None
@@ -715,9 +778,10 @@ def timeline_series(proc: TimelineProcess) -> tuple[list[Series], list[str]]:
             f"({syncs[0].seconds:.3g} s): not a step's sync, left out"
         )
         prev_end: int | None = syncs[0].t1_ns
+        prev_version: int | None = syncs[0].weight_version
         syncs = syncs[1:]
     else:
-        prev_end = None
+        prev_end = prev_version = None
     cols: dict[str, dict[int, float]] = {}
 
     def put(name: str, step: int, value: float) -> None:
@@ -730,6 +794,9 @@ def timeline_series(proc: TimelineProcess) -> tuple[list[Series], list[str]]:
         if s.failed:
             name = f"{SYNC_FAILED}:{s.failed}"
             put(name, step, cols.get(name, {}).get(step, 0.0) + 1.0)
+        if prev_version is not None and s.weight_version != prev_version + 1:
+            prev_end = None  # a version with no end between: this step's start is unknown
+        prev_version = s.weight_version
         if prev_end is not None:
             put(STEP_S, step, (s.t1_ns - prev_end) / 1e9)
             if s.train_t0_ns is not None:
@@ -820,6 +887,11 @@ def imported_of(read: TimelineRead, run_id: str | None = None) -> Imported:
         damage.append(
             f"{read.cut_lines} last line(s) cut by a killed writer: dropped (the records "
             "before them are read)"
+        )
+    if read.out_of_range:
+        damage.append(
+            f"{read.out_of_range:,} record(s) with a time, step, version, bucket id or size "
+            "out of range (negative, or beyond 2^62): corrupt, skipped"
         )
     if read.bad_lines:
         damage.append(
