@@ -13,11 +13,11 @@ from wsprof.analysis.run import analyze_path
 from wsprof.trace.reader import read_run
 
 STEPS, LEAK = 10, 2000
-#: A generous probe budget (the object count's share of it is a fifth) and steps of 0.3 s, so
+#: A generous probe budget (the object count's share of it is a fifth) and steps of 0.6 s, so
 #: that the object count (about 35 ms in a process that imported torch) runs at every step of
 #: a short test run; the default budget is checked by tests/unit/test_counters.py.
 BUDGET = {"WSPROF_PROBE_BUDGET_PCT": "100"}
-STEP_SLEEP_S = "0.3"
+STEP_SLEEP_S = "0.6"
 LEAKY = "gc.type.__main__.Leaky"
 
 

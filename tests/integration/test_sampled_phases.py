@@ -29,8 +29,9 @@ PATTERNS = {"weight_sync": r"update_weights", "rollout": r"(?:^|\.)generate \("}
 #: Windows sampled (1 s each): enough for a first and a last third of 2 windows each.
 WINDOWS = 6
 #: Least rise of the weight-sync share, first 2 windows against the last 2. The target's sync
-#: goes from about 45% to about 80% of each window over the sampling; half that margin keeps the
-#: test robust on a loaded machine.
+#: goes from about 25% to about 60% of each window over the sampling, and still rises by over
+#: 20 points when the sampler starts 2 s late (a CI machine's did: its share had grown so close
+#: to saturation with a faster-growing target that it rose 59% -> 72% only).
 MIN_RISE = 0.15
 _SKIP = pyspy_skip_reason()
 pytestmark = [pytest.mark.pyspy, pytest.mark.skipif(_SKIP is not None, reason=str(_SKIP))]

@@ -16,11 +16,11 @@ import threading
 import time
 
 #: Seconds of generation per step (constant).
-GENERATE_S = 0.25
+GENERATE_S = 0.5
 #: Seconds of weight sync in the first step.
 SYNC_START_S = 0.05
 #: Seconds the weight sync grows by every step.
-SYNC_GROWTH_S = 0.25
+SYNC_GROWTH_S = 0.1
 #: Additions between two clock reads (keeps _spin the leaf frame).
 SPIN_CHUNK = 5_000
 
