@@ -31,7 +31,6 @@ from __future__ import annotations
 import bisect
 import json
 import os
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -53,6 +52,7 @@ from wsprof.contracts.series import (
 )
 from wsprof.contracts.units import Unit
 from wsprof.errors import InputError, quote
+from wsprof.importers.files import open_regular
 from wsprof.importers.logs import Imported
 
 #: The schema versions this reader knows (slime's ``COMMUNICATION_TIMELINE_VERSION``: 1, then
@@ -274,19 +274,6 @@ class TimelineRead:
 # ----------------------------------------------------------------------------- finding files
 
 
-def _open_regular(path: str) -> IO[bytes]:
-    """``path`` opened for reading without blocking on a FIFO; not a regular file: refused."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InputError(f"{path}: not a regular file; give a timeline file or its folder")
-        os.set_blocking(fd, True)
-        return open(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
 def _looks_like_record(line: bytes) -> bool:
     try:
         rec = json.loads(line)
@@ -303,7 +290,7 @@ def _looks_like_record(line: bytes) -> bool:
 def is_timeline_file(path: str) -> bool:
     """Whether ``path`` is a regular file whose first line is a slime timeline record."""
     try:
-        with _open_regular(path) as fh:
+        with open_regular(path, "give a timeline file or its folder") as fh:
             first = fh.readline(MAX_LINE_BYTES).removeprefix(_BOM).strip()
     except (OSError, InputError):
         return False
@@ -458,7 +445,7 @@ def _read_from(out: TimelineRead, p: str, offset: int, left: int, final: bool) -
     one a killed writer cut (``final``: counted, dropped). Returns the offset read up to and
     the lines left."""
     try:
-        fh = _open_regular(p)
+        fh = open_regular(p, "give a timeline file or its folder")
     except OSError as e:
         raise InputError(f"{p}: cannot be read ({e.strerror or e}); check its permissions") from e
     with fh:

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import math
 import os
-import stat
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -55,6 +54,7 @@ from typing import IO, Any
 from wsprof import frameworks
 from wsprof.errors import InputError, quote
 from wsprof.frameworks.model import Framework, TensorBoardLayout
+from wsprof.importers.files import open_regular
 from wsprof.importers.limits import ALWAYS_KEPT, MetricCap
 from wsprof.importers.logs import SERIES_KEYS, Imported, build_series
 
@@ -296,20 +296,6 @@ def _scalar(value: Any, tb: _TensorBoard) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _open_regular(path: str) -> IO[bytes]:
-    """``path`` opened for reading, without blocking on a FIFO; a file that is not regular
-    (a FIFO, a device, a folder) is refused (one line)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InputError(f"{path}: not a regular file; give a folder of event files")
-        os.set_blocking(fd, True)
-        return open(fd, "rb")  # the caller's with-block closes it
-    except BaseException:
-        os.close(fd)
-        raise
-
-
 def read_event_file(
     path: str, tb: _TensorBoard | None = None, budget: int = MAX_RECORDS_PER_FILE
 ) -> EventFile:
@@ -330,7 +316,7 @@ def read_event_file(
     tb = tb or _TensorBoard()
     got = EventFile(path)
     try:
-        with _open_regular(path) as fh:
+        with open_regular(path, "give a folder of event files") as fh:
             for data in _records(fh, tb, got, budget):
                 try:
                     event = tb.event_from_bytes(data)
