@@ -21,6 +21,7 @@ from wsprof.analysis.rules.phases import (
     SampledPhaseShare,
     SampledShareEvidence,
 )
+from wsprof.contracts.series import STEP_S as STEP_SERIES
 from wsprof.contracts.series import WEIGHT_SYNC_S, WINDOW_WEIGHT_SYNC_SHARE
 from wsprof.contracts.units import Unit
 
@@ -211,8 +212,30 @@ def test_a_rising_share_is_information_where_the_timed_weight_sync_is_flat() -> 
     (f,) = SampledPhaseShare().match(rule_kit.facts([flat], [pa]))
     assert f.severity == "info"
     assert _sampled_ev(f).grows is False
-    assert "the per-step weight-sync time does not grow" in f.title
+    assert "the per-step weight-sync time does not grow materially" in f.title
     growing = rule_kit.judged(WEIGHT_SYNC_S, [1.0 + 0.1 * i for i in range(N)])
     assert [x.severity for x in SampledPhaseShare().match(rule_kit.facts([growing], [pa]))] == [
         "warning"
     ]
+
+
+def test_a_rising_share_follows_the_per_step_materiality_bar() -> None:
+    """A per-step sync that grows 0.7 s over the run is information against 10 s steps (7 % of
+    a step, under SLOWDOWN_MATERIAL_SHARE) and a warning against 5 s steps (14 %): the sampled
+    share says the same, never a warning where the per-step rule says "watch it" (the healthy
+    demo on a loaded CI machine)."""
+    sync = [0.1, 0.1, 0.2, 0.3, 0.6, 0.6]
+    pa = dataclasses.replace(
+        _sampled(sync), steps=rule_kit.step_rows([STEP_S] * N, sync_s=[1.0] * N)
+    )
+    growing = rule_kit.judged(WEIGHT_SYNC_S, [1.0 + 0.1 * i for i in range(N)])
+    assert growing.verdict.accumulating
+
+    def severity(step_s: float) -> str:
+        steps = rule_kit.judged(STEP_SERIES, [step_s] * N)
+        (f,) = SampledPhaseShare().match(rule_kit.facts([growing, steps], [pa]))
+        assert _sampled_ev(f).grows is (f.severity == "warning")
+        return f.severity
+
+    assert severity(10.0) == "info"
+    assert severity(5.0) == "warning"

@@ -4,10 +4,13 @@ model, growth, samples, kinds and contracts, never another rule."""
 
 from __future__ import annotations
 
+import statistics
+
 from wsprof.analysis.chain import Cause, Role
 from wsprof.analysis.evidence import evidence_rows
 from wsprof.analysis.facts import Facts
-from wsprof.analysis.model import Finding, WrapperFact
+from wsprof.analysis.model import Finding, SeriesResult, WrapperFact
+from wsprof.contracts.series import STEP_S
 
 #: Growth over the observed steps at or above which an accumulating slowdown is critical: the
 #: time has at least doubled, as in the motivating case (143 s -> 1596 s in 4 steps).
@@ -35,6 +38,32 @@ def immaterial(grown: float, step_ref: float | None) -> str | None:
     if not step_ref or step_ref <= 0 or grown >= MATERIAL_STEP_SHARE * step_ref:
         return None
     return f"; so far {grown / step_ref:.1%} of a step: watch it, not yet material"
+
+
+def median_step_s(facts: Facts) -> float | None:
+    """The median of the primary's step times (s); None without steps."""
+    step = facts.series.get(STEP_S)
+    if step is None or not step.series.values:
+        return None
+    return float(statistics.median(step.series.values))
+
+
+def growth_added(res: SeriesResult) -> float:
+    """What ``res``'s fitted growth added over the steps seen, from its judged first step to
+    its last (the series' unit): slope per step x steps spanned."""
+    s, k = res.series, res.verdict.judged_from
+    return res.verdict.slope_per_step * (s.steps[-1] - s.steps[k]) if len(s.steps) > k + 1 else 0.0
+
+
+def growth_is_material(res: SeriesResult, facts: Facts) -> bool:
+    """Whether ``res`` grows (an accumulating verdict) by at least
+    :data:`SLOWDOWN_MATERIAL_SHARE` of a median step over the steps seen: the bar at which a
+    growing per-step time is a warning (:class:`~wsprof.analysis.rules.slowdown.
+    AccumulatingSlowdown`). Without step times, any accumulating growth counts."""
+    if not res.verdict.accumulating:
+        return False
+    step_ref = median_step_s(facts)
+    return not step_ref or growth_added(res) >= SLOWDOWN_MATERIAL_SHARE * step_ref
 
 
 def _top_wrapper(facts: Facts) -> WrapperFact | None:

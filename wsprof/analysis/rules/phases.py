@@ -13,7 +13,12 @@ from wsprof.analysis.evidence import Evidence, optional, unit
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.headline import headline_of
 from wsprof.analysis.model import ROLLOUT_SHARE_KIND, Finding, Severity
-from wsprof.analysis.rules.base import FRAME_SHIFT_MIN_CHANGE, Rule, _first_last
+from wsprof.analysis.rules.base import (
+    FRAME_SHIFT_MIN_CHANGE,
+    Rule,
+    _first_last,
+    growth_is_material,
+)
 from wsprof.contracts.series import WEIGHT_SYNC_S, WINDOW_WEIGHT_SYNC_SHARE
 from wsprof.contracts.units import fmt_duration
 
@@ -266,9 +271,16 @@ class SampledPhaseShare(Rule):
             judged = sync_res.verdict if sync_res is not None else None
             if judged is None:  # another rank: its own per-step verdict
                 judged = next((r.sync for r in facts.ranks if r.label == pa.label), None)
-            timed_flat = bool(pa.steps) and judged is not None and not judged.accumulating
+            # Flat: not accumulating, or (on the primary) growing by less than the bar at which
+            # the per-step rule warns: the same judgement, not a second one on samples.
+            material = (
+                growth_is_material(sync_res, facts)
+                if sync_res is not None
+                else judged is not None and judged.accumulating
+            )
+            timed_flat = bool(pa.steps) and judged is not None and not material
             if grows and timed_flat:
-                title += "; the per-step weight-sync time does not grow"
+                title += "; the per-step weight-sync time does not grow materially"
             if grows and not timed_flat:
                 severity = Severity.WARNING
                 first, last = _first_last(k)

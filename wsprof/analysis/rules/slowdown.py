@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from wsprof.analysis.chain import Role
 from wsprof.analysis.evidence import Evidence, optional, unit
 from wsprof.analysis.facts import LABELS, Facts
@@ -13,12 +11,14 @@ from wsprof.analysis.kinds import series_kind
 from wsprof.analysis.model import Finding, Severity
 from wsprof.analysis.rules.base import (
     CRITICAL_GROWTH_RATIO,
-    SLOWDOWN_MATERIAL_SHARE,
     Rule,
     _wrapper_where,
+    growth_added,
+    growth_is_material,
+    median_step_s,
 )
 from wsprof.analysis.workload import explained_by_workload
-from wsprof.contracts.series import STEP_S, WEIGHT_SYNC_S, SeriesKind
+from wsprof.contracts.series import WEIGHT_SYNC_S, SeriesKind
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,14 +120,9 @@ class AccumulatingSlowdown(Rule):
             )
             severity = Severity.CRITICAL if ratio >= CRITICAL_GROWTH_RATIO else Severity.WARNING
             # Material: what the fitted growth added over the steps seen, against a step.
-            step_res = facts.series.get(STEP_S)
-            step_ref = (
-                float(np.median(step_res.series.values))
-                if step_res is not None and step_res.series.values
-                else None
-            )
-            added = v.slope_per_step * (s.steps[-1] - s.steps[k]) if len(s.steps) > k + 1 else 0.0
-            if step_ref and step_ref > 0 and added < SLOWDOWN_MATERIAL_SHARE * step_ref:
+            step_ref = median_step_s(facts)
+            added = growth_added(res)
+            if step_ref and not growth_is_material(res, facts):
                 severity = Severity.INFO
                 title += (
                     f"; so far {s.fmt(added)} added, "

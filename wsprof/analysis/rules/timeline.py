@@ -10,18 +10,20 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from wsprof.analysis.chain import Cause, ChainContext, Draft
 from wsprof.analysis.evidence import Evidence, optional, unit
 from wsprof.analysis.facts import Facts
 from wsprof.analysis.model import Finding, Link, SeriesResult, Severity
-from wsprof.analysis.rules.base import CRITICAL_GROWTH_RATIO, SLOWDOWN_MATERIAL_SHARE, Rule
+from wsprof.analysis.rules.base import (
+    CRITICAL_GROWTH_RATIO,
+    SLOWDOWN_MATERIAL_SHARE,
+    Rule,
+    median_step_s,
+)
 from wsprof.contracts.series import (
     BUCKET_BETWEEN_PREFIX,
     BUCKET_CALLS_PREFIX,
     BUCKET_SEND_PREFIX,
-    STEP_S,
     SYNC_BYTES,
     SYNC_FAILED,
     SYNC_PARTS,
@@ -261,8 +263,7 @@ class TimelineParts(Rule):
             if first > 0 and last / first >= CRITICAL_GROWTH_RATIO
             else Severity.WARNING
         )
-        step = facts.series.get(STEP_S)
-        step_ref = float(np.median(step.series.values)) if step and step.series.values else None
+        step_ref = median_step_s(facts)
         # A payload that grows is said however little time it costs yet (it only grows).
         added = max(sync_rise, rise)
         if not payload and step_ref and added < SLOWDOWN_MATERIAL_SHARE * step_ref:
