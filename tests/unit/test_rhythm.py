@@ -372,3 +372,49 @@ def test_updates_of_equal_buckets_with_stretched_gaps() -> None:
     up = updates(calls, meta)
     assert up is not None and len(up.bursts) == 10, up
     assert all(b - a + 1 == 60 for a, b in up.bursts)
+
+
+def _trl_like_job(steps: int) -> tuple[CallTable, list[int]]:
+    """TRL's GRPO shape without step markers: a DDP set-up broadcast of the model (128 KiB
+    of float32, once), then per step a rollout (compute, then its gathers), training (its
+    reductions) and, after the step's end, the logger's metric gathers. The pause before the
+    logger's gathers (backward and optimizer) is longer than the one before the rollout's
+    first gather (generation): the pauses alone cut the step at the logger. Returns the
+    calls and the rollout phases' starts (ns), as TRL's preset marks them."""
+    j = _Job()
+    for _ in range(4):
+        j.call("broadcast", 1, site=1, nbytes=32 * 1024)  # DDP: _sync_module_states
+    rollouts: list[int] = []
+    for _k in range(steps):
+        rollouts.append(j.t + 2 * MS)  # on_step_begin, then generation starts
+        j.call("all_gather", 0.5, gap_ms=20, site=2, nbytes=32)  # first gather of the rollout
+        for _ in range(3):
+            j.call("all_gather", 0.5, site=3, nbytes=16)
+        for _ in range(4):
+            j.call("all_reduce", 0.5, gap_ms=5, site=5, nbytes=8)  # training
+        j.call("all_gather", 0.5, gap_ms=30, site=6, nbytes=8)  # the logger, after the step
+        j.call("all_gather", 0.5, site=7, nbytes=8)
+    return j.table(), rollouts
+
+
+def test_rollout_phases_place_the_cut_and_set_up_is_no_step() -> None:
+    calls, rollouts = _trl_like_job(8)
+    by_pause = steps_from_rhythm(calls)
+    # Without the phases the cut goes before the logger's gathers (the longest pause), and the
+    # set-up before them makes a step whose "sync" is DDP's broadcast of the model.
+    assert calls.site[np.searchsorted(calls.t_start_ns, by_pause[1].t_start_ns)] == 6
+    rows = steps_from_rhythm(calls, rollout_starts_ns=rollouts)
+    assert len(rows) == 8
+    starts = [int(calls.site[np.searchsorted(calls.t_start_ns, r.t_start_ns)]) for r in rows]
+    assert starts == [2] * 8
+    # Each step starts inside its own rollout's phase, after the phase's start.
+    assert all(0 < r.t_start_ns - t < 25 * MS for r, t in zip(rows, rollouts))
+    assert all(r.weight_sync_s is None for r in rows)
+
+
+def test_a_lone_set_up_push_before_the_rhythm_is_no_weight_sync() -> None:
+    """No repetition pushes weights: the head step (the set-up before the first repetition)
+    keeps its calls but its broadcast of the model is not a weight sync."""
+    calls, _ = _trl_like_job(8)
+    rows = steps_from_rhythm(calls)
+    assert rows and all(r.weight_sync_s is None for r in rows)

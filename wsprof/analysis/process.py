@@ -39,6 +39,7 @@ from wsprof.analysis.wire import with_wire
 from wsprof.contracts.counters import NVML_UTIL_PCT, counter_unit, is_nvml_gpu, share_counter
 from wsprof.contracts.ops import FLIGHT_LAYER
 from wsprof.contracts.overhead import SelfOverhead
+from wsprof.contracts.phases import ROLLOUT
 from wsprof.trace.model import CallTable, CallTotals, ProcessTrace, SampleWindow, Site, Span
 
 #: Most call points kept for plots per process; beyond it each bucket keeps its min and max.
@@ -607,6 +608,7 @@ def _unmarked_steps(
         last_record_ns(trace),
         first_record_ns(trace),
         COLOCATED_GLUE if colocated else frozenset(),
+        [sp.t_start_ns for sp in trace.spans if sp.kind == "phase" and sp.name == ROLLOUT],
     )
     source = StepSource.RHYTHM
     if not rows:

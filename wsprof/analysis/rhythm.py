@@ -47,6 +47,7 @@ Pure numpy over a :class:`~wsprof.trace.model.CallTable`; no torch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,11 +105,15 @@ class Cycle:
         n_steps: repetitions found (S).
         starts: index of the call that starts each repetition, shape (S,), increasing.
         coverage: the period's match: fraction of items equal to the item one period later.
+        by_rollout: the cut was placed by the process's rollout phases (each repetition starts
+            with the first call of a rollout), so the calls before the first are set-up, not
+            the first step's first part.
     """
 
     n_steps: int
     starts: tuple[int, ...]
     coverage: float
+    by_rollout: bool = False
 
 
 def _codes(col: npt.NDArray[np.generic]) -> npt.NDArray[np.int64]:
@@ -230,6 +235,7 @@ def find_cycle(
     tok: npt.NDArray[np.int64],
     idle_before_ns: npt.NDArray[np.int64],
     loop_key: npt.NDArray[np.int64] | None = None,
+    led: npt.NDArray[np.int64] | None = None,
 ) -> Cycle | None:
     """The repetition of a step's calls in ``tok`` (see the module docstring), or None.
 
@@ -239,13 +245,17 @@ def find_cycle(
             shape (n,): places the cut inside the cycle.
         loop_key: per call, (op, site) as an integer, shape (n,): a cut between two calls of
             one key would split a per-parameter loop, so such anchors come last.
+        led: indices of the calls that each open a rollout phase (the first call at or after
+            the phase's start: :func:`rollout_led`): the anchor that starts most of them, when
+            it starts at least half of its occurrences' steps so, is the cut, whatever the
+            pauses say (a step is rollout, then train, then push).
     """
     for with_length, collapse in ((True, False), (False, False), (False, True)):
         first, items = _runs(tok, with_length)
         if collapse:
             first, items = _collapse_loops(first, items)
         found = _period(items)
-        cyc = None if found is None else _cut(first, items, *found, idle_before_ns, loop_key)
+        cyc = None if found is None else _cut(first, items, *found, idle_before_ns, loop_key, led)
         if cyc is not None and _steady(cyc):
             return cyc
     return None
@@ -268,6 +278,7 @@ def _cut(
     match: float,
     idle_before_ns: npt.NDArray[np.int64],
     loop_key: npt.NDArray[np.int64] | None,
+    led: npt.NDArray[np.int64] | None = None,
 ) -> Cycle | None:
     """The steps of a period found in ``items``: each occurrence of the best anchor starts one
     (see :func:`find_cycle`); None without an anchor."""
@@ -316,7 +327,15 @@ def _cut(
         prev = at[at > 0]
         return bool(len(prev)) and bool(np.mean(loop_key[prev - 1] == loop_key[prev]) > 0.5)
 
-    cut = max(cands, key=lambda key: (not in_loop(key), pause(key), -pos[key][0]))
+    def leads(key: object) -> int:
+        # How many of the key's occurrences open a rollout; 0 unless at least half do (a
+        # rollout phase per step, not an odd one).
+        if led is None or not len(led):
+            return 0
+        n = int(np.isin(first[pos[key]], led).sum())
+        return n if 2 * n >= len(pos[key]) else 0
+
+    cut = max(cands, key=lambda key: (leads(key), not in_loop(key), pause(key), -pos[key][0]))
     at = list(pos[cut])
     if isinstance(cut, tuple):
         # A pair misses the first step, whose item follows set-up instead of a step: take the
@@ -325,7 +344,7 @@ def _cut(
         if earlier:
             at.insert(0, earlier[-1])
     starts = tuple(int(first[i]) for i in at)
-    return Cycle(len(starts), starts, match)
+    return Cycle(len(starts), starts, match, by_rollout=leads(cut) > 0)
 
 
 def _alike_parts(first: npt.NDArray[np.int64], at: list[int]) -> bool:
@@ -336,6 +355,20 @@ def _alike_parts(first: npt.NDArray[np.int64], at: list[int]) -> bool:
     calls = np.diff(first[at])
     lo, hi = np.percentile(calls, [10, 90])
     return bool(hi <= STEP_EVENNESS * lo + 1)
+
+
+def rollout_led(calls: CallTable, rollout_starts_ns: Sequence[int]) -> npt.NDArray[np.int64]:
+    """Indices of the calls (sorted by start) that open a rollout: for each rollout phase's
+    start (ns; a framework preset marks them, as TRL's ``_generate_single_turn``), the first
+    call at or after it, when it comes before the next rollout starts; unique, increasing."""
+    if not len(calls) or not len(rollout_starts_ns):
+        return np.zeros(0, np.int64)
+    starts = np.unique(np.asarray(rollout_starts_ns, dtype=np.int64))
+    idx = np.searchsorted(calls.t_start_ns, starts, side="left")
+    nxt = np.append(starts[1:], np.iinfo(np.int64).max)
+    ok = idx < len(calls)
+    ok[ok] &= calls.t_start_ns[idx[ok]] < nxt[ok]
+    return np.unique(idx[ok]).astype(np.int64)
 
 
 def idle_before(calls: CallTable) -> npt.NDArray[np.int64]:
@@ -412,8 +445,13 @@ def steps_from_rhythm(
     t_last_ns: int | None = None,
     t_first_ns: int | None = None,
     glue: frozenset[str] = frozenset(),
+    rollout_starts_ns: Sequence[int] = (),
 ) -> list[StepRow]:
     """One step per repetition of the job's call pattern; empty when none is found.
+
+    ``rollout_starts_ns``: the starts of the process's rollout phases (ns), when a preset
+    marked them without step numbers: each repetition then starts with a rollout's first call
+    (:func:`find_cycle`'s ``led``), and the calls before the first are set-up, no step.
 
     Step ``i`` runs from repetition ``i``'s first call to repetition ``i+1``'s (the last to
     ``t_last_ns`` or its last call's end). ``weight_sync_s`` is the span of the step's sync run
@@ -428,7 +466,9 @@ def steps_from_rhythm(
     """
     if len(calls) < MIN_RHYTHM_STEPS:
         return []
-    cyc = find_cycle(tokens(calls), idle_before(calls), loop_keys(calls))
+    cyc = find_cycle(
+        tokens(calls), idle_before(calls), loop_keys(calls), rollout_led(calls, rollout_starts_ns)
+    )
     if cyc is None:
         return []
     done = np.where(
@@ -445,7 +485,9 @@ def steps_from_rhythm(
     if len(found) >= max(MIN_RHYTHM_STEPS, cyc.n_steps - 1):
         return _ending_with_sync(calls, done, found, t_first_ns)
     specs = []
-    head = _head_step(calls, cyc, done, t_first_ns, glue)
+    # Set-up before the first repetition (DDP's broadcast of the model at construction, a
+    # checkpoint load) is no step's weight sync when no repetition pushes weights.
+    head = None if cyc.by_rollout else _head_step(calls, cyc, done, t_first_ns, glue, bool(found))
     if head is not None:
         specs.append(head)
     for i, run in enumerate(runs):
@@ -465,12 +507,14 @@ def _head_step(
     done: npt.NDArray[np.int64],
     t_first_ns: int | None,
     glue: frozenset[str] = frozenset(),
+    with_sync: bool = True,
 ) -> tuple[int, int, int, float | None, float | None, int | None] | None:
     """The calls before the first repetition as a step of their own, when they hold at least
     :data:`~wsprof.analysis.steps.EDGE_CALLS_SHARE` of a step's calls: the cut goes before the
     longest pause, which in a DDP job (its gradient all-reduces unseen) falls inside the step,
     so the first step's first part comes before it (the last step's rest, after the last
-    cut, is then a truncated step, left out)."""
+    cut, is then a truncated step, left out). ``with_sync``: whether its weight-push run is
+    its weight sync (False when no repetition has one: the run is set-up)."""
     first = cyc.starts[0]
     lengths = np.diff(np.array(cyc.starts, dtype=np.int64))
     per_step = float(np.median(lengths))
@@ -478,7 +522,7 @@ def _head_step(
         return None  # nothing before, too little, or the first repetition is itself partial
     t0 = int(calls.t_start_ns[0])
     t0 = min(t0, t_first_ns) if t_first_ns is not None else t0
-    run = with_barriers(calls, sync_run(calls, 0, first, glue), 0, first)
+    run = with_barriers(calls, sync_run(calls, 0, first, glue), 0, first) if with_sync else None
     return (0, t0, int(calls.t_start_ns[first]), *_sync_of(calls, done, run))
 
 
