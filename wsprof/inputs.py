@@ -27,8 +27,9 @@ what to give instead; none names a command-line option (the CLI adds those).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from wsprof.errors import InputError
 from wsprof.importers.logs import Imported, load_log
@@ -45,6 +46,9 @@ from wsprof.trace.reader import (
     read_trace,
     require_trace_file,
 )
+
+#: What a trace yields after it is read: the trace itself, or its digest.
+T = TypeVar("T")
 
 #: Suffixes read as a per-step series (compared case-insensitively).
 SERIES_SUFFIXES = (".csv", ".tsv")
@@ -83,30 +87,49 @@ class LoadedRun:
             InputError: no trace of the run could be read (after the last one was tried; the
                 message names the first problem, as :func:`read_all` does).
         """
+        read = self.reader()
+        yield from self.admit(
+            ((p, _read_or_error(read, p)) for p in self.trace_paths), lambda t: t.rank
+        )
+
+    def reader(self) -> Callable[[str], ProcessTrace]:
+        """How one of :attr:`trace_paths` is read: :attr:`read`, else a wsprof trace."""
+        return self.read or read_trace
+
+    def admit(
+        self, items: Iterable[tuple[str, T | InputError]], rank_of: Callable[[T], int | None]
+    ) -> Iterator[T]:
+        """What was read of each trace (``(path, what its reading gave)``, file order) that the
+        run keeps: an :class:`~wsprof.errors.InputError` is skipped and described in
+        :attr:`problems`, as is a second dump of one rank (``rank_of``). The one admission rule
+        for traces read here and digests made elsewhere (:mod:`wsprof.analysis.pool`).
+
+        Raises:
+            InputError: nothing could be read (after the last item; the message names the first
+                problem).
+        """
         self.problems.clear()
         self._errors.clear()
         n_read = 0
-        read = self.read or read_trace
         ranks: dict[int, str] = {}
-        for p in self.trace_paths:
-            try:
-                t = read(p)
-            except InputError as e:
-                self._errors.append(e)
-                self.problems.append(f"skipped {e}")
+        for p, got in items:
+            if isinstance(got, InputError):
+                self._errors.append(got)
+                self.problems.append(f"skipped {got}")
                 continue
-            if self.read is not None and t.rank is not None:
+            rank = rank_of(got)
+            if self.read is not None and rank is not None:
                 # Dumps: one per rank. A second one of a rank (a re-run's, a JSON beside the
                 # pickle) would mix two moments of the job.
-                if t.rank in ranks:
+                if rank in ranks:
                     self.problems.append(
-                        f"skipped {p}: a second dump of rank {t.rank} (read {ranks[t.rank]}); "
+                        f"skipped {p}: a second dump of rank {rank} (read {ranks[rank]}); "
                         "keep one dump per rank in the folder"
                     )
                     continue
-                ranks[t.rank] = p
+                ranks[rank] = p
             n_read += 1
-            yield t
+            yield got
         if not n_read:
             self._raise_none_read()
 
@@ -134,6 +157,13 @@ class LoadedRun:
         traces, problems = read_run_lenient(self.path)
         self.problems[:] = problems
         return traces, problems
+
+
+def _read_or_error(read: Callable[[str], ProcessTrace], path: str) -> ProcessTrace | InputError:
+    try:
+        return read(path)
+    except InputError as e:
+        return e
 
 
 def _rank_then_path(t: ProcessTrace) -> tuple[int, str]:

@@ -194,3 +194,13 @@ def test_healthy_run_has_no_weight_sync_diagnosis(runs: dict[str, Path], markers
         or d["symptom_series"] == "weight_sync_s"
     ]
     assert not wrong, wrong
+
+
+def test_workers_give_the_same_json_byte_for_byte(runs: dict[str, Path]) -> None:
+    """``--workers 3`` digests the demo's traces in a pool: the JSON is the one of 1 worker."""
+    run = str(runs["probe--markers"] / "run")
+    one = wsprof("analyze", run, "--format", "json", "--workers", "1")
+    three = wsprof("analyze", run, "--format", "json", "--workers", "3")
+    assert one.returncode == three.returncode == 0, one.stderr + three.stderr
+    assert json.loads(one.stdout)["diagnoses"], "the probe run has a diagnosis to compare"
+    assert one.stdout == three.stdout

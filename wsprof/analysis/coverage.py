@@ -221,12 +221,16 @@ def _bucket(step: int, read_steps: list[int]) -> int:
     return read_steps[i] if i < len(read_steps) else step
 
 
-def audit_run(traces: Sequence[tuple[str, ProcessTrace]]) -> Coverage:
-    """The audit of every process of a run: ``(label, trace)`` pairs."""
+def audit_run(
+    traces: Sequence[tuple[str, ProcessTrace]], n_calls: Sequence[int] | None = None
+) -> Coverage:
+    """The audit of every process of a run: ``(label, trace)`` pairs; ``n_calls``: the calls
+    each recorded, when the traces' calls were released (digests), else counted."""
+    counts = n_calls if n_calls is not None else [len(t.calls) for _, t in traces]
     return coverage_of(
         [
-            (label, audit_process(t, label), bool(len(t.calls)) or t.totals is not None)
-            for label, t in traces
+            (label, audit_process(t, label), n > 0 or t.totals is not None)
+            for (label, t), n in zip(traces, counts)
         ]
     )
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from wsprof.analysis.coverage import audit_process
 from wsprof.analysis.coverage_model import GroupCoverage
+from wsprof.analysis.digest import facts_of_wrappers
 from wsprof.analysis.model import (
     GpuUtil,
     ProcessAnalysis,
@@ -38,7 +39,6 @@ from wsprof.analysis.process import (
     with_sync_starts,
     without_thinned_gaps,
 )
-from wsprof.analysis.run import facts_of_wrappers
 from wsprof.analysis.steps import assign_calls, steps_from_markers, sync_spans
 from wsprof.analysis.wire import with_wire
 from wsprof.contracts.counters import NVML_UTIL_PCT, is_nvml_gpu
@@ -498,7 +498,7 @@ class LiveProcess:
         ]
 
     def wrappers(self) -> list[WrapperFact]:
-        """The wrapper audit (as :func:`wsprof.analysis.run.wrapper_facts`), from the
+        """The wrapper audit (as :func:`wsprof.analysis.digest.wrapper_facts`), from the
         ``wrapper`` events and the summed time between layers of each API name."""
         return facts_of_wrappers(self.wrapper_events, self.between_by_api)
 

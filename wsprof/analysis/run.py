@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from wsprof.analysis.align import ProcessClock, RunClock, align, clock_input
 from wsprof.analysis.conclude import conclude
 from wsprof.analysis.coverage import audit_run
 from wsprof.analysis.coverage_model import Coverage
+from wsprof.analysis.digest import Digest, digest_trace
 from wsprof.analysis.ending import end_notes
 from wsprof.analysis.facts import TIME_BUDGETS_S, Facts
 from wsprof.analysis.growth import classify, hold_newest
@@ -27,27 +28,19 @@ from wsprof.analysis.model import (
     SeriesResult,
     StepSource,
     World,
-    WrapperFact,
-    by_step_number,
 )
 from wsprof.analysis.per_step import (
-    MIN_STEPS_FOR_OP_SERIES,
     counter_series,
     op_median_series,
-    op_medians,
     row_series,
 )
 from wsprof.analysis.phases import pattern_problems
+from wsprof.analysis.pool import digest_files
 from wsprof.analysis.process import (
-    analyze_process,
     counter_per_step,
-    first_record_ns,
     join_samples,
-    primary_key,
 )
 from wsprof.analysis.ranks import RankInput, peer_waits, rank_series, seq_waits
-from wsprof.analysis.steps import assign_calls
-from wsprof.analysis.timeline_join import bucket_series, process_of, with_timeline_steps
 from wsprof.analysis.wire import sync_backends
 from wsprof.analysis.workload import ENGINE_CALLS
 from wsprof.analysis.worlds import ROLE_ORDER, find_worlds
@@ -59,7 +52,6 @@ from wsprof.contracts.events import (
     ProbeTrouble,
     SamplerWindowFailed,
     SamplerWindowLost,
-    WrapperFound,
 )
 from wsprof.contracts.phases import canonical_phase
 from wsprof.contracts.roles import Role
@@ -75,7 +67,7 @@ from wsprof.contracts.units import Unit
 from wsprof.frameworks import RUN_TIMELINE_DIR
 from wsprof.importers.slime_timeline import TimelineRun, pick_run, read_timeline
 from wsprof.inputs import Loaded, LoadedRun, load
-from wsprof.trace.model import CallTable, ProcessTrace, SampleWindow
+from wsprof.trace.model import ProcessTrace, SampleWindow
 
 #: Fewest sampling windows with active samples for the per-window phase-share series of a
 #: process without steps (fewer: not a curve, as for steps).
@@ -87,19 +79,16 @@ WINDOW_SERIES = {
 }
 
 
-def step_series(pa: ProcessAnalysis, trace: ProcessTrace) -> list[Series]:
+def step_series(pa: ProcessAnalysis, d: Digest) -> list[Series]:
     """The per-step series of one process, named as the findings expect
-    (:mod:`wsprof.analysis.per_step`): its rows' series, each op's median latency per step and
-    each counter's value at each step's end."""
+    (:mod:`wsprof.analysis.per_step`): its rows' series, each op's median latency per step (the
+    digest's, when ``pa``'s steps are the digest's own) and each counter's value at each step's
+    end."""
     rows = list(pa.steps)
     if not rows:
         return []
-    calls = trace.calls
-    meds = (
-        op_medians(calls, assign_calls(calls, rows, by_step_number(pa.step_source)), len(rows))
-        if len(calls) and len(rows) >= MIN_STEPS_FOR_OP_SERIES
-        else {}
-    )
+    trace = d.trace
+    meds = d.op_meds if pa.steps == d.pa.steps else {}
     return [
         *row_series(rows, pa.step_source),
         *op_median_series(meds, rows),
@@ -198,13 +187,6 @@ def _sampler_trouble(samplers: Iterable[ProcessTrace]) -> list[str]:
     return notes
 
 
-def _last_step(t: ProcessTrace) -> int | None:
-    """The step the process was in at the end of its trace (None without any step)."""
-    steps = [int(t.calls.step.max())] if len(t.calls) else []
-    steps += [s.step for s in t.spans]
-    return max(steps) if steps and max(steps) >= 0 else None
-
-
 def _idle_preset_notes(traces: Sequence[ProcessTrace]) -> list[str]:
     """One note per preset that wrapped entry points (``preset`` events) in some process while
     no process has a phase span of any phase it marks: none of its entry points ran (a TRL job
@@ -223,13 +205,14 @@ def _idle_preset_notes(traces: Sequence[ProcessTrace]) -> list[str]:
     ]
 
 
-def _capture_notes(traces: Iterable[ProcessTrace]) -> list[str]:
+def _capture_notes(digests: Iterable[Digest]) -> list[str]:
     """What capture could not do, once per kind: extra targets not hooked, device time off."""
     missing: list[str] = []
     device: list[str] = []
     thinned: list[str] = []
     probes: list[str] = []
-    traces_seen = list(traces)
+    seen = list(digests)
+    traces_seen = [d.trace for d in seen]
     for t in traces_seen:
         r = t.meta.get("retention")
         if t.thinned and isinstance(r, dict):
@@ -246,8 +229,9 @@ def _capture_notes(traces: Iterable[ProcessTrace]) -> list[str]:
             elif isinstance(e, ProbeTrouble) and e.detail not in probes:
                 probes.append(e.detail)
     notes = [f"device time: {d}" for d in device[:2]]
-    for t in traces_seen:
-        notes += end_notes(t.meta, t.self_overhead, t.label, _last_step(t))
+    for d in seen:
+        t = d.trace
+        notes += end_notes(t.meta, t.self_overhead, t.label, d.last_step)
     if thinned:
         notes.append(
             f"retention: {thinned[0]}"
@@ -269,68 +253,6 @@ def _samples_by_pid(traces: Sequence[ProcessTrace]) -> dict[int, list[SampleWind
         for w in t.samples:
             by_pid.setdefault(w.pid, []).append(w)
     return by_pid
-
-
-def _is_sampler_only(t: ProcessTrace) -> bool:
-    """A py-spy sampler's trace: it names the pids it sampled and recorded nothing of its own."""
-    return bool(t.meta.get("targets")) and len(t.calls) == 0 and not t.spans
-
-
-@dataclass
-class _Digest:
-    """One trace after its own analysis. Only the primary candidate keeps its calls (the
-    headline series, wrapper audit and unattributed-backend note read them); every other
-    trace's calls are released as soon as it is analysed, so a run of many processes needs the
-    memory of about two traces, not of all of them."""
-
-    trace: ProcessTrace
-    pa: ProcessAnalysis
-    n_calls: int
-    first_ns: int
-    sampler_only: bool
-    index: int
-    wrappers: list[WrapperFact]
-
-    def key(self) -> tuple[int, int, int, int, int]:
-        """Primary first: a process with steps, then by rank (unknown last), most calls, pid,
-        then input order (a rank 0 whose steps cannot be found does not hide the others')."""
-        pid = self.trace.meta.get("pid")
-        pid = pid if isinstance(pid, int) else None
-        own = primary_key(bool(self.pa.steps), self.trace.rank, self.n_calls, pid)
-        return (*own, self.index)
-
-
-def _digest_all(traces: Iterable[ProcessTrace]) -> list[_Digest]:
-    """Analyse each trace as it comes; keep the calls of the best primary candidate only."""
-    out: list[_Digest] = []
-    best: _Digest | None = None
-    kept = 0
-    for i, t in enumerate(traces):
-        d = _Digest(
-            t,
-            analyze_process(t),
-            len(t.calls),
-            first_record_ns(t),
-            _is_sampler_only(t),
-            i,
-            wrapper_facts(t),
-        )
-        if not d.sampler_only and (best is None or d.key() < best.key()):
-            if best is not None and best.trace.rank != 0:
-                best.trace = replace(best.trace, calls=CallTable.empty())
-            best = d
-        elif d.n_calls and not (d.trace.rank == 0 and kept < MAX_KEPT_RANK0):
-            # Every world's rank 0 keeps its calls until the worlds are known (the primary is
-            # the trainer world's rank 0); the others are released now.
-            d.trace = replace(t, calls=CallTable.empty())
-        elif d.n_calls and d.trace.rank == 0 and d is not best:
-            kept += 1
-        out.append(d)
-    return out
-
-
-#: Most rank-0 processes (one per world) whose calls are kept until the primary is chosen.
-MAX_KEPT_RANK0 = 8
 
 
 def _label_in_world(label: str, world: World, worlds: Sequence[World]) -> str:
@@ -358,10 +280,12 @@ def analyze_run(
         source: the path analysed (for the report).
         problems: traces of the run that could not be read (become notes).
     """
-    return _analyze_digests(_digest_all(traces), source, list(problems))
+    return analyze_digests(
+        [digest_trace(t, i) for i, t in enumerate(traces)], source, list(problems)
+    )
 
 
-def _run_clock(with_steps: Sequence[tuple[_Digest, ProcessAnalysis]]) -> RunClock:
+def _run_clock(with_steps: Sequence[tuple[Digest, ProcessAnalysis]]) -> RunClock:
     """The run clock of these processes (:mod:`wsprof.analysis.align`)."""
     return align([clock_input(pa.label, d.trace.meta, d.first_ns) for d, pa in with_steps])
 
@@ -468,7 +392,7 @@ def _with_peer_waits(
 
 
 def _rank_rows(
-    procs: Sequence[_Digest],
+    procs: Sequence[Digest],
     analyses: Sequence[ProcessAnalysis],
     clock: RunClock,
     notes: list[str],
@@ -532,13 +456,23 @@ def engine_work_series(
     return []
 
 
-def _analyze_digests(
-    digests: list[_Digest],
+def analyze_digests(
+    digests: Sequence[Digest],
     source: str,
     notes: list[str],
     link_gbps: float | None = None,
-    timeline: TimelineRun | None = None,
 ) -> Analysis:
+    """The run-level analysis of the digests of a run's traces (:mod:`wsprof.analysis.digest`),
+    in the run's file order: worlds and roles, the primary, ranks, the headline, findings and
+    diagnoses. Made from the digests alone: the same digests give the same analysis wherever
+    they were made.
+
+    Args:
+        digests: one per readable trace.
+        source: the path analysed (for the report).
+        notes: the run's notes so far (traces not read start with ``skipped ``); extended.
+        link_gbps: as :func:`analyze`'s.
+    """
     # The lines of traces that could not be read (the notes a run starts with) are kept for
     # the verdict and the coverage: what was not read was not judged.
     unread = tuple(n for n in notes if n.startswith("skipped "))
@@ -551,7 +485,7 @@ def _analyze_digests(
     world_of = {id(d): worlds[w] for d, w in zip(procs, world_idx) if w is not None}
     index_of = {id(d): w for d, w in zip(procs, world_idx)}
 
-    def key(d: _Digest) -> tuple[int, ...]:
+    def key(d: Digest) -> tuple[int, ...]:
         # The primary is the trainer world's rank 0: role first, then steps, world, rank, ...
         w = world_of.get(id(d))
         return (
@@ -562,14 +496,6 @@ def _analyze_digests(
         )
 
     procs.sort(key=key)
-    for d in procs[1:]:
-        if len(d.trace.calls):
-            d.trace = replace(d.trace, calls=CallTable.empty())
-    if procs and procs[0].n_calls and not len(procs[0].trace.calls):
-        notes.append(
-            f"{procs[0].trace.label}: its calls were released before the worlds were known; "
-            "the headline's per-op series are missing"
-        )
     several = len(worlds) > 1
     analyses: list[ProcessAnalysis] = []
     for d in procs:
@@ -584,12 +510,10 @@ def _analyze_digests(
     in_world = [world_of.get(id(d)) for d in procs]
     analyses = _with_colocated_push_starts(analyses, clock, in_world)
     analyses = _with_peer_waits(analyses, clock, in_world)
-    primary = procs[0].trace if procs else None
+    primary = procs[0] if procs else None
     series = step_series(analyses[0], primary) if primary is not None else []
-    if timeline is not None and primary is not None and analyses[0].step_source == "timeline":
-        proc = process_of(primary.meta, timeline)
-        if proc is not None:  # the framework's parts and buckets, and the calls inside them
-            series += bucket_series(primary, proc)
+    if primary is not None and analyses[0].step_source == StepSource.TIMELINE:
+        series += primary.buckets  # the framework's parts and buckets, and the calls inside
     if analyses:
         series += window_series(analyses[0])
     for d in procs:
@@ -597,7 +521,7 @@ def _analyze_digests(
     series += engine_work_series(analyses, [world_of.get(id(d)) for d in procs])
     results = classify_series(series, notes)
     wrappers = procs[0].wrappers if procs else []
-    unattributed = _unattributed_backend(primary) if primary is not None else None
+    unattributed = primary.unattributed if primary is not None else None
     if unattributed:
         notes.append(unattributed)
     ranks = _rank_rows(
@@ -694,7 +618,7 @@ def _analyze_digests(
     if not any(pa.n_samples for pa in analyses):
         notes.append("no py-spy samples in this run")
     notes += _sampler_trouble(d.trace for d in digests if d.sampler_only)
-    notes += _capture_notes(d.trace for d in procs)
+    notes += _capture_notes(procs)
     if not any(is_gpu_counter(c.name) for pa in analyses for c in pa.counters):
         notes.append(
             "no CUDA allocator or NVML counters (CUDA not in use, or NVML unavailable, "
@@ -714,7 +638,8 @@ def _analyze_digests(
             ranks=tuple(ranks),
             coverage=with_unread(
                 audit_run(
-                    [(pa.label, d.trace) for d, pa in zip(procs, analyses) if not d.sampler_only]
+                    [(pa.label, d.trace) for d, pa in zip(procs, analyses) if not d.sampler_only],
+                    [d.n_calls for d in procs if not d.sampler_only],
                 ),
                 unread,
             ),
@@ -736,65 +661,6 @@ def with_unread(cov: Coverage, unread: Sequence[str]) -> Coverage:
             *cov.not_audited,
             *(f"unreadable trace ({u.removeprefix('skipped ')})" for u in unread),
         ),
-    )
-
-
-def wrapper_facts(trace: ProcessTrace) -> list[WrapperFact]:
-    """The wrapper audit of one process: every ``wrapper`` event, with the time between layers
-    of the calls made through the name it sits on; most of that time first."""
-    calls = trace.calls
-    between: dict[str, float] = {}
-    found = [e for e in trace.events if isinstance(e, WrapperFound)]
-    if len(calls) and found:
-        bl = calls.between_layers_ns
-        for api in set(calls.api.tolist()):
-            between[str(api)] = float(bl[calls.api == api].sum()) / 1e9
-    return facts_of_wrappers(found, between)
-
-
-def facts_of_wrappers(
-    found: Sequence[WrapperFound], between_s: Mapping[str, float]
-) -> list[WrapperFact]:
-    """One fact per distinct wrapper of ``found`` (``wrapper`` events), with the time between
-    layers of the calls through the name it sits on (``between_s``: API name -> s); most of
-    that time first."""
-    out: list[WrapperFact] = []
-    seen: set[tuple[str, str, str | None, int | None]] = set()
-    for e in found:
-        fact = WrapperFact(
-            api=e.api,
-            kind=e.wrapper_kind,
-            qualname=e.qualname,
-            module=e.module,
-            file=e.file,
-            line=e.line,
-            wraps=e.wraps,
-            after_patch=e.after_patch,
-            between_s=between_s.get(e.api),
-        )
-        key = (fact.api, fact.qualname, fact.file, fact.line)
-        if key not in seen:
-            seen.add(key)
-            out.append(fact)
-    out.sort(key=lambda w: -(w.between_s or 0.0))
-    return out
-
-
-def _unattributed_backend(trace: ProcessTrace) -> str | None:
-    """A note when backend-layer calls arrived with no API call open."""
-    calls = trace.calls
-    if not len(calls):
-        return None
-    m = calls.layer == "backend"
-    n = int(m.sum())
-    if not n:
-        return None
-    names = sorted({str(a) for a in calls.api[m].tolist()})
-    return (
-        f"{n} of {len(calls)} calls reached the ProcessGroup backend with no collective name "
-        f"open ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}): they were made "
-        "through a reference taken before wsprof.patch(), a name re-wrapped after it, or the "
-        "backend directly; they are timed, but their time between layers is unknown"
     )
 
 
@@ -850,7 +716,7 @@ def analyze_series(series: Sequence[Series], source: str) -> Analysis:
     )
 
 
-def analyze(loaded: Loaded, link_gbps: float | None = None) -> Analysis:
+def analyze(loaded: Loaded, link_gbps: float | None = None, workers: int | None = 1) -> Analysis:
     """Analyse what :func:`wsprof.inputs.load` read: a run's traces (one at a time, each
     released after its analysis but the primary's), or a series file's or log's series.
 
@@ -866,7 +732,7 @@ def analyze(loaded: Loaded, link_gbps: float | None = None) -> Analysis:
         wsprof.errors.InputError: no trace of a run could be read.
     """
     if isinstance(loaded, LoadedRun):
-        return analyze_loaded_run(loaded, link_gbps).analysis
+        return analyze_loaded_run(loaded, link_gbps, workers, keep_primary=False).analysis
     imported = loaded.imported
     analysis = analyze_series(imported.series, loaded.path)
     return replace(analysis, notes=imported.notes + analysis.notes)
@@ -888,33 +754,59 @@ class RunResult:
     primary_windows: tuple[SampleWindow, ...]
 
 
-def analyze_loaded_run(run: LoadedRun, link_gbps: float | None = None) -> RunResult:
-    """Analyse a run read by :func:`wsprof.inputs.load`, each trace read once; keep the
-    primary's trace (with its calls) for whoever compares it (``link_gbps``: as
-    :func:`analyze`'s).
+def analyze_loaded_run(
+    run: LoadedRun,
+    link_gbps: float | None = None,
+    workers: int | None = 1,
+    keep_primary: bool = True,
+) -> RunResult:
+    """Analyse a run read by :func:`wsprof.inputs.load`: digest each trace once
+    (:mod:`wsprof.analysis.pool`, ``workers`` processes; None: auto), then merge
+    (:func:`analyze_digests`). ``link_gbps``: as :func:`analyze`'s.
+
+    Args:
+        run: the run.
+        link_gbps: the link's limit as the user states it, GB/s.
+        workers: worker processes that digest the traces (1: this process).
+        keep_primary: read the primary's trace again, with its calls, for whoever compares it
+            (``wsprof diff``); False: ``primary_trace`` is its trace without calls.
 
     Raises:
         wsprof.errors.InputError: no trace of the run could be read.
     """
     timeline = None
-    joined: list[str] = []
-    traces: Iterable[ProcessTrace] = run.traces()
+    notes: list[str] = []
     if run.timeline is not None:
-        timeline, joined = _timeline_of(run.timeline, run.timeline_run)
-        traces = _joined(traces, timeline, joined)
-    digests = _digest_all(traces)
-    analysis = _analyze_digests(digests, run.path, [*run.problems, *joined], link_gbps, timeline)
-    procs = sorted((d for d in digests if not d.sampler_only), key=_Digest.key) or sorted(
-        digests, key=_Digest.key
+        timeline, notes = _timeline_of(run.timeline, run.timeline_run)
+    made = digest_files(run.trace_paths, run.reader(), workers, timeline)
+    digests = list(run.admit(zip(run.trace_paths, made), lambda d: d.trace.rank))
+    if timeline is not None:
+        notes += joined_notes(digests, timeline)
+    return _result(
+        analyze_digests(digests, run.path, [*run.problems, *notes], link_gbps),
+        digests,
+        run,
+        keep_primary,
+    )
+
+
+def _result(
+    analysis: Analysis, digests: Sequence[Digest], run: LoadedRun, keep_primary: bool
+) -> RunResult:
+    procs = sorted((d for d in digests if not d.sampler_only), key=Digest.key) or sorted(
+        digests, key=Digest.key
     )
     if not procs:
         return RunResult(analysis, None, ())
-    # The analysis's primary (its worlds put a trainer first), whose calls were kept.
+    # The analysis's primary (its worlds put a trainer first).
     primary = analysis.primary
-    trace = next(
-        (d.trace for d in procs if primary is not None and d.trace.meta.get("pid") == primary.pid),
-        procs[0].trace,
+    d = next(
+        (d for d in procs if primary is not None and d.trace.meta.get("pid") == primary.pid),
+        procs[0],
     )
+    trace = d.trace
+    if keep_primary and d.n_calls:
+        trace = run.reader()(trace.path)
     pid = trace.meta.get("pid")
     windows = trace.samples or [
         w for d in digests for w in d.trace.samples if isinstance(pid, int) and w.pid == pid
@@ -948,26 +840,16 @@ def _timeline_of(path: str, run_id: str | None) -> tuple[TimelineRun, list[str]]
     return run, notes
 
 
-def _joined(
-    traces: Iterable[ProcessTrace], timeline: TimelineRun, notes: list[str]
-) -> Iterator[ProcessTrace]:
-    """Each trace, with the framework's steps where the timeline holds its process."""
-    matched = 0
-    for t in traces:
-        proc = process_of(t.meta, timeline)
-        if proc is None:
-            yield t
-            continue
-        matched += 1
-        t, how = with_timeline_steps(t, proc)
-        notes.append(how.note)
-        yield t
-    if not matched:
+def joined_notes(digests: Sequence[Digest], timeline: TimelineRun) -> list[str]:
+    """How each trace was joined to the framework timeline, in order; or why none was."""
+    notes = [d.join_note for d in digests if d.join_note is not None]
+    if not notes:
         who = ", ".join(p.label for p in list(timeline.processes.values())[:4])
         notes.append(
             f"timeline not joined: none of its processes ({who}) is a recorded process (by "
             "pid and host); was it written by another run?"
         )
+    return notes
 
 
 def analyze_path(path: str, link_gbps: float | None = None) -> Analysis:

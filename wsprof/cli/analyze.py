@@ -7,7 +7,16 @@ import sys
 import click
 
 from wsprof.analysis.model import SEVERITIES
-from wsprof.cli.options import FAIL_ON, LINK_GBPS, TIMELINE, TIMELINE_RUN, fails, load_joined
+from wsprof.cli.options import (
+    FAIL_ON,
+    LINK_GBPS,
+    RAY,
+    TIMELINE,
+    TIMELINE_RUN,
+    WORKERS,
+    analyze_joined,
+    fails,
+)
 from wsprof.contracts.safe_text import escape_controls
 from wsprof.errors import EXIT_FINDINGS, EXIT_OK
 from wsprof.report.renderers import ANALYZE_RENDERERS, choices_help
@@ -39,6 +48,8 @@ from wsprof.report.renderers import ANALYZE_RENDERERS, choices_help
 @LINK_GBPS
 @TIMELINE
 @TIMELINE_RUN
+@WORKERS
+@RAY
 def analyze(
     path: str,
     fmt: str,
@@ -47,13 +58,13 @@ def analyze(
     link_gbps: float | None,
     timeline: str | None,
     timeline_run: str | None,
+    workers: int | None,
+    ray_address: str | None,
 ) -> int:
     """Analyse PATH: a run folder, a .wsprof trace, a CSV series (a step column and numeric
     columns, W&B exports too), a training log (slime, verl, OpenRLHF, AReaL), a TensorBoard
     folder, a W&B run or slime's communication timeline."""
-    from wsprof.analysis.run import analyze as analyze_input
-
-    analysis = analyze_input(load_joined(path, timeline, timeline_run), link_gbps)
+    analysis = analyze_joined(path, timeline, timeline_run, link_gbps, workers, ray_address)
     limit = len(analysis.findings) if show_all else None
     click.echo(
         ANALYZE_RENDERERS[fmt].render(analysis, colour=sys.stdout.isatty(), max_findings=limit),

@@ -52,6 +52,60 @@ TIMELINE_RUN = click.option(
 )
 
 
+#: ``--workers`` of analyze and report: processes that digest the traces on this machine.
+WORKERS = click.option(
+    "--workers",
+    type=click.IntRange(min=1, max=1024),
+    default=None,
+    metavar="N",
+    help="processes that read and digest the traces (default: this machine's cores for a run "
+    "of 64 MiB of traces or more, else 1); the result is the same for any N",
+)
+
+#: ``--ray`` of analyze and report: digest the traces where they are, on the Ray cluster.
+RAY = click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="auto",
+    default=None,
+    metavar="[ADDRESS]",
+    help="digest each node's traces on that node, one Ray task per node (PATH: the run folder "
+    "as each node sees it; ADDRESS: the cluster's, default auto); only digests travel. Needs "
+    "pip install 'wsprof[ray]'",
+)
+
+
+def analyze_joined(
+    path: str,
+    timeline: str | None,
+    timeline_run: str | None,
+    link_gbps: float | None,
+    workers: int | None,
+    ray_address: str | None,
+) -> Analysis:
+    """The analysis of ``path`` for analyze and report: read here (``--workers``) or digested
+    on the nodes of a Ray cluster (``--ray``).
+
+    Raises:
+        InputError: as :func:`load_joined`; ``--ray`` without Ray, with ``--timeline``, or a
+            cluster where no trace could be read.
+    """
+    from wsprof.analysis.run import analyze, analyze_digests
+
+    if ray_address is None:
+        return analyze(load_joined(path, timeline, timeline_run), link_gbps, workers)
+    if timeline is not None or timeline_run is not None:
+        raise InputError(
+            "--timeline joins on one machine: leave out --ray, or analyse the traces without "
+            "the timeline"
+        )
+    from wsprof.analysis.on_ray import digest_on_ray
+
+    digests, problems = digest_on_ray(path, ray_address, workers)
+    return analyze_digests(digests, path, problems, link_gbps)
+
+
 def load_joined(path: str, timeline: str | None, timeline_run: str | None = None) -> Loaded:
     """``load(path)``, with ``timeline`` (``--timeline``) to join when given, and the run
     ``timeline_run`` (``--timeline-run``) of the timeline.

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import click
 
-from wsprof.cli.options import LINK_GBPS, TIMELINE, TIMELINE_RUN, default_report_path, load_joined
+from wsprof.cli.options import (
+    LINK_GBPS,
+    RAY,
+    TIMELINE,
+    TIMELINE_RUN,
+    WORKERS,
+    analyze_joined,
+    default_report_path,
+)
 from wsprof.contracts.safe_text import escape_controls
 from wsprof.errors import EXIT_OK
 
@@ -21,20 +29,23 @@ from wsprof.errors import EXIT_OK
 @LINK_GBPS
 @TIMELINE
 @TIMELINE_RUN
+@WORKERS
+@RAY
 def report(
     path: str,
     output: str | None,
     link_gbps: float | None,
     timeline: str | None,
     timeline_run: str | None,
+    workers: int | None,
+    ray_address: str | None,
 ) -> int:
     """Write the HTML report for PATH (run folder, .wsprof trace or CSV series)."""
-    from wsprof.analysis.run import analyze
     from wsprof.report.files import write_text
     from wsprof.report.renderers import REPORT_RENDERERS
 
     renderer = REPORT_RENDERERS["html"]
-    analysis = analyze(load_joined(path, timeline, timeline_run), link_gbps)
+    analysis = analyze_joined(path, timeline, timeline_run, link_gbps, workers, ray_address)
     wrote = write_text(output or default_report_path(path), renderer.render(analysis), "the report")
     click.echo(escape_controls(wrote))
     return EXIT_OK
