@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from wsprof.analysis.model import (
-    CallPoints,
     ProcessAnalysis,
     StepSource,
     WrapperFact,
@@ -89,7 +88,10 @@ def digest_trace(trace: ProcessTrace, index: int, timeline: TimelineRun | None =
     if proc is not None:
         trace, how = with_timeline_steps(trace, proc)
         join_note = how.note
-    pa = analyze_process(trace)
+    # Call points plot the primary's calls only (a world's rank 0, or a process without a
+    # rank); made for every rank, their Python tuples grew the driver's memory with the
+    # number of ranks (6,000 points a process: about 1.3 GiB at 1,024 ranks).
+    pa = analyze_process(trace, points=trace.rank in (0, None))
     calls = trace.calls
     rows = list(pa.steps)
     meds = (
@@ -102,11 +104,6 @@ def digest_trace(trace: ProcessTrace, index: int, timeline: TimelineRun | None =
         if proc is not None and pa.step_source == StepSource.TIMELINE
         else ()
     )
-    if trace.rank not in (0, None):
-        # Call points plot the primary's calls only (a world's rank 0, or a process without a
-        # rank); kept for every rank, their Python tuples grew the driver's memory with the
-        # number of ranks (6,000 points a process: about 1.3 GiB at 1,024 ranks).
-        pa = replace(pa, calls=CallPoints((), (), (), (), (), pa.calls.n_total))
     return Digest(
         trace=replace(trace, calls=CallTable.empty()),
         pa=pa,

@@ -195,16 +195,16 @@ def _site_labels(
     ids, inv = np.unique(calls.site, return_inverse=True)
     total = np.bincount(inv.reshape(-1), weights=calls.duration_ns.astype(np.float64))
     top = {int(ids[i]) for i in np.argsort(-total)[:MAX_PLOT_SITES]}
-    out: list[str] = []
-    for sid in calls.site[idx].tolist():
+    labels: dict[int, str] = {}  # one label per distinct site, not per point
+    for sid in np.unique(calls.site[idx]).tolist():
         site = sites.get(int(sid))
         if site is None:
-            out.append("unknown")
+            labels[sid] = "unknown"
         elif int(sid) in top:
-            out.append(f"{site.function} ({os.path.basename(site.file)}:{site.line})")
+            labels[sid] = f"{site.function} ({os.path.basename(site.file)}:{site.line})"
         else:
-            out.append("other sites")
-    return tuple(out)
+            labels[sid] = "other sites"
+    return tuple(labels[sid] for sid in calls.site[idx].tolist())
 
 
 def with_sync_starts(rows: Sequence[StepRow], spans: Sequence[Span]) -> list[StepRow]:
@@ -507,8 +507,13 @@ def process_analysis(
     )
 
 
-def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -> ProcessAnalysis:
+def analyze_process(
+    trace: ProcessTrace, samples: Sequence[SampleWindow] = (), points: bool = True
+) -> ProcessAnalysis:
     """Everything derived from one process's trace (plus py-spy windows sampled from it).
+
+    ``points``: plot points of its calls (:func:`call_points`); without, ``calls`` holds their
+    count alone (a digest of a process that cannot be primary: :mod:`wsprof.analysis.digest`).
 
     Sampling windows are summarised with the phase patterns of the trace's meta
     (``phase_patterns``, ``framework``; see :func:`wsprof.analysis.phases.patterns_from_meta`).
@@ -540,7 +545,9 @@ def analyze_process(trace: ProcessTrace, samples: Sequence[SampleWindow] = ()) -
         step_source=source,
         steps=steps,
         ops=op_stats(calls, totals),
-        calls=call_points(calls, trace.sites),
+        calls=call_points(calls, trace.sites)
+        if points
+        else CallPoints((), (), (), (), (), len(calls)),
         counters=counter_tracks(trace, first_record_ns(trace)),
         meta=trace.meta,
         cost_model=call_cost_model(calls),

@@ -176,6 +176,7 @@ def sync_wire(
     idx: npt.NDArray[np.int64],
     windows: Sequence[tuple[int, int]],
     sized: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]],
+    times: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None,
 ) -> SyncWire:
     """The transfers of one weight sync.
 
@@ -185,10 +186,11 @@ def sync_wire(
         windows: the sync's spans ``(start, end)`` ns (several weight-sync phases of one step
             count as one sync); each call's time is clipped to them.
         sized: every call's size and bus factor (:func:`call_sizes`).
+        times: every call's begin and completion (ns), when the caller has them for all of
+            its syncs (computed here otherwise: once per process, not once per step).
     """
     whole, factor = sized
-    done = _done_ns(calls)
-    begin = _begin_ns(calls)
+    begin, done = times if times is not None else (_begin_ns(calls), _done_ns(calls))
     op_of = calls.op[idx]
     keep = ~np.isin(op_of.astype(str), list(NOT_TRANSFERS)) if len(idx) else np.zeros(0, bool)
     idx, op_of = idx[keep], op_of[keep]
@@ -247,6 +249,7 @@ def with_wire(
     if not rows:
         return list(rows)
     sized = call_sizes(calls, group_sizes(meta))
+    times = (_begin_ns(calls), _done_ns(calls))
     thinned = _thinned(meta)
     phases: dict[int, list[tuple[int, int]]] = {}
     for sp in sync_spans(spans):
@@ -269,5 +272,5 @@ def with_wire(
             for lo, hi in windows
         ]
         idx = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
-        out.append(replace(r, wire=sync_wire(calls, idx, windows, sized)))
+        out.append(replace(r, wire=sync_wire(calls, idx, windows, sized, times)))
     return out
