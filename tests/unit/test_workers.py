@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import load_script
 
+from wsprof.analysis import run as run_module
 from wsprof.analysis.digest import digest_trace
 from wsprof.analysis.pool import AUTO_POOL_MIN_BYTES, default_workers, workers_for
 from wsprof.analysis.run import analyze_loaded_run
@@ -33,11 +34,15 @@ def _json(path: Path, workers: int) -> str:
     return res.output
 
 
-def test_pool_gives_the_json_of_one_process(tmp_path: Path) -> None:
+def test_pool_gives_the_json_of_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     BENCH.generate_run(str(tmp_path), **SMALL, outliers=(4,), growth_us=20.0)
     one = _json(tmp_path, 1)
     assert '"outlier_rank"' in one, "the run has a finding to compare"
     assert _json(tmp_path, 2) == one
+    # The ranks' own series judged in the pool too (at any count, not only from 256 series).
+    monkeypatch.setattr(run_module, "POOL_MIN_SERIES", 1)
     assert _json(tmp_path, 4) == one
 
 

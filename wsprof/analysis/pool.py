@@ -6,6 +6,7 @@ of workers, so the run-level analysis of the digests, and its JSON, are the same
 with 1 worker or N.
 
 Memory: a worker holds one trace (with its calls) at a time; this process holds the digests.
+The run-level judging of each rank's own series is spread the same way (:func:`map_ordered`).
 """
 
 from __future__ import annotations
@@ -14,12 +15,16 @@ import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from typing import TypeVar
 
 from wsprof.analysis.digest import Digest, digest_trace
 from wsprof.errors import InputError
 from wsprof.importers.slime_timeline import TimelineRun
 from wsprof.trace.model import ProcessTrace
 from wsprof.trace.reader import read_trace
+
+A = TypeVar("A")
+R = TypeVar("R")
 
 #: A reader of one trace file (a wsprof trace, a Flight Recorder dump).
 Reader = Callable[[str], ProcessTrace]
@@ -79,6 +84,16 @@ def digest_files(
         initargs=(read, timeline),
     ) as pool:
         yield from pool.map(_digest_in_worker, range(len(paths)), paths, chunksize=1)
+
+
+def map_ordered(fn: Callable[[A], R], items: Sequence[A], workers: int) -> list[R]:
+    """``[fn(x) for x in items]``, in a pool of ``workers`` processes when more than 1 (``fn``:
+    a module-level function, its items and results picklable); in order either way."""
+    if workers <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    chunk = max(1, len(items) // (4 * workers))
+    with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
+        return list(pool.map(fn, items, chunksize=chunk))
 
 
 def _context() -> multiprocessing.context.BaseContext:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -35,12 +36,12 @@ from wsprof.analysis.per_step import (
     row_series,
 )
 from wsprof.analysis.phases import pattern_problems
-from wsprof.analysis.pool import digest_files
+from wsprof.analysis.pool import digest_files, map_ordered, workers_for
 from wsprof.analysis.process import (
     counter_per_step,
     join_samples,
 )
-from wsprof.analysis.ranks import RankInput, peer_waits, rank_series, seq_waits
+from wsprof.analysis.ranks import RankInput, judged_series, peer_waits, rank_series, seq_waits
 from wsprof.analysis.wire import sync_backends
 from wsprof.analysis.workload import ENGINE_CALLS
 from wsprof.analysis.worlds import ROLE_ORDER, find_worlds
@@ -144,6 +145,19 @@ def spikes_note(name: str, period: int, steps: Sequence[int]) -> str:
         f"{name}: spikes every {period} steps at steps {shown}{more} (a checkpoint save or an "
         "eval?): left out of the trend"
     )
+
+
+#: Fewest rank series for which ``workers`` > 1 judges them in a pool (below, starting it costs
+#: more than it saves: a series takes about 9 ms).
+POOL_MIN_SERIES = 256
+
+
+def judge_alone(series: Series) -> tuple[GrowthVerdict | None, list[str]]:
+    """One series' verdict (None: it cannot be judged) and the notes :func:`classify_series`
+    says of it; a module-level function, so a worker process can run it."""
+    said: list[str] = []
+    res = classify_series([series], said)
+    return (res[0].verdict if res else None), said
 
 
 def classify_series(series: Sequence[Series], notes: list[str]) -> list[SeriesResult]:
@@ -397,10 +411,12 @@ def _rank_rows(
     clock: RunClock,
     notes: list[str],
     worlds: Sequence[str | None] | None = None,
+    workers: int = 1,
 ) -> list[RankSeries]:
     """Per-rank rows of every process with steps, on the run clock (``clock``: those
     processes, in order); alignment notes go to ``notes`` (only when ranks are compared: a
-    single process needs no common clock)."""
+    single process needs no common clock); ``workers``: processes that judge the ranks'
+    series."""
     labels = list(worlds) if worlds is not None else [None] * len(procs)
     world_of = {id(d): w for d, w in zip(procs, labels)}
     with_steps = [(d, pa) for d, pa in zip(procs, analyses) if pa.steps]
@@ -409,9 +425,19 @@ def _rank_rows(
     if len(with_steps) > 1:
         notes.extend(clock.notes)
 
+    # Each rank's own series are judged up front (in a pool with ``workers`` > 1: at 1,024
+    # ranks, 3 series a rank were the driver's largest serial cost), then handed out per name in
+    # rank order, with their notes, as rank_series asks for them.
+    queue = [s for _, pa in with_steps for s in judged_series(pa).values()]
+    results: dict[str, deque[tuple[GrowthVerdict | None, list[str]]]] = {}
+    n = workers if len(queue) >= POOL_MIN_SERIES else 1
+    for s, res in zip(queue, map_ordered(judge_alone, queue, n)):
+        results.setdefault(s.name, deque()).append(res)
+
     def judge(series: Series) -> GrowthVerdict | None:
-        res = classify_series([series], notes)
-        return res[0].verdict if res else None
+        verdict, said = results[series.name].popleft()
+        notes.extend(said)
+        return verdict
 
     return rank_series(
         [
@@ -461,6 +487,7 @@ def analyze_digests(
     source: str,
     notes: list[str],
     link_gbps: float | None = None,
+    workers: int = 1,
 ) -> Analysis:
     """The run-level analysis of the digests of a run's traces (:mod:`wsprof.analysis.digest`),
     in the run's file order: worlds and roles, the primary, ranks, the headline, findings and
@@ -472,6 +499,7 @@ def analyze_digests(
         source: the path analysed (for the report).
         notes: the run's notes so far (traces not read start with ``skipped ``); extended.
         link_gbps: as :func:`analyze`'s.
+        workers: processes that judge the ranks' own series (the result is the same for any).
     """
     # The lines of traces that could not be read (the notes a run starts with) are kept for
     # the verdict and the coverage: what was not read was not judged.
@@ -530,6 +558,7 @@ def analyze_digests(
         clock,
         notes,
         [world_of[id(d)].label if several and id(d) in world_of else None for d in procs],
+        workers,
     )
     errors = [e.detail for d in procs for e in d.trace.events if e.kind is EventKind.INTERNAL_ERROR]
     limit = (
@@ -778,12 +807,13 @@ def analyze_loaded_run(
     notes: list[str] = []
     if run.timeline is not None:
         timeline, notes = _timeline_of(run.timeline, run.timeline_run)
-    made = digest_files(run.trace_paths, run.reader(), workers, timeline)
+    n = workers_for(run.trace_paths, workers)
+    made = digest_files(run.trace_paths, run.reader(), n, timeline)
     digests = list(run.admit(zip(run.trace_paths, made), lambda d: d.trace.rank))
     if timeline is not None:
         notes += joined_notes(digests, timeline)
     return _result(
-        analyze_digests(digests, run.path, [*run.problems, *notes], link_gbps),
+        analyze_digests(digests, run.path, [*run.problems, *notes], link_gbps, n),
         digests,
         run,
         keep_primary,

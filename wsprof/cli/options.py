@@ -101,9 +101,10 @@ def analyze_joined(
             "the timeline"
         )
     from wsprof.analysis.on_ray import digest_on_ray
+    from wsprof.analysis.pool import default_workers
 
     digests, problems = digest_on_ray(path, ray_address, workers)
-    return analyze_digests(digests, path, problems, link_gbps)
+    return analyze_digests(digests, path, problems, link_gbps, workers or default_workers())
 
 
 def load_joined(path: str, timeline: str | None, timeline_run: str | None = None) -> Loaded:
