@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 SCRIPTS = Path(__file__).resolve().parent
+#: The first this many traces again, alone: the per-call cost of a small run of the same shape.
+SMALL_RUN = 64
 
 
 def _rss_mib() -> float:
@@ -55,16 +57,16 @@ def measure(mode: str, folder: str, nodes: int) -> dict[str, Any]:
     from wsprof.analysis.run import analyze_digests, analyze_loaded_run
     from wsprof.inputs import LoadedRun, load
 
-    union = os.path.join(folder, "union")
+    union = os.path.join(folder, "union64" if mode == "one64" else "union")
     rss0 = _rss_mib()
     t0 = time.perf_counter()
     moved = 0
-    if mode in ("one", "pool"):
+    if mode in ("one", "pool", "one64"):
         run = load(union)
         assert isinstance(run, LoadedRun)
         from wsprof.analysis.pool import default_workers
 
-        workers = 1 if mode == "one" else default_workers()
+        workers = default_workers() if mode == "pool" else 1
         analysis = analyze_loaded_run(run, workers=workers, keep_primary=False).analysis
         wall = time.perf_counter() - t0
         source = union
@@ -126,6 +128,7 @@ def generate(folder: str, traces: int, calls: int, steps: int, nodes: int) -> in
     run = bench.generate_run(gen, traces, calls, steps, 4, (traces // 3,), 5.0, 3.0)
     union = os.path.join(folder, "union")
     os.makedirs(union)
+    os.makedirs(os.path.join(folder, "union64"))
     os.makedirs(os.path.join(folder, "empty"))
     size = 0
     for spec in run.ranks:
@@ -134,6 +137,8 @@ def generate(folder: str, traces: int, calls: int, steps: int, nodes: int) -> in
         name = os.path.basename(spec.path)
         os.rename(spec.path, os.path.join(node, name))
         os.link(os.path.join(node, name), os.path.join(union, name))
+        if spec.rank < SMALL_RUN:
+            os.link(os.path.join(node, name), os.path.join(folder, "union64", name))
         size += os.path.getsize(os.path.join(node, name))
     return size
 
@@ -161,7 +166,7 @@ def main() -> None:
             f"folders in {time.perf_counter() - t0:.0f} s: {size / 2**20:.0f} MiB of traces"
         )
         rows = []
-        modes = ["one", "pool"] + ([] if args.skip_ray else ["ray"])
+        modes = ["one64", "one", "pool"] + ([] if args.skip_ray else ["ray"])
         for mode in modes:
             res = subprocess.run(
                 [
@@ -183,23 +188,28 @@ def main() -> None:
                 continue
             rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
         n_calls = args.traces * args.calls
+        small = min(SMALL_RUN, args.traces)
         print("\n| mode | wall (s) | ns per call | driver peak RSS (MiB) | bytes to the driver |")
         print("|---|---|---|---|---|")
         names = {
+            "one64": f"{small} traces, 1 worker",
             "one": "1 worker",
             "pool": f"{os.cpu_count()} workers",
             "ray": f"Ray, {args.nodes} nodes",
         }
         for r in rows:
+            calls = small * args.calls if r["mode"] == "one64" else n_calls
             print(
-                f"| {names[r['mode']]} | {r['wall_s']} | {r['wall_s'] / n_calls * 1e9:.0f} | "
+                f"| {names[r['mode']]} | {r['wall_s']} | {r['wall_s'] / calls * 1e9:.0f} | "
                 f"{r['driver_rss_mib']:.0f} | {r['digest_bytes'] / 2**20:.1f} MiB of digests "
                 f"(traces: {size / 2**20:.0f} MiB) |"
             )
-        hashes = {r["json"] for r in rows}
+        rows = [r for r in rows if r["mode"] != "one64"] + [r for r in rows if r["mode"] == "one64"]
+        hashes = {r["json"] for r in rows if r["mode"] != "one64"}
         print(
             f"\nJSON identical across modes: {'yes' if len(hashes) == 1 else 'NO'} "
-            f"({', '.join(r['mode'] + '=' + r['json'] for r in rows)}); findings: "
+            f"({', '.join(r['mode'] + '=' + r['json'] for r in rows if r['mode'] != 'one64')}); "
+            "findings: "
             f"{rows[0]['findings'] if rows else []}"
         )
     finally:
