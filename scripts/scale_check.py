@@ -74,6 +74,7 @@ def measure(mode: str, folder: str, nodes: int) -> dict[str, Any]:
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
         import ray
         from ray.cluster_utils import Cluster
+
         from wsprof.analysis.on_ray import digest_on_ray
 
         tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")
