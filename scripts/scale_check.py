@@ -81,6 +81,9 @@ def measure(mode: str, folder: str, nodes: int) -> dict[str, Any]:
         tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")
         os.makedirs(os.path.join(tmp, "home"))
         os.environ["HOME"] = os.path.join(tmp, "home")
+        # Cluster writes its address under RAY_TMPDIR/ray (default /tmp/ray): keep it here.
+        os.makedirs(os.path.join(tmp, "ray"))
+        os.environ["RAY_TMPDIR"] = tmp
         import ray
         from ray._private import ray_constants
         from ray.cluster_utils import Cluster

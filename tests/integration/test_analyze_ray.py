@@ -4,8 +4,9 @@
 told the folder it holds (``WSPROF_NODE_RUN_DIR`` in its environment), as local disks of a
 cluster would hold each node's traces. Traces come from the many-ranks benchmark's generator
 and are spread over the nodes' folders; a union folder hard-links them all (the run copied to
-one machine). Checked: ``--ray`` gives the JSON of the union analysed on one machine; a node
-killed while it digests is named, its ranks counted as not read, and nothing raises.
+one machine). Checked: ``digest_on_ray`` then ``analyze_digests`` (and the CLI's ``--ray``)
+give the JSON of the union analysed on one machine; a node killed while it digests is named,
+its ranks counted as not read, and nothing raises.
 
 Ray stays on loopback: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, ``HOME`` and Ray's temp folder
 inside a private folder of the test, every node's address asserted to start with ``127.``, and
@@ -33,13 +34,15 @@ import pytest
 from helpers import load_script
 
 from wsprof.analysis.on_ray import NODE_RUN_DIR_ENV, digest_on_ray
-from wsprof.analysis.run import analyze_digests
+from wsprof.analysis.run import analyze_digests, analyze_loaded_run
+from wsprof.inputs import LoadedRun, load
+from wsprof.report.jsonout import render_json
 
 BENCH = load_script("bench_many_ranks")
 #: Worker nodes besides the head (which holds no traces).
 NODES = 2
-#: Traces of the run: 9 ranks x 3,000 calls over 20 steps on 2 hosts, rank 5 slowing down.
-RANKS = 9
+#: Traces of the run: 12 ranks x 4,000 calls over 20 steps on 2 hosts, rank 7 slowing down.
+RANKS, CALLS, OUTLIER = 12, 4_000, 7
 #: The lost node's extra traces: 8 x 300,000 calls.
 BIG_RANKS, BIG_CALLS = 8, 300_000
 #: Seconds any wait on the cluster may take before the test fails instead of hanging.
@@ -75,7 +78,11 @@ def local() -> Iterator[Local]:
     home = base / "home"
     home.mkdir()
     os.environ["HOME"] = str(home)  # before the nodes start: Ray's processes inherit it
-    cluster = None
+    # Ray's default temp folder: the cluster writes its address there (ray_current_cluster),
+    # /tmp/ray otherwise, where another ray.init() on this machine would find it.
+    os.environ["RAY_TMPDIR"] = str(base)
+    (base / "ray").mkdir()
+    cluster: Any = None
     try:
         try:
             import ray
@@ -85,7 +92,7 @@ def local() -> Iterator[Local]:
             pytest.skip(f"ray is not importable ({e}); pip install 'wsprof[ray]'")
         ray_constants.ENABLE_RAY_CLUSTER = False  # no outward address for a local cluster
         gen = base / "gen"
-        run = BENCH.generate_run(str(gen), RANKS, 3_000, 20, 2, (5,), 20.0)
+        run = BENCH.generate_run(str(gen), RANKS, CALLS, 20, 2, (OUTLIER,), 20.0, 3.0)
         folders = [base / f"node{k}" for k in range(NODES)]
         union = base / "union"
         for f in [*folders, union]:
@@ -116,14 +123,16 @@ def local() -> Iterator[Local]:
         ]
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
-        alive = [n for n in ray.nodes() if n["Alive"]]
+        ray_any: Any = ray  # ray's API is untyped
+        alive = [n for n in ray_any.nodes() if n["Alive"]]
         assert len(alive) == NODES + 1
         assert all(n["NodeManagerAddress"].startswith("127.") for n in alive), alive
         env = {**os.environ, "PYTHONWARNINGS": "ignore"}
         yield Local(ray, cluster, nodes, folders, union, base, env)
     finally:
         if "ray" in sys.modules:
-            sys.modules["ray"].shutdown()
+            ray_mod: Any = sys.modules["ray"]
+            ray_mod.shutdown()
         if cluster is not None:
             cluster.shutdown()
         shutil.rmtree(base, ignore_errors=True)
@@ -132,6 +141,26 @@ def local() -> Iterator[Local]:
         signal.signal(signal.SIGTERM, sigterm)
         for name in [m for m in sys.modules if _ray_owned(m)]:
             del sys.modules[name]
+
+
+def test_digests_on_ray_merge_to_the_json_of_the_union(local: Local) -> None:
+    """In this process: the nodes' digests, merged, are the union's analysis on one machine,
+    byte for byte once the source is the same string."""
+    digests, problems = digest_on_ray("RUN", local.cluster.address)
+    assert problems == []
+    assert sorted(-1 if d.trace.rank is None else d.trace.rank for d in digests) == list(
+        range(RANKS)
+    )
+    assert [d.index for d in digests] == list(range(RANKS))
+    on_ray = render_json(analyze_digests(digests, "RUN", problems))
+    loaded = load(str(local.union))
+    assert isinstance(loaded, LoadedRun)
+    here = render_json(analyze_loaded_run(loaded).analysis)
+    assert on_ray == here.replace(str(local.union), "RUN")
+    doc = json.loads(on_ray)
+    assert any(
+        f["kind"] == "outlier_rank" and f"rank {OUTLIER} " in f["title"] for f in doc["findings"]
+    )
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -156,7 +185,9 @@ def test_ray_gives_the_json_of_the_union_on_one_machine(local: Local) -> None:
     assert here.returncode == 0, here.stderr[-3000:]
     doc = json.loads(on_ray.stdout)
     assert {r["rank"] for r in doc["ranks"]} == set(range(RANKS))
-    assert any(f["kind"] == "outlier_rank" and "rank 5 " in f["title"] for f in doc["findings"])
+    assert any(
+        f["kind"] == "outlier_rank" and f"rank {OUTLIER} " in f["title"] for f in doc["findings"]
+    )
     assert on_ray.stdout == here.stdout.replace(str(local.union), "RUN_DIR")
 
 
@@ -212,6 +243,8 @@ def test_a_node_lost_mid_analysis_is_named_and_its_ranks_unread(local: Local) ->
     digests, problems = result["out"]
     assert len(problems) == len(lost)
     assert all("was lost while its traces were digested" in p for p in problems), problems
+    assert all(f"({victim.node_id[:8]})" in p for p in problems), problems
+    assert all(p.endswith("Error): not read") for p in problems), problems
     named = [os.path.basename(p.removeprefix("skipped ").split(":")[0]) for p in problems]
     assert sorted(named) == lost
     a = analyze_digests(digests, "RUN_DIR", list(problems))

@@ -57,8 +57,17 @@ class NodeFiles:
 
 
 def list_node(run_dir: str) -> tuple[str, tuple[tuple[str, int, int, int, int], ...], str | None]:
-    """On a node: its folder (``RUN_DIR`` or :data:`NODE_RUN_DIR_ENV`) and its trace files with
-    their identity; a folder that is missing or unreadable gives no files and its reason."""
+    """On a node (a Ray task pinned to it): the folder it holds and that folder's trace files.
+
+    Args:
+        run_dir: the run folder given to ``--ray``; :data:`NODE_RUN_DIR_ENV` in this worker's
+            environment names the node's folder instead.
+
+    Returns:
+        ``(folder, files, error)``: per file, its path, size (bytes), device, inode and
+        modification time (ns); ``error``: why the folder gave no files, or a file could not be
+        stat'ed (None: listed). Never raises: a missing or unreadable folder is ``error``.
+    """
     folder = os.environ.get(NODE_RUN_DIR_ENV) or run_dir
     try:
         paths = find_traces(folder)
@@ -75,7 +84,13 @@ def list_node(run_dir: str) -> tuple[str, tuple[tuple[str, int, int, int, int], 
 
 
 def digest_node(paths: Sequence[str], workers: int | None) -> list[Digest | str]:
-    """On a node: each path's digest, or the reason it could not be read (a line)."""
+    """On a node (a Ray task pinned to it): per path, in order, its digest or the one-line
+    reason it could not be read (:func:`~wsprof.analysis.pool.digest_files`).
+
+    Args:
+        paths: the node's trace files.
+        workers: processes that digest them (None: the cores this worker may run on).
+    """
     n = workers or default_workers()
     return [d if isinstance(d, Digest) else str(d) for d in digest_files(paths, None, n)]
 
@@ -103,10 +118,8 @@ def digest_on_ray(
     try:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    except ImportError as e:
-        raise InputError(
-            f"--ray needs Ray ({e.name or 'ray'} is not installed): pip install 'wsprof[ray]'"
-        ) from None
+    except ImportError:
+        raise InputError("--ray needs Ray: pip install 'wsprof[ray]'") from None
     started = not ray.is_initialized()
     if started:
         try:
@@ -131,6 +144,8 @@ def digest_on_ray(
 def _digest(
     ray: Any, affinity: Any, run_dir: str, workers: int | None
 ) -> tuple[list[Digest], list[str]]:
+    """:func:`digest_on_ray` once connected (``ray``: the module; ``affinity``: its
+    ``NodeAffinitySchedulingStrategy``)."""
     nodes = sorted(
         ((str(n["NodeID"]), str(n["NodeManagerAddress"])) for n in ray.nodes() if n["Alive"]),
         key=lambda n: n[0],
@@ -178,7 +193,7 @@ def _digest(
                         rel,
                         nid,
                         f"{path}: node {nf.ip} ({nid[:8]}) was lost while its traces were "
-                        f"digested ({_why(e)}): not read",
+                        f"digested ({type(e).__name__}): not read",
                     )
                 )
             continue
@@ -186,9 +201,9 @@ def _digest(
             got.append((rel, nid, d))
     got.sort(key=lambda g: (g[0], g[1]))
     digests: list[Digest] = []
-    for _rel, _nid, d in got:
+    for i, (_rel, _nid, d) in enumerate(got):
         if isinstance(d, Digest):
-            d.index = len(digests)
+            d.index = i  # as digest_files does: the place among all the run's files
             digests.append(d)
         else:
             problems.append(f"skipped {d}")
