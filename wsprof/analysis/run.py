@@ -27,6 +27,7 @@ from wsprof.analysis.model import (
     ProcessAnalysis,
     RankSeries,
     SeriesResult,
+    StepRow,
     StepSource,
     World,
 )
@@ -83,18 +84,24 @@ WINDOW_SERIES = {
 def step_series(pa: ProcessAnalysis, d: Digest) -> list[Series]:
     """The per-step series of one process, named as the findings expect
     (:mod:`wsprof.analysis.per_step`): its rows' series, each op's median latency per step (the
-    digest's, when ``pa``'s steps are the digest's own) and each counter's value at each step's
-    end."""
+    digest's, when ``pa``'s steps are cut where the digest's are) and each counter's value at
+    each step's end."""
     rows = list(pa.steps)
     if not rows:
         return []
     trace = d.trace
-    meds = d.op_meds if pa.steps == d.pa.steps else {}
+    meds = d.op_meds if _bounds(pa.steps) == _bounds(d.pa.steps) else {}
     return [
         *row_series(rows, pa.step_source),
         *op_median_series(meds, rows),
         *counter_series(counter_per_step(trace, rows), rows),
     ]
+
+
+def _bounds(rows: Sequence[StepRow]) -> list[tuple[int, int, int]]:
+    """Each step's number, start and end (ns): what decides which calls are in it (the peer
+    waits the merge adds to a row change none of them)."""
+    return [(r.step, r.t_start_ns, r.t_end_ns) for r in rows]
 
 
 def window_series(pa: ProcessAnalysis) -> list[Series]:
