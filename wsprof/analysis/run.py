@@ -804,8 +804,9 @@ def analyze_loaded_run(
         run: the run.
         link_gbps: the link's limit as the user states it, GB/s.
         workers: worker processes that digest the traces (1: this process).
-        keep_primary: read the primary's trace again, with its calls, for whoever compares it
-            (``wsprof diff``); False: ``primary_trace`` is its trace without calls.
+        keep_primary: read the primary's trace again, whole (its calls, every span), for
+            whoever compares it (``wsprof diff``); False: ``primary_trace`` is its digest's
+            trace (no calls, the first span of each kind and name).
 
     Raises:
         wsprof.errors.InputError: no trace of the run could be read.
@@ -842,7 +843,7 @@ def _result(
         procs[0],
     )
     trace = d.trace
-    if keep_primary and d.n_calls:
+    if keep_primary:  # whole again: its calls, and every span (a digest keeps the first)
         trace = run.reader()(trace.path)
     pid = trace.meta.get("pid")
     windows = trace.samples or [
