@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -25,10 +26,16 @@ from wsprof.analysis.run import analyze_path
 from wsprof.frameworks import RUN_TIMELINE_DIR
 
 JOB = str(REPO / "tests" / "jobs" / "slime_timeline" / "job_slime_timeline.py")
-STEPS = 8
+#: 12 steps, as the other shaped jobs: over 8, a loaded CI machine's noise on the sync
+#: (+-60 ms) hid the leak's trend (+30 ms a step) until the newest step.
+STEPS = 12
 #: The timeline's sync runs from the first bucket's convert to the complete event; the job's
-#: own ``sync_s`` also holds the barrier before it: a few ms of a 0.1-0.3 s sync.
+#: own ``sync_s`` also holds the barrier before it: a few ms of a 0.1-0.3 s sync, so the
+#: median error stays under MAX_SYNC_ERR. On a loaded machine one step's barrier can wait
+#: longer (18 ms of 213 ms, -8.6%), so a single step is held to MAX_STEP_SYNC_ERR, and never
+#: longer than the job's own timer.
 MAX_SYNC_ERR = 0.05
+MAX_STEP_SYNC_ERR = 0.15
 
 
 def _run(tmp_path: Path, leak: int) -> tuple[Analysis, list[dict[str, Any]], Path]:
@@ -95,10 +102,13 @@ def test_steps_and_syncs_are_the_frameworks(runs: dict[int, Any], leak: int) -> 
         for r in truth
         if r.get("role") == "trainer" and r.get("role_rank") == 0 and r["step"] >= 0
     }
+    errs = []
     for r in pa.steps:
         assert r.weight_sync_s is not None
-        err = abs(r.weight_sync_s - own[r.step]) / own[r.step]
-        assert err < MAX_SYNC_ERR, (r.step, r.weight_sync_s, own[r.step])
+        err = (r.weight_sync_s - own[r.step]) / own[r.step]
+        assert -MAX_STEP_SYNC_ERR < err < 0.01, (r.step, r.weight_sync_s, own[r.step])
+        errs.append(abs(err))
+    assert statistics.median(errs) < MAX_SYNC_ERR, errs
 
 
 def test_the_wrapper_is_named_inside_the_buckets(runs: dict[int, Any]) -> None:

@@ -490,7 +490,11 @@ class Recorder:
                 if self.flight is not None:
                     self.flight.saw(dec.calls)
                 batches.update(spans=dec.spans, counters=dec.counters, issued=dec.issued)
+                # Who wrote the rows (rank, world, roles) goes in with the first rows: a
+                # reader (``watch``) never sees a step of a process whose rank it cannot name.
+                first = [(k, json.dumps(v)) for k, v in meta.items()] if start == lo else []
                 batches["meta"] = [
+                    *first,
                     (
                         "ring",
                         json.dumps(
@@ -501,7 +505,7 @@ class Recorder:
                                 "native": bool(getattr(ring, "native", False)),
                             }
                         ),
-                    )
+                    ),
                 ]
                 if start == lo and len(self._hooks) != self._hooks_stored:
                     # The hook table in the trace too: a salvage whose journal is gone or

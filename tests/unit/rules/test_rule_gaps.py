@@ -152,3 +152,23 @@ def test_idle_gpus_during_a_short_sync_or_without_samples_or_steps_are_no_findin
     [f] = IDLE.match(rule_kit.facts(processes=[just_long]))
     assert _idle(f).other_util_pct is None
     assert "outside it" not in f.title
+
+
+def test_growth_is_the_fitted_trend_not_the_last_step_minus_the_first() -> None:
+    # The healthy colocated job on a loaded CI machine: a trend of 2 ms a step, with a quick
+    # first step and a slow last one. Its endpoints read 93 -> 149 ms (56 ms, over 5% of the
+    # 0.8 s step); its trend added 22 ms.
+    vals = [0.1 + 0.002 * i for i in range(12)]
+    vals[0], vals[-1] = 0.093, 0.149
+    gap = rule_kit.judged(SYNC_GAP_S, vals)
+    assert gap.verdict.accumulating
+    assert vals[-1] - vals[0] >= MATERIAL_STEP_SHARE * 0.8
+    sync = rule_kit.judged(WEIGHT_SYNC_S, [v + 0.03 for v in vals])
+    step = rule_kit.judged(STEP_S, [0.8] * 12)
+    [f] = GAPS.match(rule_kit.facts([gap, sync, step]))
+    assert f.severity == "info", f.title
+    assert "not yet material" in f.title
+    # The same trend over a 0.3 s step is material: a warning.
+    short = rule_kit.judged(STEP_S, [0.3] * 12)
+    [loud] = GAPS.match(rule_kit.facts([gap, sync, short]))
+    assert loud.severity == "warning", loud.title
