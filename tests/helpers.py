@@ -163,3 +163,37 @@ def load_script(name: str) -> Any:
     sys.modules[spec.name] = mod  # dataclasses resolve annotations through sys.modules
     spec.loader.exec_module(mod)
     return mod
+
+
+#: Share of its median step by which a job's own step clock must have grown (fitted trend over
+#: the steps after the first) for a healthy job's "step time grows" to be the truth: half the
+#: analysis's own bar (``SLOWDOWN_MATERIAL_SHARE``, 10%), so that two estimators of one trend
+#: never disagree at the edge.
+OWN_CLOCK_GREW_SHARE = 0.05
+
+
+def own_clock_grew(step_s: list[float]) -> bool:
+    """Whether a job's own timing of its steps (s, in step order) grew: a loaded machine slows
+    a healthy job itself (a CI run: its rollout 0.47 -> 1.0 s over 12 steps), and then "step
+    time grows" is what happened, not a false alarm. Straight-line least squares over the
+    steps after the first (warm-up), slope x steps spanned against the median step."""
+    import numpy as np
+
+    v = np.asarray(step_s[1:], dtype=float)
+    if len(v) < 3:
+        return False
+    slope = float(np.polyfit(np.arange(len(v)), v, 1)[0])
+    return slope * (len(v) - 1) >= OWN_CLOCK_GREW_SHARE * float(np.median(v))
+
+
+def only_step_time_warned(a: Any, own_step_s: list[float]) -> list[str]:
+    """The warning-or-critical diagnoses of a healthy job's analysis that its own clock does
+    not explain: none may blame the weight sync, a wrapper or a collective, and "step time
+    grows" (``step_s``) only where :func:`own_clock_grew` says the job itself slowed."""
+    warned = [d for d in a.diagnoses if d.severity in ("warning", "critical")]
+    grew = own_clock_grew(own_step_s)
+    return [
+        f"{d.severity}: {d.title} (own clock grew: {grew})"
+        for d in warned
+        if not (grew and d.symptom_series == "step_s" and d.cause == "unexplained")
+    ]

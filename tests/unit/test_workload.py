@@ -128,3 +128,19 @@ def test_a_newest_step_within_the_others_spread_is_noise_not_held() -> None:
     spike = [*noise[:-1], 30.0]
     held = hold_newest(spike, classify(spike))
     assert not held.accumulating and held.evidence.get("newest_step_alone") == 1.0
+
+
+def test_a_newest_step_above_a_settled_rise_is_held_not_called_noise() -> None:
+    # Shaped like a CI run of tests/targets/unmarked_sync_job.py (its first six steps and
+    # about its tenth; the three between were cut from the log): the sync rose 45 -> 523 ms,
+    # settled at 550-570 ms (the others' verdict: warmup_then_flat), and its newest step read
+    # 860 ms. Against the spread of the values (45-570 ms) that step was "within the spread",
+    # and the growth was dropped as noise with nothing said; against the settled level it
+    # stands far out: one step that alone says "grows", held and said.
+    from wsprof.analysis.growth import classify, hold_newest
+
+    rise = [0.045, 0.152, 0.250, 0.368, 0.458, 0.523, 0.55, 0.56, 0.57, 0.86]
+    v = classify(rise)
+    assert v.accumulating and classify(rise[:-1]).shape == "warmup_then_flat"
+    held = hold_newest(rise, v)
+    assert not held.accumulating and held.evidence.get("newest_step_alone") == 1.0

@@ -440,7 +440,7 @@ def hold_newest(
     )
     if before.accumulating:
         return verdict
-    if not _newest_stands_out(values):
+    if not _newest_stands_out(values, before.fitted):
         # The newest point is within the spread of the others: the "growth" is noise.
         return replace(verdict, accumulating=False)
     evidence = {**verdict.evidence, "newest_step_alone": 1.0}
@@ -454,21 +454,36 @@ def hold_newest(
 NEWEST_OUTLIER_Z = 3.0
 
 
-def _newest_stands_out(values: Sequence[float]) -> bool:
-    """Whether the newest finite value of ``values`` lies above the others by more than
-    :data:`NEWEST_OUTLIER_Z` robust standard deviations (median and MAD of the others). A
+def _newest_stands_out(values: Sequence[float], fitted: Sequence[float] = ()) -> bool:
+    """Whether the newest finite value of ``values`` lies above where the others leave off by
+    more than :data:`NEWEST_OUTLIER_Z` robust standard deviations of their noise. A
     millisecond step's noise can tip a short series' fit on its last point: such a point is
-    within the spread, and no one slow step."""
+    within the spread, and no one slow step.
+
+    ``fitted``: the model of the others (:func:`classify` of all but the newest, its
+    ``fitted``, one value per point). Given, the noise is the MAD of their residuals and the
+    level is the model's last value: a rise that settled (``warmup_then_flat``: 45 ms -> 523 ms
+    over six steps, then 550-570 ms) has a wide spread of values but a narrow one about its
+    model, and a newest step of 860 ms stands far above where it levelled off. Without it
+    (or with non-finite values among the others), the median and MAD of the others' values."""
     v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    if len(v) < 3:
+    if len(v) < 3 or not np.isfinite(v[-1]):
         return True
     prev, newest = v[:-1], float(v[-1])
-    mid = float(np.median(prev))
-    mad = float(stats.median_abs_deviation(prev, scale="normal"))
+    fit = np.asarray(fitted, dtype=float)
+    if len(fit) == len(prev) and np.isfinite(prev).all() and np.isfinite(fit).all():
+        level = float(fit[-1])
+        spread = prev - fit
+    else:
+        prev = prev[np.isfinite(prev)]
+        if len(prev) < 2:
+            return True
+        level = float(np.median(prev))
+        spread = prev
+    mad = float(stats.median_abs_deviation(spread, scale="normal"))
     if mad == 0.0:
-        return newest > mid
-    return (newest - mid) / mad > NEWEST_OUTLIER_Z
+        return newest > level
+    return (newest - level) / mad > NEWEST_OUTLIER_Z
 
 
 def classify(
