@@ -186,12 +186,25 @@ def own_clock_grew(step_s: list[float]) -> bool:
     return slope * (len(v) - 1) >= OWN_CLOCK_GREW_SHARE * float(np.median(v))
 
 
-def only_step_time_warned(a: Any, own_step_s: list[float]) -> list[str]:
+def only_step_time_warned(a: Any, truth: list[dict[str, Any]]) -> list[str]:
     """The warning-or-critical diagnoses of a healthy job's analysis that its own clock does
     not explain: none may blame the weight sync, a wrapper or a collective, and "step time
-    grows" (``step_s``) only where :func:`own_clock_grew` says the job itself slowed."""
+    grows" (``step_s``) only where :func:`own_clock_grew` says the job itself slowed.
+
+    Args:
+        a: the analysis (its primary process must be known).
+        truth: the job's truth rows (``truth.jsonl``): the primary's, by pid, with ``step`` 0
+            and up, give its own step times (``step_s``).
+    """
+    assert a.primary is not None
+    mine = [
+        t
+        for t in truth
+        if t.get("pid") == a.primary.pid and isinstance(t.get("step"), int) and t["step"] >= 0
+    ]
+    own = [float(t["step_s"]) for t in sorted(mine, key=lambda t: int(t["step"]))]
     warned = [d for d in a.diagnoses if d.severity in ("warning", "critical")]
-    grew = own_clock_grew(own_step_s)
+    grew = own_clock_grew(own)
     return [
         f"{d.severity}: {d.title} (own clock grew: {grew})"
         for d in warned

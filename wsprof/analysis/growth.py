@@ -454,7 +454,7 @@ def hold_newest(
 NEWEST_OUTLIER_Z = 3.0
 
 
-def _newest_stands_out(values: Sequence[float], fitted: Sequence[float] = ()) -> bool:
+def _newest_stands_out(values: Sequence[float], fitted: Sequence[float]) -> bool:
     """Whether the newest finite value of ``values`` lies above where the others leave off by
     more than :data:`NEWEST_OUTLIER_Z` robust standard deviations of their noise. A
     millisecond step's noise can tip a short series' fit on its last point: such a point is
@@ -464,8 +464,9 @@ def _newest_stands_out(values: Sequence[float], fitted: Sequence[float] = ()) ->
     ``fitted``, one value per point). Given, the noise is the MAD of their residuals and the
     level is the model's last value: a rise that settled (``warmup_then_flat``: 45 ms -> 523 ms
     over six steps, then 550-570 ms) has a wide spread of values but a narrow one about its
-    model, and a newest step of 860 ms stands far above where it levelled off. Without it
-    (or with non-finite values among the others), the median and MAD of the others' values."""
+    model, and a newest step of 860 ms stands far above where it levelled off. Where the model
+    does not cover the others point for point (non-finite values among them), the median and
+    MAD of the others' finite values."""
     v = np.asarray(values, dtype=float)
     if len(v) < 3 or not np.isfinite(v[-1]):
         return True

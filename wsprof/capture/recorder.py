@@ -465,15 +465,18 @@ class Recorder:
         entries, journal_bytes = self.journal.take()
         jrows = jfmt.rows(entries)
         try:
-            meta: dict[str, Any] = {}
+            # Who writes the rows (rank, world, roles): stored with the drain's first rows, in
+            # their transaction, so that a reader (``watch``) never sees a step of a process
+            # whose rank it cannot name.
+            who: dict[str, Any] = {}
             if not self._rank_known:
-                meta.update(self._identity())
-                self._rank_known = "backend" in meta  # from the live group: final
+                who.update(self._identity())
+                self._rank_known = "backend" in who  # from the live group: final
             # Worlds and roles: each group once (a store round trip for its token), never at
             # close (a store whose server is gone must not be waited for).
             world = self.world.read(ask_stores=not self._stop.is_set())
             if self.world.state() != self._world_written:
-                meta.update(world)
+                who.update(world)
                 self._world_written = self.world.state()
             batches: dict[str, list[tuple[Any, ...]]] = {
                 "strings": list(jrows.strings),
@@ -490,9 +493,7 @@ class Recorder:
                 if self.flight is not None:
                     self.flight.saw(dec.calls)
                 batches.update(spans=dec.spans, counters=dec.counters, issued=dec.issued)
-                # Who wrote the rows (rank, world, roles) goes in with the first rows: a
-                # reader (``watch``) never sees a step of a process whose rank it cannot name.
-                first = [(k, json.dumps(v)) for k, v in meta.items()] if start == lo else []
+                first = [(k, json.dumps(v)) for k, v in who.items()] if start == lo else []
                 batches["meta"] = [
                     *first,
                     (
@@ -530,6 +531,7 @@ class Recorder:
             self._hooks_stored = hooks_now
             fmt.write_header_counts(self._mm, drained=hi, dropped=int(ring.dropped))
             stats = self.sampler.stats() if self.sampler is not None else None
+            meta: dict[str, Any] = {}
             meta["self"] = SelfOverhead(
                 dropped_calls=int(sum(ring.dropped_by_step.values())),
                 dropped_records=int(ring.dropped),
