@@ -258,6 +258,9 @@ class RankResult:
     n_backend: int
     covered: int  # sum over rows of max(n_backend, 1)
     recorded_ops: Counter[str]  # rows by wsprof op
+    #: rows by "api [layer] thread k" (k: the thread's order of first appearance), said when
+    #: a check fails: which hook recorded what, on which thread
+    recorded_by: Counter[str]
     covered_ops: Counter[str]  # covered by wsprof op
     coalesced_bytes: list[int]  # bytes of each recorded row of op "coalesced"
     row_bytes: list[int]
@@ -319,6 +322,7 @@ def _rank_result(bare: dict[str, Any], ws: dict[str, Any], first: int, source: s
     calls = _calls(ws.get("trace"))
     rows = n_backend = covered = 0
     ops: Counter[str] = Counter()
+    by: Counter[str] = Counter()
     covered_ops: Counter[str] = Counter()
     coalesced: list[int] = []
     row_bytes: list[int] = []
@@ -330,6 +334,11 @@ def _rank_result(bare: dict[str, Any], ws: dict[str, Any], first: int, source: s
         rows = int(mask.sum())
         n_backend = int(sel.n_backend.sum())
         ops = Counter(str(o) for o in sel.op.tolist())
+        threads = list(dict.fromkeys(int(t) for t in calls.thread.tolist()))
+        by = Counter(
+            f"{a} [{la}] thread {threads.index(int(t))}"
+            for a, la, t in zip(sel.api.tolist(), sel.layer.tolist(), sel.thread.tolist())
+        )
         for o, nb in zip(sel.op.tolist(), sel.n_backend.tolist()):
             covered_ops[str(o)] += max(int(nb), 1)
         covered = sum(covered_ops.values())
@@ -354,6 +363,7 @@ def _rank_result(bare: dict[str, Any], ws: dict[str, Any], first: int, source: s
         n_backend=n_backend,
         covered=covered,
         recorded_ops=ops,
+        recorded_by=by,
         covered_ops=covered_ops,
         coalesced_bytes=coalesced,
         row_bytes=row_bytes,

@@ -125,7 +125,8 @@ def test_no_collective_recorded_twice(rows: dict[str, Any], name: str) -> None:
         most = math.floor(truth / COV.MIN_COVERAGE + 1e-9)
         assert recorded <= most, (
             f"rank {r.rank}: {r.rows} calls recorded covering {recorded} collectives, "
-            f"{truth} issued (calls {dict(r.recorded_ops)}, truth {dict(r.truth_bare)})"
+            f"{truth} issued (calls {dict(r.recorded_ops)}, truth {dict(r.truth_bare)}; "
+            f"recorded by {dict(r.recorded_by)})"
         )
 
 

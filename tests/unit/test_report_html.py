@@ -918,3 +918,19 @@ def test_the_wire_is_on_the_first_screen_and_in_its_figure() -> None:
     assert "11.8 GB/s" in first and "26% of the 45 GB/s NIC mlx5_0" in first
     assert 'id="wire"' in html and "Bytes per weight sync" in html
     assert "limit: NIC mlx5_0 port 1" in html  # the limit's line in the figure's legend
+
+
+def test_a_problems_verdicts_limits_follow_its_diagnoses() -> None:
+    # The first screen shows the cause first: a limit of a "problems" verdict (a growth that
+    # rests on the newest step) comes after the diagnoses; an inconclusive verdict's reasons
+    # are its content, and come first.
+    limit = "weight-sync time grows only with its newest step: judged again with the next"
+    a = with_diagnoses(make_run_analysis())
+    html = render_html(dataclasses.replace(a, verdict=Verdict("problems", 2, (limit,), 3)))
+    lead = _section(html, "diagnoses")
+    assert lead.index('class="diag') < lead.index('id="limits"') < lead.index(limit)
+    assert 'id="inconclusive"' not in lead
+    unsure = render_html(dataclasses.replace(a, verdict=Verdict("inconclusive", 0, (limit,), 0)))
+    lead = _section(unsure, "diagnoses")
+    assert lead.index('id="inconclusive"') < lead.index(limit) < lead.index('class="diag')
+    assert 'id="limits"' not in lead

@@ -31,11 +31,13 @@ SLOWDOWN_MATERIAL_SHARE = 0.10
 FRAME_SHIFT_MIN_CHANGE = 0.2
 
 
-def immaterial(grown: float, step_ref: float | None) -> str | None:
-    """The title's suffix when a growth of ``grown`` (s over the run) is under
-    :data:`MATERIAL_STEP_SHARE` of the median step ``step_ref`` (s): shown at info, not yet a
-    problem; None when it is material or no step time is known."""
-    if not step_ref or step_ref <= 0 or grown >= MATERIAL_STEP_SHARE * step_ref:
+def immaterial(
+    grown: float, step_ref: float | None, share: float = MATERIAL_STEP_SHARE
+) -> str | None:
+    """The title's suffix when a growth of ``grown`` (s over the run) is under ``share``
+    (:data:`MATERIAL_STEP_SHARE` unless given) of the median step ``step_ref`` (s): shown at
+    info, not yet a problem; None when it is material or no step time is known."""
+    if not step_ref or step_ref <= 0 or grown >= share * step_ref:
         return None
     return f"; so far {grown / step_ref:.1%} of a step: watch it, not yet material"
 
