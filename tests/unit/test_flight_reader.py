@@ -92,3 +92,18 @@ def test_nothing_is_read_when_every_collective_was_seen(tmp_path: Path) -> None:
     reader.read()
     assert reader.reads == 0  # c10d's counts (none here) show nothing the hooks missed
     rec.close()
+
+
+def test_the_clock_offset_is_the_tightest_reading_and_its_error_is_bounded() -> None:
+    # An entry's wall-clock creation time becomes monotonic through one paired reading; a
+    # reading preempted between its two monotonic reads was off by half the preemption (a CI
+    # run recorded a 20 µs broadcast twice). The tightest of several readings is used, and its
+    # half-width, added to the matching slack, bounds the error: two readings agree within
+    # the sum of their bounds.
+    from wsprof.capture.flight import MATCH_SLACK_NS, _wall_offset_ns
+
+    readings = [_wall_offset_ns() for _ in range(50)]
+    for (o1, u1), (o2, u2) in zip(readings, readings[1:]):
+        assert u1 >= 0 and u2 >= 0
+        assert abs(o1 - o2) <= u1 + u2 + 1_000, (o1, u1, o2, u2)  # 1 µs: the wall clock's slew
+    assert min(u for _, u in readings) < MATCH_SLACK_NS

@@ -23,8 +23,11 @@ on a 2-core machine, never with stack traces) and keeps the entries after the la
   coverage audit counts it and the analysis sees it;
 * otherwise it waits for the next read (a call still open on its thread).
 
-Clocks: entries carry wall-clock ns; each read converts them with one paired reading of the
-wall and monotonic clocks. Matching allows :data:`MATCH_SLACK_NS`.
+Clocks: entries carry wall-clock ns; each read converts them with a paired reading of the
+wall and monotonic clocks, the tightest of :data:`OFFSET_READINGS` (a reading whose thread was
+preempted between its two monotonic reads is off by half the preemption: on a loaded 2-core
+machine, enough to leave a 20 µs call unmatched and record its collective twice). Matching
+allows :data:`MATCH_SLACK_NS` plus half that reading's width.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ _now = time.monotonic_ns
 #: Clock skew allowed when an entry's creation time is matched to a recorded call, ns (the
 #: wall/monotonic pairing is exact to about a µs; a hooked call spans its entry by more).
 MATCH_SLACK_NS = 5_000
+#: Paired wall/monotonic readings per read; the narrowest one converts the entries' times.
+OFFSET_READINGS = 5
 #: Recorded calls remembered per thread for matching (the oldest are forgotten).
 MAX_CALLS_PER_THREAD = 200_000
 #: Entries kept waiting at most; past it the oldest are decided unseen.
@@ -72,22 +77,31 @@ def _dump_bytes() -> bytes | None:
     return out
 
 
-def _wall_offset_ns() -> int:
-    """wall ns - monotonic ns, read with the monotonic clock on both sides."""
-    m0 = _now()
-    w = time.time_ns()
-    m1 = _now()
-    return w - (m0 + m1) // 2
+def _wall_offset_ns() -> tuple[int, int]:
+    """(wall ns - monotonic ns, its uncertainty in ns): the wall clock read between two
+    monotonic reads, the narrowest pair of :data:`OFFSET_READINGS`; the uncertainty is half
+    that pair's width (a few hundred ns unless every reading was preempted)."""
+    best: tuple[int, int] | None = None
+    for _ in range(OFFSET_READINGS):
+        m0 = _now()
+        w = time.time_ns()
+        m1 = _now()
+        if best is None or m1 - m0 < 2 * best[1]:
+            best = (w - (m0 + m1) // 2, (m1 - m0 + 1) // 2)
+    assert best is not None
+    return best
 
 
 class _Waiting:
     """An entry read but not yet decided."""
 
-    __slots__ = ("entry", "t_ns", "retired_at_flush")
+    __slots__ = ("entry", "t_ns", "slack_ns", "retired_at_flush")
 
-    def __init__(self, entry: FlightEntry, t_ns: int, retired_at_flush: int) -> None:
+    def __init__(self, entry: FlightEntry, t_ns: int, slack_ns: int, retired_at_flush: int) -> None:
         self.entry = entry
         self.t_ns = t_ns  # creation, monotonic ns
+        #: matching slack: MATCH_SLACK_NS and the uncertainty of the conversion of t_ns
+        self.slack_ns = slack_ns
         self.retired_at_flush = retired_at_flush  # the drain count when seen retired; -1 not
 
 
@@ -199,7 +213,7 @@ class FlightReader:
         # Waiting entries are parsed again: whether they retired since is what decides them.
         oldest = self._pending[0].entry.record_id - 1 if self._pending else self.last_id
         dump = loads(data, after_id=min(oldest, self.last_id))
-        offset = _wall_offset_ns()
+        offset, uncertain = _wall_offset_ns()
         with self._lock:
             self.reads += 1
             self._refresh(dump.entries)
@@ -216,7 +230,9 @@ class FlightReader:
                 if e.created_wall_ns < self.start_wall_ns:
                     continue  # before this session: no hook could have seen it
                 self.entries_read += 1
-                self._pending.append(_Waiting(e, e.created_wall_ns - offset, -1))
+                self._pending.append(
+                    _Waiting(e, e.created_wall_ns - offset, MATCH_SLACK_NS + uncertain, -1)
+                )
             self._decide(final, offset)
         return []
 
@@ -240,7 +256,7 @@ class FlightReader:
             unseen.append(self._pending.popleft())
         for w in self._pending:
             e = w.entry
-            span = self._covering(e.thread, w.t_ns)
+            span = self._covering(e.thread, w.t_ns, w.slack_ns)
             if span is not None:
                 self.matched += 1
                 self._device_time(e, span)
@@ -258,14 +274,17 @@ class FlightReader:
         for w in unseen:
             self._record(w, offset)
 
-    def _covering(self, thread: int, t_ns: int) -> tuple[int, int] | None:
-        """The recorded call of ``thread`` whose interval holds ``t_ns`` (calls of one thread
-        never overlap: only the outermost is recorded); None."""
+    def _covering(
+        self, thread: int, t_ns: int, slack: int = MATCH_SLACK_NS
+    ) -> tuple[int, int] | None:
+        """The recorded call of ``thread`` whose interval, widened by ``slack`` ns each side,
+        holds ``t_ns`` (calls of one thread never overlap: only the outermost is recorded);
+        None."""
         for starts, ends in reversed(self._calls.get(thread, ())):
-            if not len(starts) or starts[0] > t_ns + MATCH_SLACK_NS:
+            if not len(starts) or starts[0] > t_ns + slack:
                 continue
-            i = int(np.searchsorted(starts, t_ns + MATCH_SLACK_NS, side="right")) - 1
-            if i >= 0 and ends[i] + MATCH_SLACK_NS >= t_ns:
+            i = int(np.searchsorted(starts, t_ns + slack, side="right")) - 1
+            if i >= 0 and ends[i] + slack >= t_ns:
                 return int(starts[i]), int(ends[i])
             return None
         return None
