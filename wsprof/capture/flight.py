@@ -81,15 +81,11 @@ def _wall_offset_ns() -> tuple[int, int]:
     """(wall ns - monotonic ns, its uncertainty in ns): the wall clock read between two
     monotonic reads, the narrowest pair of :data:`OFFSET_READINGS`; the uncertainty is half
     that pair's width (a few hundred ns unless every reading was preempted)."""
-    best: tuple[int, int] | None = None
-    for _ in range(OFFSET_READINGS):
-        m0 = _now()
-        w = time.time_ns()
-        m1 = _now()
-        if best is None or m1 - m0 < 2 * best[1]:
-            best = (w - (m0 + m1) // 2, (m1 - m0 + 1) // 2)
-    assert best is not None
-    return best
+    m0, w, m1 = min(
+        ((_now(), time.time_ns(), _now()) for _ in range(OFFSET_READINGS)),
+        key=lambda r: r[2] - r[0],
+    )
+    return w - (m0 + m1) // 2, (m1 - m0 + 1) // 2
 
 
 class _Waiting:
@@ -274,9 +270,7 @@ class FlightReader:
         for w in unseen:
             self._record(w, offset)
 
-    def _covering(
-        self, thread: int, t_ns: int, slack: int = MATCH_SLACK_NS
-    ) -> tuple[int, int] | None:
+    def _covering(self, thread: int, t_ns: int, slack: int) -> tuple[int, int] | None:
         """The recorded call of ``thread`` whose interval, widened by ``slack`` ns each side,
         holds ``t_ns`` (calls of one thread never overlap: only the outermost is recorded);
         None."""
